@@ -1,0 +1,22 @@
+"""Distributed locks kept in the database the Django project already has."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
+
+if TYPE_CHECKING:
+    from django_dlock.locking import lock
+
+__all__ = ["LockExpired", "LockNotAcquired", "LockNotOwned", "lock"]
+
+
+def __getattr__(name: str) -> Any:
+    # `lock` needs the models, which cannot be imported before the app registry
+    # is ready; importing it lazily keeps `import django_dlock` safe in settings.
+    if name == "lock":
+        from django_dlock.locking import lock
+
+        return lock
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.core import checks
+from django.utils.translation import gettext_lazy as _
+
+
+class DjangoDlockConfig(AppConfig):
+    name = "django_dlock"
+    verbose_name = _("Distributed locks")
+    # Explicit, so that a host project's DEFAULT_AUTO_FIELD never creates migrations here.
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django_dlock.checks import check_settings
+
+        checks.register(check_settings)

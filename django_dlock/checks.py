@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Warning
+from django.db import connections
+
+from django_dlock.conf import conf
+
+# SQLite waits this long (seconds) for another process's write lock before it
+# raises "database is locked"; below it, ordinary contention surfaces as errors.
+MIN_SQLITE_TIMEOUT = 5
+
+
+def _is_seconds(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Validate every ``DLOCK_*`` setting and the lock database's configuration."""
+    errors: list[CheckMessage] = []
+    default_ttl, max_ttl = conf.DEFAULT_TTL, conf.MAX_TTL
+    if not _is_seconds(default_ttl):
+        errors.append(
+            Error(
+                f"DLOCK_DEFAULT_TTL must be a number of seconds greater than 0, not {default_ttl!r}.",
+                hint="Set it to, for example, 60.",
+                id="django_dlock.E001",
+            )
+        )
+    if not _is_seconds(max_ttl):
+        errors.append(
+            Error(
+                f"DLOCK_MAX_TTL must be a number of seconds greater than 0, not {max_ttl!r}.",
+                hint="Set it to, for example, 86400 (a day).",
+                id="django_dlock.E002",
+            )
+        )
+    if _is_seconds(default_ttl) and _is_seconds(max_ttl) and default_ttl > max_ttl:
+        errors.append(
+            Error(
+                f"DLOCK_DEFAULT_TTL ({default_ttl!r}) is larger than DLOCK_MAX_TTL ({max_ttl!r}).",
+                hint="Lower DLOCK_DEFAULT_TTL or raise DLOCK_MAX_TTL.",
+                id="django_dlock.E003",
+            )
+        )
+    alias = conf.DATABASE
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
+        errors.append(
+            Error(
+                f"DLOCK_DATABASE names {alias!r}, which is not a key of DATABASES.",
+                hint=f"Use one of: {', '.join(map(repr, settings.DATABASES))}.",
+                id="django_dlock.E004",
+            )
+        )
+        return errors
+    errors.extend(_check_database(alias))
+    return errors
+
+
+def _check_database(alias: str) -> list[CheckMessage]:
+    connection = connections[alias]
+    if connection.vendor == "sqlite":
+        return _check_sqlite(alias, connection.settings_dict)
+    if connection.vendor != "postgresql":
+        return [
+            Warning(
+                f"DLOCK_DATABASE {alias!r} is {connection.vendor}; django-dlock is built "
+                "and tested for PostgreSQL and SQLite only.",
+                hint="Use a PostgreSQL or SQLite database for the locks.",
+                id="django_dlock.W003",
+            )
+        ]
+    return []
+
+
+def _check_sqlite(alias: str, settings_dict: dict[str, Any]) -> list[CheckMessage]:
+    messages: list[CheckMessage] = []
+    options = settings_dict.get("OPTIONS", {})
+    if connections[alias].is_in_memory_db():  # type: ignore[attr-defined]
+        messages.append(
+            Error(
+                f"DLOCK_DATABASE {alias!r} is an in-memory SQLite database, which no "
+                "other process can see: its locks exclude nobody.",
+                hint="Give the database a file NAME.",
+                id="django_dlock.E005",
+            )
+        )
+    mode = str(options.get("transaction_mode") or "DEFERRED").upper()
+    if mode not in ("IMMEDIATE", "EXCLUSIVE"):
+        messages.append(
+            Warning(
+                f"DATABASES[{alias!r}] is SQLite with {mode} transactions: two processes "
+                "that read and then write at once fail with 'database is locked' "
+                "(django-dlock's own operations always use BEGIN IMMEDIATE).",
+                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = 'IMMEDIATE'.",
+                id="django_dlock.W001",
+            )
+        )
+    timeout = options.get("timeout", 5)
+    if not _is_seconds(timeout) or timeout < MIN_SQLITE_TIMEOUT:
+        messages.append(
+            Warning(
+                f"DATABASES[{alias!r}] is SQLite with a busy timeout of {timeout!r} s: "
+                "lock operations waiting for another process's write fail with "
+                "'database is locked' after that long.",
+                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['timeout'] to "
+                f"{MIN_SQLITE_TIMEOUT} or more.",
+                id="django_dlock.W002",
+            )
+        )
+    return messages

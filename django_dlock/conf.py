@@ -1,0 +1,32 @@
+"""The ``DLOCK_*`` settings, read when accessed so that ``override_settings`` works."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+
+class Settings:
+    """One property per setting; README.md documents each of them."""
+
+    @property
+    def DEFAULT_TTL(self) -> float:  # noqa: N802 - named after the setting
+        """Seconds a lock lives when the caller names no ttl."""
+        return getattr(settings, "DLOCK_DEFAULT_TTL", 60)  # type: ignore[no-any-return]
+
+    @property
+    def MAX_TTL(self) -> float:  # noqa: N802
+        """The largest ttl a caller may ask for, in seconds."""
+        return getattr(settings, "DLOCK_MAX_TTL", 86400)  # type: ignore[no-any-return]
+
+    @property
+    def DATABASE(self) -> str:  # noqa: N802
+        """The database alias whose connection every lock operation uses."""
+        return getattr(settings, "DLOCK_DATABASE", "default")  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"django-dlock has no setting DLOCK_{name}")
+
+
+conf = Settings()

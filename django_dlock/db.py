@@ -1,0 +1,81 @@
+"""Database plumbing shared by the lock operations: the database clock and the
+transaction every operation runs in."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.functions import Now
+from django.db.models.sql.compiler import SQLCompiler
+
+from django_dlock.exceptions import LockTransactionError
+
+
+class DatabaseNow(Now):
+    """``Now()`` whose SQLite text compares correctly with stored datetimes.
+
+    SQLite keeps datetimes as text and Django writes them with six fractional
+    digits, while ``STRFTIME('%f')`` gives three: "12:00:00.500" sorts before
+    "12:00:00.500000", so a lock released at that instant would still look
+    valid for the rest of the millisecond. Padding to six digits fixes the order.
+    """
+
+    def as_sqlite(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
+    ) -> tuple[str, list[Any]]:
+        return self.as_sql(
+            compiler,
+            connection,
+            template="STRFTIME('%%%%Y-%%%%m-%%%%d %%%%H:%%%%M:%%%%f000', 'NOW')",
+            **extra_context,
+        )
+
+
+@contextmanager
+def lock_transaction(using: str) -> Iterator[None]:
+    """One transaction of its own for a lock operation, committed on exit.
+
+    Raises ``LockTransactionError`` when the caller has a transaction open on
+    ``using``: the lock would be invisible to others until the caller commits
+    and lost if it rolls back. (Django's TestCase transaction is allowed, as it
+    is for ``atomic(durable=True)``.)
+
+    On SQLite the transaction starts with ``BEGIN IMMEDIATE`` whatever the
+    database's ``transaction_mode``: a deferred transaction that reads and then
+    writes fails at once with "database is locked" when another process got the
+    write lock first, while ``IMMEDIATE`` waits for it (the busy timeout).
+    """
+    connection = connections[using]
+    blocks = connection.atomic_blocks
+    if blocks and not getattr(blocks[-1], "_from_testcase", False):
+        raise LockTransactionError(
+            f"A lock operation was called inside a transaction on database {using!r}. "
+            "A lock written there would stay invisible to other processes until that "
+            "transaction commits, and would vanish if it rolled back. Call it outside "
+            "atomic() (and ATOMIC_REQUESTS), or set DLOCK_DATABASE to a database alias "
+            "of its own (a second entry in DATABASES for the same database)."
+        )
+    with _begin_immediate_on_sqlite(connection), transaction.atomic(
+        using=using, durable=True
+    ):
+        yield
+
+
+@contextmanager
+def _begin_immediate_on_sqlite(connection: BaseDatabaseWrapper) -> Iterator[None]:
+    """Make the SQLite backend start its next transaction with ``BEGIN IMMEDIATE``."""
+    if connection.vendor != "sqlite":
+        yield
+        return
+    connection.ensure_connection()  # the backend reads transaction_mode on connecting
+    configured_mode = connection.transaction_mode  # type: ignore[attr-defined]
+    if configured_mode != "EXCLUSIVE":
+        connection.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        connection.transaction_mode = configured_mode  # type: ignore[attr-defined]

@@ -1,0 +1,298 @@
+from __future__ import annotations
+
+import secrets
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections, models
+from django.db.models import DurationField, F, Value
+from django.db.models.functions import Greatest
+from django.db.models.sql import Query
+
+from django_dlock import signals
+from django_dlock.conf import conf
+from django_dlock.db import DatabaseNow, lock_transaction
+from django_dlock.validators import validate_owner, validate_resource, validate_ttl
+
+if TYPE_CHECKING:
+    from django_dlock.models import DistributedLock, ReleaseResult
+
+
+def new_owner_token() -> str:
+    """A random 128-bit owner token, for callers that name no owner."""
+    return secrets.token_hex(16)
+
+
+class DistributedLockQuerySet(models.QuerySet["DistributedLock"]):
+    def active(self) -> DistributedLockQuerySet:
+        """Locks that are held now, by the database's clock."""
+        return self.filter(expires_at__gt=DatabaseNow())
+
+    def expired(self) -> DistributedLockQuerySet:
+        """Locks that expired or were released, by the database's clock."""
+        return self.filter(expires_at__lte=DatabaseNow())
+
+    def owned_by(self, owner: str) -> DistributedLockQuerySet:
+        """Locks whose current (or last, if expired) holder is ``owner``."""
+        return self.filter(owner=owner)
+
+    def with_resource_prefix(self, prefix: str) -> DistributedLockQuerySet:
+        """Locks whose resource starts with ``prefix`` (case-sensitive)."""
+        return self.filter(resource__startswith=prefix)
+
+
+class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySet)):  # type: ignore[misc]
+    """Owns the lock operations. Each runs in one transaction of its own on the
+    ``DLOCK_DATABASE`` connection (or the one named with ``db_manager()``),
+    starting with ``SELECT ... FOR UPDATE`` of the resource's row, and decides
+    expiry with the database's clock. None of them joins a transaction the
+    caller has open: they raise ``LockTransactionError`` instead.
+
+    Invalid arguments raise ``django.core.exceptions.ValidationError``; a
+    database failure raises the database's error. Neither is ever reported as
+    "not acquired".
+    """
+
+    def _alias(self) -> str:
+        return self._db or conf.DATABASE
+
+    def acquire(
+        self, resource: str, owner: str | None = None, ttl: float | None = None
+    ) -> DistributedLock | None:
+        """Take the lock on ``resource`` for ``ttl`` seconds; never waits.
+
+        Returns the lock, or ``None`` when another owner validly holds it.
+        Without ``owner`` a random token is generated (the returned lock's
+        ``owner``). The owner that validly holds the lock gets it back with a
+        new ``expires_at`` and the same fencing token; any other acquisition
+        gets a fencing token larger than every earlier one for ``resource``.
+        """
+        validate_resource(resource)
+        owner = new_owner_token() if owner is None else validate_owner(owner)
+        duration = _duration(ttl)
+        using = self._alias()
+        with lock_transaction(using):
+            lock = self._select_for_update(resource, using)
+            if lock is None:
+                inserted = self._insert(resource, owner, duration, using)
+                if inserted is not None:
+                    signals.lock_acquired.send(
+                        sender=self.model, lock=inserted, taken_over_from=None
+                    )
+                    return inserted
+                # Another process inserted the row first (ON CONFLICT DO NOTHING
+                # waited for its commit): read the winner's row and decide on it.
+                lock = self._select_for_update(resource, using)
+                if lock is None:  # the winner's row is gone already; rare enough to
+                    return None  # report as "held" rather than loop
+            now: datetime = lock.db_now  # type: ignore[attr-defined]
+            if _holds(lock, now):
+                if lock.owner != owner:
+                    return None
+                lock.expires_at = now + duration  # re-acquire: same token, same acquired_at
+                self._write(lock, using, ["expires_at"])
+                signals.lock_renewed.send(sender=self.model, lock=lock)
+                return lock
+            previous_owner = lock.owner
+            lock.owner = owner
+            lock.acquired_at = now
+            lock.expires_at = now + duration
+            lock.fencing_token += 1
+            self._write(lock, using, ["owner", "acquired_at", "expires_at", "fencing_token"])
+        # An expired (not released) lock of someone else's was taken over.
+        taken_over_from = previous_owner if previous_owner not in ("", owner) else None
+        if taken_over_from is not None:
+            signals.lock_taken_over.send(
+                sender=self.model, lock=lock, previous_owner=taken_over_from
+            )
+        signals.lock_acquired.send(sender=self.model, lock=lock, taken_over_from=taken_over_from)
+        return lock
+
+    def renew(self, resource: str, owner: str, ttl: float | None = None) -> DistributedLock | None:
+        """Extend the lock that ``owner`` validly holds to ``ttl`` seconds from now.
+
+        Returns the renewed lock, or ``None`` when the lock expired or another
+        owner holds it. Raises ``DistributedLock.DoesNotExist`` when there is no
+        lock on ``resource`` at all (never acquired, released or purged).
+        """
+        validate_resource(resource)
+        validate_owner(owner)
+        duration = _duration(ttl)
+        using = self._alias()
+        with lock_transaction(using):
+            lock = self._select_for_update(resource, using)
+            if lock is None or lock.is_released:
+                raise self.model.DoesNotExist(f"There is no lock on {resource!r}.")
+            now: datetime = lock.db_now  # type: ignore[attr-defined]
+            if lock.owner != owner or not _holds(lock, now):
+                return None
+            lock.expires_at = now + duration
+            self._write(lock, using, ["expires_at"])
+        signals.lock_renewed.send(sender=self.model, lock=lock)
+        return lock
+
+    def release(self, resource: str, owner: str) -> ReleaseResult:
+        """Give up the lock that ``owner`` holds on ``resource``.
+
+        Returns ``RELEASED``; ``NOT_FOUND`` when there is no valid lock (never
+        acquired, expired, or released already); ``FORBIDDEN`` when another
+        owner holds it, which leaves it untouched.
+        """
+        from django_dlock.models import ReleaseResult
+
+        validate_resource(resource)
+        validate_owner(owner)
+        using = self._alias()
+        with lock_transaction(using):
+            lock = self._select_for_update(resource, using)
+            if lock is None or not _holds(lock, lock.db_now):  # type: ignore[attr-defined]
+                return ReleaseResult.NOT_FOUND
+            if lock.owner != owner:
+                return ReleaseResult.FORBIDDEN
+            self._mark_released(lock, using)
+        signals.lock_released.send(sender=self.model, lock=lock, owner=owner, forced=False)
+        return ReleaseResult.RELEASED
+
+    def force_release(self, resource: str) -> bool:
+        """Release the lock on ``resource`` whoever holds it (for operators).
+
+        Returns whether a valid lock was released. Its fencing token stays
+        counted, so the next holder still gets a larger one.
+        """
+        validate_resource(resource)
+        using = self._alias()
+        with lock_transaction(using):
+            lock = self._select_for_update(resource, using)
+            if lock is None or not _holds(lock, lock.db_now):  # type: ignore[attr-defined]
+                return False
+            owner = lock.owner
+            self._mark_released(lock, using)
+        signals.lock_released.send(sender=self.model, lock=lock, owner=owner, forced=True)
+        return True
+
+    def purge_expired(
+        self, *, older_than: float = 0, batch_size: int = 10_000, prefix: str = ""
+    ) -> int:
+        """Delete one batch of at most ``batch_size`` locks that expired at least
+        ``older_than`` seconds ago; return how many were deleted.
+
+        Each batch is one transaction whose ``DELETE`` checks expiry again, so a
+        lock renewed or taken meanwhile survives. The batch's largest fencing
+        token is kept (``FencingFloor``) so a purged resource that is locked
+        again gets a larger token than any it had.
+        """
+        from django_dlock.models import FencingFloor
+
+        using = self._alias()
+        connection = connections[using]
+        expired_before = DatabaseNow() - Value(
+            timedelta(seconds=older_than), output_field=DurationField()
+        )
+        candidates = self.using(using).filter(expires_at__lte=expired_before)
+        if prefix:
+            candidates = candidates.with_resource_prefix(prefix)
+        ids_query = candidates.order_by().values("pk")[:batch_size].query
+        ids_sql, ids_params = ids_query.get_compiler(using=using).as_sql()
+        where_sql, where_params = _compile_where(self.model, using, expired_before)
+        qn = connection.ops.quote_name
+        if connection.vendor == "postgresql":
+            # "id IN (subquery)" is planned as a full scan per batch on PostgreSQL;
+            # an array of ids is looked up by the primary key (MEASURED.md).
+            in_ids = f"{qn('id')} = ANY(ARRAY({ids_sql}))"
+        else:
+            in_ids = f"{qn('id')} IN ({ids_sql})"
+        sql = (
+            f"DELETE FROM {qn(self.model._meta.db_table)} WHERE {in_ids} AND {where_sql} "
+            f"RETURNING {qn('fencing_token')}"
+        )
+        with lock_transaction(using), connection.cursor() as cursor:
+            cursor.execute(sql, [*ids_params, *where_params])
+            tokens = [token for (token,) in cursor.fetchall()]
+            if tokens:
+                FencingFloor.objects.using(using).filter(pk=1).update(
+                    value=Greatest(F("value"), Value(max(tokens)))
+                )
+        return len(tokens)
+
+    # -- the statements ------------------------------------------------------
+
+    def _select_for_update(self, resource: str, using: str) -> DistributedLock | None:
+        rows = (
+            self.using(using)
+            .select_for_update()
+            .filter(resource=resource)
+            .annotate(db_now=DatabaseNow())
+            .order_by()
+        )
+        return next(iter(rows), None)
+
+    def _write(self, lock: DistributedLock, using: str, fields: list[str]) -> None:
+        self.using(using).filter(pk=lock.pk).update(
+            **{name: getattr(lock, name) for name in fields}
+        )
+
+    def _mark_released(self, lock: DistributedLock, using: str) -> None:
+        # The row stays, expired and ownerless, to keep the fencing token counting.
+        lock.owner = ""
+        lock.expires_at = lock.db_now  # type: ignore[attr-defined]
+        self._write(lock, using, ["owner", "expires_at"])
+
+    def _insert(
+        self, resource: str, owner: str, duration: timedelta, using: str
+    ) -> DistributedLock | None:
+        """Insert the first row of ``resource``; ``None`` if another process won.
+
+        One statement: ``ON CONFLICT DO NOTHING`` makes a lost race an empty
+        result rather than an IntegrityError that would abort the transaction
+        (and a savepoint around it would cost two more round trips).
+        """
+        from django_dlock.models import FencingFloor
+
+        connection = connections[using]
+        qn = connection.ops.quote_name
+        now_sql, now_params = _compile(self.model, using, DatabaseNow())
+        expires_sql, expires_params = _compile(
+            self.model,
+            using,
+            DatabaseNow() + Value(duration, output_field=DurationField()),
+        )
+        table = qn(self.model._meta.db_table)
+        floor = qn(FencingFloor._meta.db_table)
+        columns = ("id", "resource", "owner", "acquired_at", "expires_at", "fencing_token")
+        sql = (
+            f"INSERT INTO {table} ({', '.join(qn(c) for c in columns[1:])}) "
+            f"VALUES (%s, %s, {now_sql}, {expires_sql}, "
+            f"COALESCE((SELECT MAX({qn('value')}) FROM {floor}), 0) + 1) "
+            f"ON CONFLICT ({qn('resource')}) DO NOTHING "
+            f"RETURNING {', '.join(qn(c) for c in columns)}"
+        )
+        params = [resource, owner, *now_params, *expires_params]
+        return next(iter(self.raw(sql, params, using=using)), None)
+
+
+def _holds(lock: DistributedLock, now: datetime) -> bool:
+    """Whether the lock has a holder at the database time ``now``."""
+    return not lock.is_released and now < lock.expires_at
+
+
+def _duration(ttl: float | None) -> timedelta:
+    return timedelta(seconds=validate_ttl(conf.DEFAULT_TTL if ttl is None else ttl))
+
+
+def _compile(model: type[models.Model], using: str, expression: Any) -> tuple[str, list[Any]]:
+    """SQL for ``expression`` as Django writes it for the backend of ``using``."""
+    query = Query(model)
+    compiler = query.get_compiler(using=using)
+    sql, params = compiler.compile(expression.resolve_expression(query))
+    return sql, list(params)
+
+
+def _compile_where(
+    model: type[models.Model], using: str, expired_before: Any
+) -> tuple[str, list[Any]]:
+    """``expires_at <= expired_before`` as SQL, re-checked by the DELETE itself."""
+    query = Query(model)
+    where = query.build_where(models.Q(expires_at__lte=expired_before))
+    compiler = query.get_compiler(using=using)
+    sql, params = where.as_sql(compiler, connections[using])
+    return sql, list(params)

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from django_dlock.managers import DistributedLockManager
+from django_dlock.validators import MAX_LENGTH, validate_owner, validate_resource
+
+__all__ = ["DistributedLock", "FencingFloor", "ReleaseResult"]
+
+
+class ReleaseResult(enum.Enum):
+    """What ``DistributedLock.objects.release()`` did."""
+
+    RELEASED = "released"
+    NOT_FOUND = "not_found"  # no lock, or it had expired or been released already
+    FORBIDDEN = "forbidden"  # another owner holds it
+
+
+class DistributedLock(models.Model):
+    """One row per resource. The row outlives its holders: a release marks it
+    released (empty owner, expired) rather than deleting it, so the next holder
+    takes it over by UPDATE and its fencing token keeps counting up."""
+
+    resource = models.CharField(
+        _("resource"), max_length=MAX_LENGTH, validators=[validate_resource]
+    )
+    # Empty once released: no valid owner token is empty.
+    owner = models.CharField(
+        _("owner"), max_length=MAX_LENGTH, blank=True, validators=[validate_owner]
+    )
+    acquired_at = models.DateTimeField(_("acquired at"))
+    expires_at = models.DateTimeField(_("expires at"))
+    fencing_token = models.PositiveBigIntegerField(_("fencing token"))
+
+    objects = DistributedLockManager()
+
+    class Meta:
+        db_table = "distributed_locks"
+        verbose_name = _("distributed lock")
+        verbose_name_plural = _("distributed locks")
+        ordering = ["resource"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["resource"], name="distributed_locks_resource_key"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.resource
+
+    @property
+    def is_released(self) -> bool:
+        return self.owner == ""
+
+    def is_expired(self, now: datetime | None = None) -> bool:
+        """Whether the lock is expired at ``now`` (default: this server's clock).
+
+        The manager decides expiry with the database's clock; this is for display.
+        """
+        return (now or timezone.now()) >= self.expires_at
+
+
+class FencingFloor(models.Model):
+    """A single row: the largest fencing token of any lock row ever purged.
+
+    A resource whose row was purged starts again above it, so fencing tokens
+    keep increasing per resource across purges without a row kept per resource.
+    """
+
+    value = models.PositiveBigIntegerField(_("value"), default=0)
+
+    class Meta:
+        db_table = "distributed_locks_fencing_floor"
+        verbose_name = _("fencing token floor")
+
+    def __str__(self) -> str:
+        return str(self.value)

@@ -1,0 +1,28 @@
+"""Signals sent after a lock operation has committed. ``sender`` is the
+``DistributedLock`` model; ``lock`` is the lock as the operation left it."""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+# A new holder got the lock: first acquisition, or after a release or expiry.
+# Keyword arguments: lock, taken_over_from (the previous owner when an expired,
+# unreleased lock of another owner was taken over, else None).
+lock_acquired = Signal()
+
+# The holder extended its lock (renew, or acquire by the owner that holds it).
+# Keyword arguments: lock.
+lock_renewed = Signal()
+
+# An expired lock of one owner was taken by another.
+# Keyword arguments: lock (the new holder's), previous_owner.
+lock_taken_over = Signal()
+
+# The holder released its lock, or an operator force-released it.
+# Keyword arguments: lock (as released: empty owner, expired), owner (the
+# owner that held it), forced (True for a force-release).
+lock_released = Signal()
+
+# A holder found that its lock was lost: renewal failed or it expired.
+# Keyword arguments: resource, owner, reason (a sentence saying why).
+lock_lost = Signal()

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite from a fresh machine: installs what it needs, starts a
+# throwaway PostgreSQL cluster, lints, then runs every test on SQLite and on
+# PostgreSQL. Arguments go to pytest (e.g. scripts/test.sh -k fencing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+
+# shellcheck source=scripts/pg-cluster.sh
+source scripts/pg-cluster.sh
+trap pg_cluster_stop EXIT
+pg_cluster_start
+
+ruff check .
+ruff format --check django_dlock tests
+python manage.py makemigrations --check --dry-run
+python manage.py check --fail-level WARNING
+
+status=0
+echo "== tests on SQLite"
+python -m pytest "$@" || status=$?
+echo "== tests on PostgreSQL"
+DATABASE_URL="$DLOCK_PG_URL" python -m pytest "$@" || status=$?
+exit "$status"

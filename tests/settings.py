@@ -1,0 +1,67 @@
+"""Test settings: SQLite in a file by default, PostgreSQL when DATABASE_URL says so."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import dj_database_url
+
+SECRET_KEY = "django-dlock-tests"  # noqa: S105 - tests only
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+# Several processes must see one database, so SQLite lives in a file, never in memory.
+# The name goes into the environment, so that worker processes the tests start
+# (which inherit it) open the same file.
+_SQLITE_FILE = os.environ.setdefault(
+    "DLOCK_TEST_SQLITE_FILE",
+    str(Path(tempfile.gettempdir()) / f"django-dlock-tests-{os.getpid()}.sqlite3"),
+)
+
+DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{_SQLITE_FILE}")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
+    DATABASES["default"]["TEST"] = {"NAME": _SQLITE_FILE}
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.admin",
+    "rest_framework",
+    "django_dlock",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "tests.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+STATIC_URL = "/static/"
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"

@@ -1,0 +1,74 @@
+"""Helpers for tests that run real OS processes against the test database."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import traceback
+from collections.abc import Callable, Sequence
+from multiprocessing.context import SpawnContext
+from typing import Any
+
+from django.db import connection
+
+WORKER_TIMEOUT = 120  # seconds; a hung worker fails the test instead of hanging it
+
+# Spawned (not forked) processes share nothing with the test process: each opens
+# its own database connection, as separate hosts would.
+spawn: SpawnContext = multiprocessing.get_context("spawn")
+
+
+def database_settings() -> dict[str, Any]:
+    """What a worker process needs to open the test database the parent uses."""
+    return {"NAME": connection.settings_dict["NAME"]}
+
+
+def setup_worker(db: dict[str, Any]) -> None:
+    """Start Django in a worker process, pointed at the parent's test database."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+    import django
+    from django.conf import settings
+
+    settings.DATABASES["default"].update(db)
+    django.setup()
+
+
+def run_in_processes(
+    target: Callable[..., Any], args_per_process: Sequence[tuple[Any, ...]]
+) -> list[Any]:
+    """Run ``target(*args)`` in one spawned OS process per entry; return the
+    results in order. Arguments may include ``spawn.Barrier`` or ``spawn.Event``.
+    A worker's exception fails the call with the worker's traceback."""
+    results: Any = spawn.Queue()
+    processes = [
+        spawn.Process(target=_call, args=(index, results, target, args), daemon=True)
+        for index, args in enumerate(args_per_process)
+    ]
+    for process in processes:
+        process.start()
+    outcomes: dict[int, Any] = {}
+    failures: list[str] = []
+    try:
+        for _ in processes:
+            index, ok, value = results.get(timeout=WORKER_TIMEOUT)
+            outcomes[index] = value
+            if not ok:
+                failures.append(f"worker {index}:\n{value}")
+    except queue.Empty:
+        failures.append(f"a worker gave no result within {WORKER_TIMEOUT} s")
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+    if failures:
+        raise AssertionError("\n".join(failures))
+    return [outcomes[index] for index in range(len(processes))]
+
+
+def _call(index: int, results: Any, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    try:
+        results.put((index, True, target(*args)))
+    except BaseException:
+        results.put((index, False, traceback.format_exc()))
