@@ -59,9 +59,7 @@ def lock_transaction(using: str) -> Iterator[None]:
             "atomic() (and ATOMIC_REQUESTS), or set DLOCK_DATABASE to a database alias "
             "of its own (a second entry in DATABASES for the same database)."
         )
-    with _begin_immediate_on_sqlite(connection), transaction.atomic(
-        using=using, durable=True
-    ):
+    with _begin_immediate_on_sqlite(connection), transaction.atomic(using=using, durable=True):
         yield
 
 

@@ -181,8 +181,6 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
         token is kept (``FencingFloor``) so a purged resource that is locked
         again gets a larger token than any it had.
         """
-        from django_dlock.models import FencingFloor
-
         using = self._alias()
         connection = connections[using]
         expired_before = DatabaseNow() - Value(
@@ -201,17 +199,16 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
             in_ids = f"{qn('id')} = ANY(ARRAY({ids_sql}))"
         else:
             in_ids = f"{qn('id')} IN ({ids_sql})"
+        # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
         sql = (
-            f"DELETE FROM {qn(self.model._meta.db_table)} WHERE {in_ids} AND {where_sql} "
+            f"DELETE FROM {qn(self.model._meta.db_table)} WHERE {in_ids} AND {where_sql} "  # noqa: S608
             f"RETURNING {qn('fencing_token')}"
         )
         with lock_transaction(using), connection.cursor() as cursor:
             cursor.execute(sql, [*ids_params, *where_params])
             tokens = [token for (token,) in cursor.fetchall()]
             if tokens:
-                FencingFloor.objects.using(using).filter(pk=1).update(
-                    value=Greatest(F("value"), Value(max(tokens)))
-                )
+                _raise_fencing_floor(using, max(tokens))
         return len(tokens)
 
     # -- the statements ------------------------------------------------------
@@ -259,8 +256,9 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
         table = qn(self.model._meta.db_table)
         floor = qn(FencingFloor._meta.db_table)
         columns = ("id", "resource", "owner", "acquired_at", "expires_at", "fencing_token")
+        # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
         sql = (
-            f"INSERT INTO {table} ({', '.join(qn(c) for c in columns[1:])}) "
+            f"INSERT INTO {table} ({', '.join(qn(c) for c in columns[1:])}) "  # noqa: S608
             f"VALUES (%s, %s, {now_sql}, {expires_sql}, "
             f"COALESCE((SELECT MAX({qn('value')}) FROM {floor}), 0) + 1) "
             f"ON CONFLICT ({qn('resource')}) DO NOTHING "
@@ -268,6 +266,18 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
         )
         params = [resource, owner, *now_params, *expires_params]
         return next(iter(self.raw(sql, params, using=using)), None)
+
+
+def _raise_fencing_floor(using: str, token: int) -> None:
+    """Raise the floor to at least ``token``, creating its one row if missing
+    (``manage.py flush`` or a test's truncation empties the table)."""
+    from django_dlock.models import FencingFloor
+
+    floors = FencingFloor.objects.using(using)
+    raise_to = {"value": Greatest(F("value"), Value(token))}
+    if not floors.filter(pk=1).update(**raise_to):
+        floors.bulk_create([FencingFloor(pk=1, value=token)], ignore_conflicts=True)
+        floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
 
 
 def _holds(lock: DistributedLock, now: datetime) -> bool:

@@ -45,9 +45,7 @@ class DistributedLock(models.Model):
         verbose_name_plural = _("distributed locks")
         ordering = ["resource"]
         constraints = [
-            models.UniqueConstraint(
-                fields=["resource"], name="distributed_locks_resource_key"
-            ),
+            models.UniqueConstraint(fields=["resource"], name="distributed_locks_resource_key"),
         ]
 
     def __str__(self) -> str:

@@ -27,6 +27,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
     DATABASES["default"]["TEST"] = {"NAME": _SQLITE_FILE}
 
+# The same database through a second connection, for DLOCK_DATABASE tests.
+DATABASES["locks"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+
 INSTALLED_APPS = [
     "django.contrib.auth",
     "django.contrib.contenttypes",

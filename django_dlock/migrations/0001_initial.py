@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-from django.apps.registry import Apps
 from django.db import migrations, models
-from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 import django_dlock.validators
-
-
-def create_fencing_floor(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    # The one row that purges raise; acquisitions read it without locking.
-    FencingFloor = apps.get_model("django_dlock", "FencingFloor")
-    FencingFloor.objects.using(schema_editor.connection.alias).create(pk=1, value=0)
-
-
-def delete_fencing_floor(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
-    FencingFloor = apps.get_model("django_dlock", "FencingFloor")
-    FencingFloor.objects.using(schema_editor.connection.alias).all().delete()
 
 
 class Migration(migrations.Migration):
@@ -84,5 +71,4 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
-        migrations.RunPython(create_fencing_floor, delete_fencing_floor),
     ]
