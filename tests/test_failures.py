@@ -1,0 +1,146 @@
+"""A database failure raises; it is never reported as "not acquired"."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.db import DatabaseError, connection
+
+from django_dlock.models import DistributedLock
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_in_thread(function: Any) -> dict[str, Any]:
+    """Start ``function(outcome)`` in a thread; ``outcome`` receives its result or error."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = function(outcome)
+        except BaseException as error:
+            outcome["error"] = error
+        finally:
+            connection.close()
+
+    outcome["thread"] = threading.Thread(target=target, daemon=True)
+    outcome["thread"].start()
+    return outcome
+
+
+@pytest.mark.requires_postgres
+def test_backend_terminated_while_waiting_raises() -> None:
+    import psycopg
+
+    assert DistributedLock.objects.acquire("job:42", owner="holder", ttl=30) is not None
+    dsn = _dsn()
+    with (
+        psycopg.connect(dsn, autocommit=False) as holder,
+        psycopg.connect(dsn, autocommit=True) as admin,
+    ):
+        # Another session keeps the row locked, so the acquire below waits in its
+        # SELECT ... FOR UPDATE; then its server process is killed.
+        holder.execute("SELECT id FROM distributed_locks WHERE resource = 'job:42' FOR UPDATE")
+
+        def acquire(outcome: dict[str, Any]) -> object:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                outcome["pid"] = cursor.fetchone()[0]
+            return DistributedLock.objects.acquire("job:42", owner="waiter", ttl=30)
+
+        outcome = run_in_thread(acquire)
+        _wait_until(lambda: _is_waiting_on_a_lock(admin, outcome.get("pid")))
+        admin.execute("SELECT pg_terminate_backend(%s)", [outcome["pid"]])
+        outcome["thread"].join(timeout=30)
+        holder.rollback()
+
+    assert "result" not in outcome, f"reported as {outcome.get('result')!r}"
+    assert isinstance(outcome["error"], DatabaseError)
+
+
+@pytest.mark.requires_postgres
+def test_read_only_database_raises() -> None:
+    name = connection.settings_dict["NAME"]
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    connection.close()  # the setting applies to new sessions
+    try:
+        with pytest.raises(DatabaseError, match="read-only"):
+            DistributedLock.objects.acquire("job:42", owner="a", ttl=30)
+        with pytest.raises(DatabaseError, match="read-only"):
+            DistributedLock.objects.release("job:42", owner="a")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET default_transaction_read_only = off")
+            cursor.execute(f'ALTER DATABASE "{name}" RESET default_transaction_read_only')
+        connection.close()
+
+
+@pytest.mark.requires_postgres
+@pytest.mark.django_db(transaction=True, databases=["default", "locks"])
+def test_server_unreachable_raises(settings: Any) -> None:
+    from django.db import connections
+
+    broken = {**connections["default"].settings_dict, "PORT": _closed_port()}
+    settings.DATABASES["locks"] = broken
+    settings.DLOCK_DATABASE = "locks"
+    connections["locks"].close()
+    original = connections["locks"].settings_dict
+    connections["locks"].settings_dict = broken
+    try:
+        with pytest.raises(DatabaseError):
+            DistributedLock.objects.acquire("job:42", owner="a", ttl=30)
+    finally:
+        connections["locks"].settings_dict = original
+
+
+def test_sqlite_write_lock_held_too_long_raises(vendor: str) -> None:
+    if vendor != "sqlite":
+        pytest.skip("SQLite only")
+    other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process holds SQLite's write lock
+    try:
+        connection.ensure_connection()
+        connection.connection.execute("PRAGMA busy_timeout = 200")
+        with pytest.raises(DatabaseError, match="locked"):
+            DistributedLock.objects.acquire("job:42", owner="a", ttl=30)
+    finally:
+        other.rollback()
+        other.close()
+        connection.close()
+    assert DistributedLock.objects.acquire("job:42", owner="a", ttl=30) is not None
+
+
+def _dsn() -> str:
+    s = connection.settings_dict
+    return f"host={s['HOST']} port={s['PORT']} user={s['USER']} dbname={s['NAME']}" + (
+        f" password={s['PASSWORD']}" if s.get("PASSWORD") else ""
+    )
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _is_waiting_on_a_lock(admin: Any, pid: int | None) -> bool:
+    if pid is None:
+        return False
+    row = admin.execute(
+        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid]
+    ).fetchone()
+    return row is not None and row[0] == "Lock"
+
+
+def _wait_until(condition: Any, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
