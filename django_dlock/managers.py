@@ -12,6 +12,7 @@ from django.db.models.sql import Query
 from django_dlock import signals
 from django_dlock.conf import conf
 from django_dlock.db import DatabaseNow, lock_transaction
+from django_dlock.statements import LockStatements, statements_for
 from django_dlock.validators import validate_owner, validate_resource, validate_ttl
 
 if TYPE_CHECKING:
@@ -214,19 +215,10 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
     # -- the statements ------------------------------------------------------
 
     def _select_for_update(self, resource: str, using: str) -> DistributedLock | None:
-        rows = (
-            self.using(using)
-            .select_for_update()
-            .filter(resource=resource)
-            .annotate(db_now=DatabaseNow())
-            .order_by()
-        )
-        return next(iter(rows), None)
+        return _statements(using).select_for_update(resource)
 
     def _write(self, lock: DistributedLock, using: str, fields: list[str]) -> None:
-        self.using(using).filter(pk=lock.pk).update(
-            **{name: getattr(lock, name) for name in fields}
-        )
+        _statements(using).update(lock, fields)
 
     def _mark_released(self, lock: DistributedLock, using: str) -> None:
         # The row stays, expired and ownerless, to keep the fencing token counting.
@@ -237,35 +229,11 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
     def _insert(
         self, resource: str, owner: str, duration: timedelta, using: str
     ) -> DistributedLock | None:
-        """Insert the first row of ``resource``; ``None`` if another process won.
+        return _statements(using).insert(resource, owner, duration)
 
-        One statement: ``ON CONFLICT DO NOTHING`` makes a lost race an empty
-        result rather than an IntegrityError that would abort the transaction
-        (and a savepoint around it would cost two more round trips).
-        """
-        from django_dlock.models import FencingFloor
 
-        connection = connections[using]
-        qn = connection.ops.quote_name
-        now_sql, now_params = _compile(self.model, using, DatabaseNow())
-        expires_sql, expires_params = _compile(
-            self.model,
-            using,
-            DatabaseNow() + Value(duration, output_field=DurationField()),
-        )
-        table = qn(self.model._meta.db_table)
-        floor = qn(FencingFloor._meta.db_table)
-        columns = ("id", "resource", "owner", "acquired_at", "expires_at", "fencing_token")
-        # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
-        sql = (
-            f"INSERT INTO {table} ({', '.join(qn(c) for c in columns[1:])}) "  # noqa: S608
-            f"VALUES (%s, %s, {now_sql}, {expires_sql}, "
-            f"COALESCE((SELECT MAX({qn('value')}) FROM {floor}), 0) + 1) "
-            f"ON CONFLICT ({qn('resource')}) DO NOTHING "
-            f"RETURNING {', '.join(qn(c) for c in columns)}"
-        )
-        params = [resource, owner, *now_params, *expires_params]
-        return next(iter(self.raw(sql, params, using=using)), None)
+def _statements(using: str) -> LockStatements:
+    return statements_for(using, connections[using].vendor)
 
 
 def _raise_fencing_floor(using: str, token: int) -> None:
@@ -287,14 +255,6 @@ def _holds(lock: DistributedLock, now: datetime) -> bool:
 
 def _duration(ttl: float | None) -> timedelta:
     return timedelta(seconds=validate_ttl(conf.DEFAULT_TTL if ttl is None else ttl))
-
-
-def _compile(model: type[models.Model], using: str, expression: Any) -> tuple[str, list[Any]]:
-    """SQL for ``expression`` as Django writes it for the backend of ``using``."""
-    query = Query(model)
-    compiler = query.get_compiler(using=using)
-    sql, params = compiler.compile(expression.resolve_expression(query))
-    return sql, list(params)
 
 
 def _compile_where(
