@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import django
 from django.conf import settings
@@ -46,6 +47,22 @@ def configure() -> None:
 FLOOR_TABLE = "bench_floor_locks"
 
 
+def psycopg_connection(*, autocommit: bool) -> Any:
+    """A plain psycopg connection to the database Django uses."""
+    import psycopg
+    from django.db import connection
+
+    s = connection.settings_dict
+    return psycopg.connect(
+        host=s["HOST"],
+        port=s["PORT"],
+        user=s["USER"],
+        dbname=s["NAME"],
+        password=s["PASSWORD"] or None,
+        autocommit=autocommit,
+    )
+
+
 def floor_cycle_factory() -> Callable[[int], None]:
     """One-statement acquire (upsert) and release (delete), autocommit."""
     from django.db import connection
@@ -58,17 +75,7 @@ def floor_cycle_factory() -> Callable[[int], None]:
             "owner varchar(255) NOT NULL, expires_at timestamp NOT NULL, fencing_token bigint NOT NULL)"
         )
     if vendor == "postgresql":
-        import psycopg
-
-        s = connection.settings_dict
-        raw = psycopg.connect(
-            host=s["HOST"],
-            port=s["PORT"],
-            user=s["USER"],
-            dbname=s["NAME"],
-            password=s["PASSWORD"] or None,
-            autocommit=True,
-        )
+        raw = psycopg_connection(autocommit=True)
         now, plus = "now()", "now() + interval '30 seconds'"
     else:
         import sqlite3
@@ -103,16 +110,7 @@ def four_statement_cycle_factory() -> Callable[[int], None]:
 
     if connection.vendor != "postgresql":
         return lambda n: None
-    import psycopg
-
-    s = connection.settings_dict
-    raw = psycopg.connect(
-        host=s["HOST"],
-        port=s["PORT"],
-        user=s["USER"],
-        dbname=s["NAME"],
-        password=s["PASSWORD"] or None,
-    )
+    raw = psycopg_connection(autocommit=False)
     select = (
         f"SELECT owner, expires_at, fencing_token, statement_timestamp() FROM {FLOOR_TABLE} "  # noqa: S608
         "WHERE resource = %s FOR UPDATE"
