@@ -11,6 +11,9 @@ from django.db import connections
 
 from django_dlock.conf import conf
 
+# A ttl beyond this would push expires_at past what a datetime can hold.
+LONGEST_TTL = 100 * 365 * 86400
+
 # SQLite waits this long (seconds) for another process's write lock before it
 # raises "database is locked"; below it, ordinary contention surfaces as errors.
 MIN_SQLITE_TIMEOUT = 5
@@ -39,15 +42,16 @@ def check_settings(
                 id="django_dlock.E001",
             )
         )
-    if not _is_seconds(max_ttl):
+    if not _is_seconds(max_ttl) or max_ttl > LONGEST_TTL:
         errors.append(
             Error(
-                f"DLOCK_MAX_TTL must be a number of seconds greater than 0, not {max_ttl!r}.",
+                f"DLOCK_MAX_TTL must be a number of seconds greater than 0 and at most "
+                f"{LONGEST_TTL} (100 years), not {max_ttl!r}.",
                 hint="Set it to, for example, 86400 (a day).",
                 id="django_dlock.E002",
             )
         )
-    if _is_seconds(default_ttl) and _is_seconds(max_ttl) and default_ttl > max_ttl:
+    if not errors and default_ttl > max_ttl:
         errors.append(
             Error(
                 f"DLOCK_DEFAULT_TTL ({default_ttl!r}) is larger than DLOCK_MAX_TTL ({max_ttl!r}).",

@@ -18,10 +18,26 @@ MAX_LENGTH = 255
 _FORBIDDEN_IN_RESOURCE = re.compile(r"[\s\x00-\x1f\x7f-\x9f/]")
 
 
+def _storable(value: str, what: str) -> None:
+    # PostgreSQL text cannot hold NUL, and a lone surrogate has no UTF-8 form:
+    # either would fail in the database rather than here.
+    if "\x00" in value:
+        raise ValidationError(
+            _("%(what)s may not contain NUL characters."), code="null", params={"what": what}
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(
+            _("%(what)s must be valid Unicode text."), code="encoding", params={"what": what}
+        ) from None
+
+
 def validate_resource(value: object) -> str:
     """Return ``value`` if it is a valid resource name, else raise ``ValidationError``."""
     if not isinstance(value, str):
         raise ValidationError(_("A resource must be a string."), code="invalid")
+    _storable(value, _("A resource"))
     if not 1 <= len(value) <= MAX_LENGTH:
         raise ValidationError(
             _("A resource must be 1 to %(max)d characters long."),
@@ -40,6 +56,7 @@ def validate_owner(value: object) -> str:
     """Return ``value`` if it is a valid owner token, else raise ``ValidationError``."""
     if not isinstance(value, str):
         raise ValidationError(_("An owner must be a string."), code="invalid")
+    _storable(value, _("An owner"))
     if not 1 <= len(value) <= MAX_LENGTH:
         raise ValidationError(
             _("An owner must be 1 to %(max)d characters long."),

@@ -381,14 +381,15 @@ class TestTransactions:
 
 class TestValidation:
     @pytest.mark.parametrize(
-        "resource", ["", "x" * 256, "job 42", "job\t42", "job/42", "job\x0042", "job\n", 42, None]
+        "resource",
+        ["", "x" * 256, "job 42", "job\t42", "job/42", "job\x0042", "job\n", "job\ud800", 42, None],
     )
     def test_bad_resource(self, resource: object) -> None:
         with pytest.raises(ValidationError):
             Locks.acquire(resource, owner="a", ttl=30)  # type: ignore[arg-type]
         assert not DistributedLock.objects.exists()
 
-    @pytest.mark.parametrize("owner", ["", "x" * 256, 7])
+    @pytest.mark.parametrize("owner", ["", "x" * 256, "a\x00b", "\udc80", 7])
     def test_bad_owner(self, owner: object) -> None:
         with pytest.raises(ValidationError):
             Locks.acquire("job:42", owner=owner, ttl=30)  # type: ignore[arg-type]
