@@ -43,7 +43,7 @@ class LockRouter(SimpleRouter):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.trailing_slash = "/?"
+        self.trailing_slash = "(?:/)?"
 
 
 router = LockRouter()

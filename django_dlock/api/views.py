@@ -190,6 +190,7 @@ class RouteNotFoundView(APIView):
 
     authentication_classes: list[Any] = []
     permission_classes: list[Any] = []
+    schema = None  # not an operation of the schema
     parser_classes = [JSONParser]
     renderer_classes = [JSONRenderer]
 
