@@ -65,7 +65,8 @@ class OwnerFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-u
     target_class = "django_dlock.api.serializers.OwnerField"
 
     def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        return {"type": "string", "minLength": 1, "maxLength": MAX_LENGTH}
+        # No NUL: PostgreSQL cannot store it in text.
+        return {"type": "string", "minLength": 1, "maxLength": MAX_LENGTH, "pattern": "^[^\\x00]+$"}
 
 
 class FlagFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
@@ -75,19 +76,35 @@ class FlagFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-un
         return {"type": "boolean", "enum": [self.target.value]}
 
 
+# Python's \s, as django_dlock.validators uses it.
+_RESOURCE_CHARS = r"[^\s/\x00-\x1f\x7f-\x9f]"
 RESOURCE = OpenApiParameter(
     "resource",
     OpenApiTypes.STR,
     OpenApiParameter.PATH,
     description="The name of what is locked: 1 to 255 characters, no whitespace, no "
     "control characters, no '/'.",
-    pattern=r"^[^\s/\x00-\x1f\x7f-\x9f]{1,255}$",
+    pattern=rf"^{_RESOURCE_CHARS}{{1,255}}$",
 )
 PREFIX = OpenApiParameter(
     "prefix",
     OpenApiTypes.STR,
     OpenApiParameter.QUERY,
-    description="Only locks whose resource starts with this (case-sensitive).",
+    description="Only locks whose resource starts with this (case-sensitive); it obeys "
+    "the rules of a resource.",
+    pattern=rf"^{_RESOURCE_CHARS}{{0,255}}$",
+)
+PAGE_SIZE = OpenApiParameter(
+    "page_size",
+    {"type": "integer", "minimum": 1},
+    OpenApiParameter.QUERY,
+    description="Locks per page: 100 unless given, at most 1000 (larger asks get 1000).",
+)
+CURSOR = OpenApiParameter(
+    "cursor",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    description="Opaque: take it from `next` or `previous`. A cursor made up is a 400.",
 )
 RETRY_AFTER = OpenApiParameter(
     "Retry-After",
@@ -144,9 +161,7 @@ def document(viewset: type) -> None:
             description="Locks held now, ordered by resource, one page at a time (cursor "
             "pagination: follow `next`). `owner` is shown to staff users only.",
             tags=[TAG],
-            parameters=[
-                PREFIX,
-            ],
+            parameters=[PREFIX, CURSOR, PAGE_SIZE],
             responses={
                 **_json(200, LockSerializer(many=True)),
                 **_problems(400),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -54,6 +55,23 @@ class LockCursorPagination(pagination.CursorPagination):
     page_size = 100
     page_size_query_param = "page_size"
     max_page_size = 1000
+
+    def get_page_size(self, request: Request) -> int:
+        # DRF silently ignores a page_size it cannot read; it is bad input.
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        # Digits only: int() would also take " 5", "+5" and "5_0" (and refuse
+        # more than 4300 digits).
+        if not re.fullmatch(r"[0-9]+", raw):
+            size = 0
+        else:
+            size = self.max_page_size if len(raw.lstrip("0")) > 9 else int(raw)
+        if size < 1:
+            raise serializers.ValidationError(
+                {self.page_size_query_param: ["A page size must be a whole number of 1 or more."]}
+            )
+        return min(size, self.max_page_size)
 
     def decode_cursor(self, request: Request) -> Any:
         try:
