@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,3 +63,12 @@ def test_manage_py_check_fails_on_a_bad_value(settings: Any) -> None:
     settings.DLOCK_API_PERMISSION_CLASSES = ["nope.Missing"]
     with pytest.raises(SystemCheckError, match="django_dlock.E102"):
         call_command("check", stdout=StringIO(), stderr=StringIO())
+
+
+def test_setting_and_problem_types_are_documented_in_readme() -> None:
+    from django_dlock.api.problems import PROBLEM_TYPES, problem_type
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "### `DLOCK_API_PERMISSION_CLASSES`" in readme
+    for _exception, slug, _title in PROBLEM_TYPES:
+        assert f"`{problem_type(slug)}`" in readme, slug

@@ -103,7 +103,7 @@ def problem_body(exc: exceptions.APIException, status_code: int) -> dict[str, An
     body: dict[str, Any] = {"type": slug, "title": title, "status": status_code}
     if isinstance(exc, exceptions.ValidationError):
         errors = _field_errors(exc.detail)
-        body["detail"] = "Invalid " + ", ".join(errors) + "."
+        body["detail"] = " ".join(f"{field}: {messages[0]}" for field, messages in errors.items())
         body["errors"] = errors
     elif isinstance(exc, exceptions.ParseError):
         body["detail"] = str(exc.detail)

@@ -269,7 +269,11 @@ def _extend_schema_view(**schemas: Any) -> Any:
 
     def decorate(viewset: type) -> type:
         for name, schema in schemas.items():
-            setattr(viewset, name, schema(getattr(viewset, name)))
+            method = getattr(viewset, name)
+            # The base of the schema extend_schema builds: ours, whatever the
+            # host's DEFAULT_SCHEMA_CLASS.
+            method.kwargs = {"schema": LockAutoSchema}
+            setattr(viewset, name, schema(method))
         return viewset
 
     return decorate
