@@ -465,10 +465,9 @@ def test_not_authenticated_is_403_with_session_authentication_only(
     problem(anonymous.get("/api/locks"), 403, "not-authenticated")
 
 
-def test_session_authentication_works(client: Any) -> None:
-    user = User.objects.create_user("bob", password="pw")  # noqa: S106
-    client.force_login(user)
-    response = client.post("/api/locks/job", {"owner": "a"}, content_type="application/json")
+def test_session_authentication_works(anonymous: CheckedClient) -> None:
+    anonymous.force_login(User.objects.create_user("bob"))
+    response = post(anonymous, "/api/locks/job", {"owner": "a"})
     # SessionAuthentication enforces CSRF only for logged-in browsers (the
     # test client skips the check): the lock was acquired.
     assert response.status_code == 200, response.content

@@ -8,6 +8,7 @@ this suite (and its database) under pytest 9.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +28,7 @@ from tests.api_utils import served_schema  # noqa: E402
 
 # Examples per operation and generation mode: 5 operations x 2 modes x 60 x 2 users
 # (plus the requests schemathesis's checks make) is well over 1,000 requests.
-EXAMPLES = 60
+EXAMPLES = int(os.environ.get("DLOCK_FUZZ_EXAMPLES", "60"))  # raise it for a deeper run
 MIN_REQUESTS = 1000
 
 
