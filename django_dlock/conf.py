@@ -25,6 +25,15 @@ class Settings:
         """The database alias whose connection every lock operation uses."""
         return getattr(settings, "DLOCK_DATABASE", "default")  # type: ignore[no-any-return]
 
+    @property
+    def API_PERMISSION_CLASSES(self) -> list[str]:  # noqa: N802
+        """Dotted paths of the DRF permission classes of the lock API."""
+        return getattr(  # type: ignore[no-any-return]
+            settings,
+            "DLOCK_API_PERMISSION_CLASSES",
+            ["rest_framework.permissions.IsAuthenticated"],
+        )
+
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"django-dlock has no setting DLOCK_{name}")
 

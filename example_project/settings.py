@@ -33,6 +33,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_dlock",
 ]
 
@@ -72,3 +75,24 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 DLOCK_DEFAULT_TTL = 60
 DLOCK_MAX_TTL = 86400
+
+# The lock API (mounted at /api/ in urls.py): `manage.py drf_create_token USER`
+# gives a token for "Authorization: Token ..."; a logged-in admin session works too.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+DLOCK_API_PERMISSION_CLASSES = ["rest_framework.permissions.IsAuthenticated"]
+# The OpenAPI schema at /api/schema/ and Swagger UI at /api/docs/, with its
+# JavaScript and CSS served from drf-spectacular-sidecar (works offline).
+SPECTACULAR_SETTINGS = {
+    "TITLE": "django-dlock example",
+    "DESCRIPTION": "Distributed locks kept in the database.",
+    "VERSION": "0.1.0",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}

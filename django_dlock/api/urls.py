@@ -1,0 +1,55 @@
+"""Routes of the lock API; a host mounts them with
+``path("api/", include("django_dlock.urls"))``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import re_path
+from rest_framework.routers import Route, SimpleRouter
+
+from django_dlock.api.views import LockViewSet, RouteNotFoundView
+
+app_name = "django_dlock"
+
+
+class LockRouter(SimpleRouter):
+    """A router whose detail route also takes POST (acquire) and whose trailing
+    slash is optional: ``locks/x`` and ``locks/x/`` are the same route."""
+
+    routes = [
+        Route(
+            url=r"^{prefix}{trailing_slash}$",
+            mapping={"get": "list"},
+            name="{basename}-list",
+            detail=False,
+            initkwargs={"suffix": "List"},
+        ),
+        Route(
+            url=r"^{prefix}/{lookup}{trailing_slash}$",
+            mapping={"get": "retrieve", "post": "acquire", "delete": "release"},
+            name="{basename}-detail",
+            detail=True,
+            initkwargs={"suffix": "Instance"},
+        ),
+        Route(
+            url=r"^{prefix}/{lookup}/renew{trailing_slash}$",
+            mapping={"post": "renew"},
+            name="{basename}-renew",
+            detail=True,
+            initkwargs={"suffix": "Renew"},
+        ),
+    ]
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.trailing_slash = "(?:/)?"
+
+
+router = LockRouter()
+router.register("locks", LockViewSet, basename="lock")
+
+urlpatterns = [
+    *router.urls,
+    re_path(r"^locks/.*$", RouteNotFoundView.as_view(), name="lock-not-found"),
+]

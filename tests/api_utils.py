@@ -1,0 +1,105 @@
+"""Helpers of the API tests: clients, and a check of every response against
+the OpenAPI schema that the test project serves."""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import cache
+from typing import Any
+
+from django.test import Client
+from django.urls import resolve
+from openapi_schema_validator import OAS30Validator, validate
+from rest_framework.test import APIClient
+
+PROBLEM = "application/problem+json"
+SCHEMA_URL = "/api/schema/?format=json"
+
+# URL names of the lock API → the schema's path templates.
+TEMPLATES = {
+    "lock-list": "/api/locks",
+    "lock-detail": "/api/locks/{resource}",
+    "lock-renew": "/api/locks/{resource}/renew",
+}
+
+
+@cache
+def served_schema() -> dict[str, Any]:
+    """The OpenAPI document the test project serves (fetched once)."""
+    response = Client().get(SCHEMA_URL)
+    assert response.status_code == 200, response.content
+    return json.loads(response.content)
+
+
+def _inline_refs(node: Any, components: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        if "$ref" in node:
+            name = node["$ref"].rsplit("/", 1)[-1]
+            return _inline_refs(copy.deepcopy(components[name]), components)
+        return {key: _inline_refs(value, components) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_inline_refs(item, components) for item in node]
+    return node
+
+
+def assert_matches_schema(response: Any) -> None:
+    """The response is one the schema documents for its operation: status code,
+    media type, body and headers."""
+    schema = served_schema()
+    match = resolve(response.wsgi_request.path_info)
+    template = TEMPLATES.get(match.url_name or "")
+    if template is None:  # a path of no operation (e.g. locks/a/b): a 404 problem
+        assert response.status_code == 404
+        assert response["Content-Type"] == PROBLEM
+        return
+    method = response.wsgi_request.method.lower()
+    operation = schema["paths"][template].get(method)
+    assert operation is not None or response.status_code == 405, (method, template)
+    if operation is None:  # a method the route does not take: documented nowhere else
+        assert response["Content-Type"] == PROBLEM
+        return
+    documented = operation["responses"].get(str(response.status_code))
+    assert documented is not None, (
+        f"{method.upper()} {template} answered {response.status_code}, which the schema "
+        f"does not document: {response.content!r}"
+    )
+    components = schema["components"]["schemas"]
+    content = documented.get("content")
+    if content is None:
+        assert response.content == b""
+    else:
+        media_type = response["Content-Type"].split(";")[0]
+        assert media_type in content, (media_type, list(content))
+        body_schema = _inline_refs(content[media_type]["schema"], components)
+        validate(
+            json.loads(response.content),
+            body_schema,
+            cls=OAS30Validator,
+            format_checker=OAS30Validator.FORMAT_CHECKER,
+        )
+    for name, header in documented.get("headers", {}).items():
+        if name in response.headers:
+            validate(int(response[name]), header["schema"], cls=OAS30Validator)
+
+
+class CheckedClient(APIClient):
+    """An APIClient whose every response is checked against the served schema."""
+
+    def request(self, **kwargs: Any) -> Any:
+        response = super().request(**kwargs)
+        if response.wsgi_request.path_info.startswith("/api/locks"):
+            assert_matches_schema(response)
+        return response
+
+
+def problem(response: Any, status: int, slug: str) -> dict[str, Any]:
+    """The response's problem body, after checking that it is one of ``slug``."""
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == PROBLEM
+    body = json.loads(response.content)
+    assert body["type"] == f"urn:django-dlock:problem:{slug}", body
+    assert body["status"] == status
+    assert body["title"]
+    assert body["detail"]
+    return body
