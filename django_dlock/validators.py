@@ -71,7 +71,10 @@ def validate_ttl(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationError(_("A ttl must be a number of seconds."), code="invalid")
     max_ttl = conf.MAX_TTL
-    if not math.isfinite(value) or not 0 < value <= max_ttl:
+    # An int too large for a float (10**400) is out of range, not an OverflowError.
+    if (isinstance(value, int) and abs(value) > 2**53) or not (
+        math.isfinite(value) and 0 < value <= max_ttl
+    ):
         raise ValidationError(
             _("A ttl must be greater than 0 and at most %(max)s seconds."),
             code="range",

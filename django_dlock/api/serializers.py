@@ -9,7 +9,6 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
-from django_dlock.conf import conf
 from django_dlock.models import DistributedLock
 from django_dlock.validators import MAX_LENGTH, validate_owner, validate_ttl
 
@@ -19,7 +18,7 @@ def _drf_error(error: DjangoValidationError) -> serializers.ValidationError:
 
 
 class OwnerField(serializers.CharField):
-    """An owner token exactly as sent: not trimmed, no NUL, no lone surrogates."""
+    """An owner token exactly as sent: not trimmed, checked by ``validate_owner``."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("max_length", MAX_LENGTH)
@@ -28,15 +27,8 @@ class OwnerField(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):  # CharField would turn 42 into "42"
             raise serializers.ValidationError("An owner must be a string.", code="invalid")
-        value: str = super().to_internal_value(data)
         try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate such as "\ud800" (valid JSON)
-            raise serializers.ValidationError(
-                "An owner must be valid Unicode text.", code="invalid"
-            ) from None
-        try:
-            return validate_owner(value)
+            return validate_owner(super().to_internal_value(data))
         except DjangoValidationError as error:
             raise _drf_error(error) from None
 
@@ -48,10 +40,6 @@ class TtlField(serializers.Field):
     def to_internal_value(self, data: Any) -> float:
         try:
             return validate_ttl(data)
-        except OverflowError:  # an integer too large for a float
-            raise serializers.ValidationError(
-                f"A ttl must be greater than 0 and at most {conf.MAX_TTL} seconds.", code="range"
-            ) from None
         except DjangoValidationError as error:
             raise _drf_error(error) from None
 
