@@ -1,0 +1,345 @@
+"""The admin: a read-only list of locks by the database's clock, force-release
+with a confirmation page, and purge of expired locks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from unittest import mock
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.db.models import DurationField, Value
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from django_dlock.admin import duration_in_words, time_left_in_words
+from django_dlock.db import DatabaseNow
+from django_dlock.models import DistributedLock, FencingFloor
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = reverse("admin:django_dlock_distributedlock_changelist")
+PURGE = reverse("admin:django_dlock_distributedlock_purge")
+
+
+def make_lock(resource: str, owner: str = "worker-1", *, expires_in: float = 60) -> DistributedLock:
+    """A lock acquired by ``owner`` whose expiry is ``expires_in`` seconds from the
+    database's now (negative: expired that long ago)."""
+    lock = DistributedLock.objects.acquire(resource, owner=owner, ttl=60)
+    assert lock is not None
+    DistributedLock.objects.filter(pk=lock.pk).update(
+        expires_at=DatabaseNow()
+        + Value(timedelta(seconds=expires_in), output_field=DurationField())
+    )
+    lock.refresh_from_db()
+    return lock
+
+
+def results(response: Any) -> list[DistributedLock]:
+    return list(response.context["cl"].result_list)
+
+
+def resources(response: Any) -> list[str]:
+    return [lock.resource for lock in results(response)]
+
+
+def column(response: Any, name: str) -> int:
+    """The changelist's ``o=`` index of the column ``name``."""
+    return list(response.context["cl"].list_display).index(name)
+
+
+@pytest.fixture
+def viewer(client: Client) -> Client:
+    """A staff user who may view locks and nothing more."""
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_distributedlock"))
+    client.force_login(user)
+    return client
+
+
+# -- the list -----------------------------------------------------------------
+
+
+def test_changelist_shows_each_column_in_words(admin_client: Client) -> None:
+    make_lock("job:active", "worker-a", expires_in=42.5)
+    make_lock("job:expired", "worker-b", expires_in=-(3 * 60 + 5))
+    make_lock("job:released", "worker-c")
+    DistributedLock.objects.release("job:released", owner="worker-c")
+
+    response = admin_client.get(CHANGELIST)
+
+    assert response.status_code == 200
+    assert list(response.context["cl"].list_display) == [
+        "action_checkbox",
+        "resource",
+        "owner",
+        "status",
+        "acquired_at",
+        "expires_at",
+        "time_left",
+        "fencing_token",
+    ]
+    rows = {lock.resource: lock for lock in results(response)}
+    assert {name: lock.lock_status for name, lock in rows.items()} == {
+        "job:active": "active",
+        "job:expired": "expired",
+        "job:released": "released",
+    }
+    html = response.content.decode()
+    assert "worker-a" in html
+    assert "in 42 s" in html
+    assert "expired 3 min ago" in html
+    assert "released just now" in html
+
+
+def test_status_and_time_left_follow_the_database_clock_not_the_servers(
+    admin_client: Client,
+) -> None:
+    make_lock("job:active", expires_in=600.5)
+    make_lock("job:expired", expires_in=-600)
+    # This server's clock a day off either way changes nothing.
+    for offset in (timedelta(days=1), timedelta(days=-1)):
+        skewed = datetime.now(UTC) + offset
+        with mock.patch("django.utils.timezone.now", return_value=skewed):
+            response = admin_client.get(CHANGELIST)
+        rows = {lock.resource: lock.lock_status for lock in results(response)}
+        assert rows == {"job:active": "active", "job:expired": "expired"}
+        html = response.content.decode()
+        assert "in 10 min" in html
+        assert "expired 10 min ago" in html
+
+
+def test_filter_by_status(admin_client: Client) -> None:
+    make_lock("job:active")
+    make_lock("job:expired", expires_in=-1)
+    make_lock("job:released")
+    DistributedLock.objects.release("job:released", owner="worker-1")
+
+    active = admin_client.get(CHANGELIST, {"status": "active"})
+    expired = admin_client.get(CHANGELIST, {"status": "expired"})
+
+    assert resources(active) == ["job:active"]
+    assert sorted(resources(expired)) == ["job:expired", "job:released"]
+
+
+def test_search_by_resource_and_owner(admin_client: Client) -> None:
+    make_lock("report:monthly", "cron-host")
+    make_lock("job:42", "worker-7")
+
+    assert resources(admin_client.get(CHANGELIST, {"q": "monthly"})) == ["report:monthly"]
+    assert resources(admin_client.get(CHANGELIST, {"q": "worker-7"})) == ["job:42"]
+    assert resources(admin_client.get(CHANGELIST, {"q": "nothing-like-it"})) == []
+
+
+def test_sorted_by_expiry(admin_client: Client) -> None:
+    make_lock("b", expires_in=30)
+    make_lock("a", expires_in=90)
+    make_lock("c", expires_in=-30)
+
+    default = admin_client.get(CHANGELIST)
+    assert resources(default) == ["c", "b", "a"]  # soonest expiry first
+    index = column(default, "expires_at")
+    assert resources(admin_client.get(CHANGELIST, {"o": f"-{index}"})) == ["a", "b", "c"]
+    index = column(default, "time_left")
+    assert resources(admin_client.get(CHANGELIST, {"o": f"-{index}"})) == ["a", "b", "c"]
+
+
+def test_changelist_query_count_does_not_grow_with_the_rows(admin_client: Client) -> None:
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            response = admin_client.get(CHANGELIST, {"status": "active"})
+        assert response.status_code == 200
+        return len(captured.captured_queries)
+
+    for n in range(10):
+        make_lock(f"job:{n}")
+    with_10 = queries()
+    template = DistributedLock.objects.get(resource="job:0")
+    DistributedLock.objects.bulk_create(
+        DistributedLock(
+            resource=f"bulk:{n}",
+            owner=f"owner-{n}",
+            acquired_at=template.acquired_at,
+            expires_at=template.expires_at,
+            fencing_token=1,
+        )
+        for n in range(990)
+    )
+    assert DistributedLock.objects.count() == 1000
+    assert queries() == with_10
+
+
+# -- read-only -------------------------------------------------------------------
+
+
+def test_no_add_no_edit_no_plain_delete(admin_client: Client) -> None:
+    lock = make_lock("job:1")
+    change_url = reverse("admin:django_dlock_distributedlock_change", args=[lock.pk])
+
+    assert admin_client.get(reverse("admin:django_dlock_distributedlock_add")).status_code == 403
+    detail = admin_client.get(change_url)
+    assert detail.status_code == 200  # a view-only page
+    assert not detail.context["has_change_permission"]
+    assert b'name="_save"' not in detail.content
+    assert admin_client.post(change_url, {"owner": "intruder"}).status_code == 403
+    delete_url = reverse("admin:django_dlock_distributedlock_delete", args=[lock.pk])
+    assert admin_client.post(delete_url, {"post": "yes"}).status_code == 403
+    actions = [
+        name
+        for name, _ in admin_client.get(CHANGELIST).context["action_form"].fields["action"].choices
+    ]
+    assert "delete_selected" not in actions
+    assert "force_release_selected" in actions
+    lock.refresh_from_db()
+    assert lock.owner == "worker-1"
+
+
+def test_view_only_staff_can_list_but_not_release_or_purge(viewer: Client) -> None:
+    make_lock("job:1")
+    response = viewer.get(CHANGELIST)
+
+    assert response.status_code == 200
+    assert resources(response) == ["job:1"]
+    assert PURGE.encode() not in response.content
+    assert viewer.get(PURGE).status_code == 403
+    assert viewer.post(PURGE).status_code == 403
+    lock = DistributedLock.objects.get()
+    viewer.post(
+        CHANGELIST,
+        {"action": "force_release_selected", "_selected_action": [lock.pk], "post": "yes"},
+    )
+    lock.refresh_from_db()
+    assert lock.owner == "worker-1"
+
+
+# -- force-release ------------------------------------------------------------------
+
+
+def test_force_release_asks_first_then_releases_and_says_how_many(admin_client: Client) -> None:
+    first = make_lock("job:1", "worker-a")
+    second = make_lock("job:2", "worker-b")
+    make_lock("job:3", "worker-c")
+    selected = {"action": "force_release_selected", "_selected_action": [first.pk, second.pk]}
+
+    confirmation = admin_client.post(CHANGELIST, selected)
+
+    assert confirmation.status_code == 200
+    assert "admin/django_dlock/distributedlock/force_release_confirmation.html" in [
+        template.name for template in confirmation.templates
+    ]
+    assert [lock.resource for lock in confirmation.context["locks"]] == ["job:1", "job:2"]
+    assert DistributedLock.objects.active().count() == 3  # nothing released yet
+
+    done = admin_client.post(CHANGELIST, {**selected, "post": "yes"}, follow=True)
+
+    assert [str(message) for message in done.context["messages"]] == ["Released 2 locks."]
+    assert sorted(DistributedLock.objects.active().values_list("resource", flat=True)) == ["job:3"]
+    again = DistributedLock.objects.acquire("job:1", owner="worker-z")
+    assert again is not None
+    assert again.fencing_token > first.fencing_token
+
+
+def test_force_release_of_one_lock_and_of_one_not_held(admin_client: Client) -> None:
+    held = make_lock("job:held")
+    expired = make_lock("job:expired", expires_in=-5)
+
+    done = admin_client.post(
+        CHANGELIST,
+        {
+            "action": "force_release_selected",
+            "_selected_action": [held.pk, expired.pk],
+            "post": "yes",
+        },
+        follow=True,
+    )
+
+    assert [str(message) for message in done.context["messages"]] == [
+        "Released 1 lock.",
+        "1 selected lock was not held (expired or released already).",
+    ]
+    assert not DistributedLock.objects.active().exists()
+
+
+def test_force_release_works_under_atomic_requests(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock = make_lock("job:1")
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+
+    done = admin_client.post(
+        CHANGELIST,
+        {"action": "force_release_selected", "_selected_action": [lock.pk], "post": "yes"},
+        follow=True,
+    )
+
+    assert [str(message) for message in done.context["messages"]] == ["Released 1 lock."]
+    assert not DistributedLock.objects.active().exists()
+
+
+# -- purge ----------------------------------------------------------------------------
+
+
+def test_purge_asks_first_then_deletes_only_expired_locks(admin_client: Client) -> None:
+    make_lock("job:active")
+    purged = make_lock("job:expired", expires_in=-5)
+    make_lock("job:released")
+    DistributedLock.objects.release("job:released", owner="worker-1")
+
+    listing = admin_client.get(CHANGELIST)
+    assert PURGE.encode() in listing.content  # the button
+    confirmation = admin_client.get(PURGE)
+    assert confirmation.status_code == 200
+    assert confirmation.context["expired_count"] == 2
+    assert DistributedLock.objects.count() == 3
+
+    done = admin_client.post(PURGE, follow=True)
+
+    assert done.redirect_chain == [(CHANGELIST, 302)]
+    assert [str(message) for message in done.context["messages"]] == ["Purged 2 expired locks."]
+    assert list(DistributedLock.objects.values_list("resource", flat=True)) == ["job:active"]
+    # Fencing survives the purge: the purged resource starts above its old token.
+    assert FencingFloor.objects.get().value >= purged.fencing_token
+    again = DistributedLock.objects.acquire("job:expired", owner="worker-z")
+    assert again is not None
+    assert again.fencing_token > purged.fencing_token
+
+
+def test_purge_of_one_lock_says_so_in_the_singular(admin_client: Client) -> None:
+    make_lock("job:expired", expires_in=-5)
+
+    done = admin_client.post(PURGE, follow=True)
+
+    assert [str(message) for message in done.context["messages"]] == ["Purged 1 expired lock."]
+
+
+# -- words ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [
+        (0, "0 s"),
+        (42.9, "42 s"),
+        (59, "59 s"),
+        (60, "1 min"),
+        (3599, "59 min"),
+        (3600, "1 h"),
+        (47 * 3600, "47 h"),
+        (48 * 3600, "2 d"),
+        (30 * 86400, "30 d"),
+    ],
+)
+def test_duration_in_words(seconds: float, words: str) -> None:
+    assert duration_in_words(seconds) == words
+
+
+def test_time_left_in_words() -> None:
+    now = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    assert time_left_in_words("active", now + timedelta(seconds=42), now) == "in 42 s"
+    assert time_left_in_words("expired", now - timedelta(minutes=3), now) == "expired 3 min ago"
+    assert time_left_in_words("released", now - timedelta(hours=2), now) == "released 2 h ago"
+    # Expired between the database time read and the list's query.
+    assert time_left_in_words("expired", now + timedelta(seconds=0.2), now) == "expired just now"
