@@ -54,7 +54,7 @@ def column(response: Any, name: str) -> int:
 @pytest.fixture
 def viewer(client: Client) -> Client:
     """A staff user who may view locks and nothing more."""
-    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    user = User.objects.create_user("viewer", is_staff=True)
     user.user_permissions.add(Permission.objects.get(codename="view_distributedlock"))
     client.force_login(user)
     return client
