@@ -1,0 +1,171 @@
+"""``manage.py purge_locks``: delete expired and released locks, in batches."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from argparse import ArgumentParser, ArgumentTypeError
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError
+from django.db.models import DurationField, Value
+
+from django_dlock.conf import conf
+from django_dlock.db import DatabaseNow
+from django_dlock.exceptions import LockTransactionError
+from django_dlock.models import DistributedLock
+from django_dlock.validators import validate_resource
+
+logger = logging.getLogger("django_dlock.purge_locks")
+
+DEFAULT_BATCH_SIZE = 10_000
+
+
+def seconds(value: str) -> float:
+    """``--older-than``: a finite number of seconds, 0 or more."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise ArgumentTypeError(f"must be a number of seconds, 0 or more, not {value!r}")
+    return number
+
+
+def batch_size(value: str) -> int:
+    """``--batch-size``: a whole number, 1 or more."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ArgumentTypeError(f"must be a whole number, 1 or more, not {value!r}")
+    return number
+
+
+def resource_prefix(value: str) -> str:
+    """``--prefix``: the start of a resource name, so it follows the same rules."""
+    try:
+        return validate_resource(value)
+    except ValidationError as error:
+        message = " ".join(error.messages).replace("A resource", "A prefix")
+        raise ArgumentTypeError(f"{message} Got {value!r}.") from error
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete expired and released locks, in batches of their own transaction. "
+        "A lock renewed or acquired while the command runs is kept, and fencing tokens "
+        "keep increasing for purged resources."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument(
+            "--older-than",
+            type=seconds,
+            default=0,
+            metavar="SECONDS",
+            help="Keep locks that expired less than SECONDS ago (default: 0, delete all expired).",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Count the locks that would be deleted; delete nothing.",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=batch_size,
+            default=DEFAULT_BATCH_SIZE,
+            metavar="N",
+            help="Delete at most N locks per transaction (default: %(default)s).",
+        )
+        parser.add_argument(
+            "--prefix",
+            type=resource_prefix,
+            default=None,
+            metavar="STR",
+            help="Only locks whose resource starts with STR.",
+        )
+
+    def handle(
+        self,
+        *,
+        older_than: float,
+        dry_run: bool,
+        batch_size: int,
+        prefix: str | None,
+        verbosity: int,
+        **options: Any,
+    ) -> None:
+        prefix = prefix or ""
+        with self._log_to_stdout(verbosity):
+            try:
+                if dry_run:
+                    count = self._count(older_than=older_than, prefix=prefix)
+                    logger.info("Would delete %d lock(s)", count)
+                else:
+                    deleted = self._purge(
+                        older_than=older_than, batch_size=batch_size, prefix=prefix
+                    )
+                    logger.info("Deleted %d lock(s)", deleted)
+            except LockTransactionError as error:
+                raise CommandError(str(error)) from error
+
+    def _purge(self, *, older_than: float, batch_size: int, prefix: str) -> int:
+        # One transaction per batch: no long table locks, and memory bounded by a batch.
+        deleted = batches = 0
+        started = time.monotonic()
+        while True:
+            count = DistributedLock.objects.purge_expired(
+                older_than=older_than, batch_size=batch_size, prefix=prefix
+            )
+            if count == 0:
+                return deleted
+            deleted += count
+            batches += 1
+            logger.debug(
+                "Batch %d: deleted %d lock(s), %d so far (%.1f s)",
+                batches,
+                count,
+                deleted,
+                time.monotonic() - started,
+            )
+            if count < batch_size:
+                return deleted
+
+    def _count(self, *, older_than: float, prefix: str) -> int:
+        expired_before = DatabaseNow() - Value(
+            timedelta(seconds=older_than), output_field=DurationField()
+        )
+        locks = DistributedLock.objects.using(conf.DATABASE).filter(expires_at__lte=expired_before)
+        if prefix:
+            locks = locks.with_resource_prefix(prefix)
+        return locks.count()
+
+    def _log_to_stdout(self, verbosity: int) -> _StdoutLogging:
+        level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+        return _StdoutLogging(self.stdout, level)
+
+
+class _StdoutLogging:
+    """While the command runs, ``django_dlock.purge_locks`` records of ``level`` and
+    above go to the command's stdout (so ``call_command(stdout=...)`` sees them);
+    the project's own logging configuration still receives them as well."""
+
+    def __init__(self, stream: Any, level: int) -> None:
+        self.handler = logging.StreamHandler(stream)
+        self.handler.setLevel(level)
+        self.level = level
+
+    def __enter__(self) -> None:
+        self.previous_level = logger.level
+        if logger.getEffectiveLevel() > self.level:
+            logger.setLevel(self.level)
+        logger.addHandler(self.handler)
+
+    def __exit__(self, *exc_info: object) -> None:
+        logger.removeHandler(self.handler)
+        logger.setLevel(self.previous_level)
