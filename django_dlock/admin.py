@@ -106,7 +106,6 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     sortable_by = (
         "resource",
         "owner",
-        "status",
         "acquired_at",
         "expires_at",
         "time_left",
@@ -157,7 +156,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             database_now=Value(now, output_field=DateTimeField()),
         )
 
-    @admin.display(description=_("status"), ordering="expires_at")
+    @admin.display(description=_("status"))
     def status(self, lock: DistributedLock) -> str:
         labels = {
             ACTIVE: gettext("active"),

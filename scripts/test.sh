@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python -m pip install --quiet --disable-pip-version-check -e ".[test]"
+# The admin's browser test drives Debian's Chromium (Playwright downloads no browser).
+command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq chromium fonts-dejavu-core >/dev/null)
 
 # shellcheck source=scripts/pg-cluster.sh
 source scripts/pg-cluster.sh
