@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections, models
 from django.db.models import DurationField, F, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Greatest
 from django.db.models.sql import Query
 
@@ -190,20 +191,38 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
         candidates = self.using(using).filter(expires_at__lte=expired_before)
         if prefix:
             candidates = candidates.with_resource_prefix(prefix)
-        ids_query = candidates.order_by().values("pk")[:batch_size].query
-        ids_sql, ids_params = ids_query.get_compiler(using=using).as_sql()
         where_sql, where_params = _compile_where(self.model, using, expired_before)
         qn = connection.ops.quote_name
+        table = qn(self.model._meta.db_table)
+        token = qn("fencing_token")
         if connection.vendor == "postgresql":
-            # "id IN (subquery)" is planned as a full scan per batch on PostgreSQL;
-            # an array of ids is looked up by the primary key (MEASURED.md).
-            in_ids = f"{qn('id')} = ANY(ARRAY({ids_sql}))"
-        else:
-            in_ids = f"{qn('id')} IN ({ids_sql})"
+            # The batch is chosen by physical row address (ctid): a TID scan reaches
+            # each row without an index lookup, and "id IN (subquery)" would be planned
+            # as a full scan per batch (MEASURED.md). A row updated meanwhile (renewed,
+            # re-acquired) has a new ctid and a new expiry, so the DELETE skips it.
+            # The database counts the batch and takes its largest token, instead of
+            # sending every deleted token back. Together: about half the time per batch.
+            rows_query = (
+                candidates.order_by().annotate(row=RawSQL("ctid", ())).values("row")[:batch_size]
+            )
+            rows_sql, rows_params = rows_query.query.get_compiler(using=using).as_sql()
+            sql = (
+                f"WITH purged AS (DELETE FROM {table} "  # noqa: S608 - only compiled SQL is formatted in
+                f"WHERE ctid = ANY(ARRAY({rows_sql})) AND {where_sql} RETURNING {token}) "
+                f"SELECT COUNT(*), MAX({token}) FROM purged"
+            )
+            with lock_transaction(using), connection.cursor() as cursor:
+                cursor.execute(sql, [*rows_params, *where_params])
+                count, largest = cursor.fetchone()
+                if count:
+                    _raise_fencing_floor(using, largest)
+            return int(count)
+        ids_query = candidates.order_by().values("pk")[:batch_size].query
+        ids_sql, ids_params = ids_query.get_compiler(using=using).as_sql()
         # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
         sql = (
-            f"DELETE FROM {qn(self.model._meta.db_table)} WHERE {in_ids} AND {where_sql} "  # noqa: S608
-            f"RETURNING {qn('fencing_token')}"
+            f"DELETE FROM {table} WHERE {qn('id')} IN ({ids_sql}) AND {where_sql} "  # noqa: S608
+            f"RETURNING {token}"
         )
         with lock_transaction(using), connection.cursor() as cursor:
             cursor.execute(sql, [*ids_params, *where_params])
