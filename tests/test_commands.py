@@ -141,15 +141,19 @@ class TestPurge:
 BAD_ARGUMENTS = [
     (
         ["--older-than", "-1"],
-        "argument --older-than: must be a number of seconds, 0 or more, not '-1'",
+        "argument --older-than: must be a number of seconds from 0 to 1000000000, not '-1'",
     ),
     (
         ["--older-than", "soon"],
-        "argument --older-than: must be a number of seconds, 0 or more, not 'soon'",
+        "argument --older-than: must be a number of seconds from 0 to 1000000000, not 'soon'",
     ),
     (
         ["--older-than", "nan"],
-        "argument --older-than: must be a number of seconds, 0 or more, not 'nan'",
+        "argument --older-than: must be a number of seconds from 0 to 1000000000, not 'nan'",
+    ),
+    (
+        ["--older-than", "1e20"],
+        "argument --older-than: must be a number of seconds from 0 to 1000000000, not '1e20'",
     ),
     (["--batch-size", "0"], "argument --batch-size: must be a whole number, 1 or more, not '0'"),
     (

@@ -22,6 +22,7 @@ from django_dlock.validators import validate_resource
 logger = logging.getLogger("django_dlock.purge_locks")
 
 DEFAULT_BATCH_SIZE = 10_000
+MAX_OLDER_THAN = 10**9  # seconds (about 31 years): larger ones overflow a timedelta
 
 
 def seconds(value: str) -> float:
@@ -30,8 +31,10 @@ def seconds(value: str) -> float:
         number = float(value)
     except ValueError:
         number = math.nan
-    if not math.isfinite(number) or number < 0:
-        raise ArgumentTypeError(f"must be a number of seconds, 0 or more, not {value!r}")
+    if not math.isfinite(number) or not 0 <= number <= MAX_OLDER_THAN:
+        raise ArgumentTypeError(
+            f"must be a number of seconds from 0 to {MAX_OLDER_THAN}, not {value!r}"
+        )
     return number
 
 
