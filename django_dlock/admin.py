@@ -182,7 +182,12 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """
         locks = list(queryset.order_by("resource"))
         if request.POST.get("post"):
-            released = sum(DistributedLock.objects.force_release(lock.resource) for lock in locks)
+            released = 0
+            for lock in locks:
+                if DistributedLock.objects.force_release(lock.resource):
+                    released += 1
+                    # The admin's history of the lock says who released it, and when.
+                    self.log_change(request, lock, gettext("Force-released."))
             self.message_user(
                 request,
                 ngettext("Released %(count)d lock.", "Released %(count)d locks.", released)

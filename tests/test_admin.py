@@ -8,6 +8,7 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.db.models import DurationField, Value
@@ -240,6 +241,11 @@ def test_force_release_asks_first_then_releases_and_says_how_many(admin_client: 
     again = DistributedLock.objects.acquire("job:1", owner="worker-z")
     assert again is not None
     assert again.fencing_token > first.fencing_token
+    history = LogEntry.objects.order_by("object_repr")
+    assert [(entry.object_repr, entry.get_change_message()) for entry in history] == [
+        ("job:1", "Force-released."),
+        ("job:2", "Force-released."),
+    ]
 
 
 def test_force_release_of_one_lock_and_of_one_not_held(admin_client: Client) -> None:
