@@ -285,6 +285,18 @@ def test_force_release_works_under_atomic_requests(
     assert not DistributedLock.objects.active().exists()
 
 
+def test_purge_works_under_atomic_requests(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_lock("job:expired", expires_in=-5)
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+
+    done = admin_client.post(PURGE, follow=True)
+
+    assert [str(message) for message in done.context["messages"]] == ["Purged 1 expired lock."]
+    assert not DistributedLock.objects.exists()
+
+
 # -- purge ----------------------------------------------------------------------------
 
 
