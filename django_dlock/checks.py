@@ -61,6 +61,7 @@ def check_settings(
             )
         )
     errors.extend(_check_api_permission_classes())
+    errors.extend(_check_backoff())
     alias = conf.DATABASE
     if not isinstance(alias, str) or alias not in settings.DATABASES:
         errors.append(
@@ -114,6 +115,37 @@ def _check_api_permission_classes() -> list[CheckMessage]:
                     id="django_dlock.E103",
                 )
             )
+    return errors
+
+
+def _check_backoff() -> list[CheckMessage]:
+    """The waits of a blocking acquire (``lock(..., timeout=...)``)."""
+    errors: list[CheckMessage] = []
+    base, cap = conf.BACKOFF_BASE, conf.BACKOFF_MAX
+    if not _is_seconds(base):
+        errors.append(
+            Error(
+                f"DLOCK_BACKOFF_BASE must be a number of seconds greater than 0, not {base!r}.",
+                hint="Set it to, for example, 0.002.",
+                id="django_dlock.E301",
+            )
+        )
+    if not _is_seconds(cap):
+        errors.append(
+            Error(
+                f"DLOCK_BACKOFF_MAX must be a number of seconds greater than 0, not {cap!r}.",
+                hint="Set it to, for example, 0.5.",
+                id="django_dlock.E302",
+            )
+        )
+    if _is_seconds(base) and _is_seconds(cap) and base > cap:
+        errors.append(
+            Error(
+                f"DLOCK_BACKOFF_BASE ({base!r}) is larger than DLOCK_BACKOFF_MAX ({cap!r}).",
+                hint="Lower DLOCK_BACKOFF_BASE or raise DLOCK_BACKOFF_MAX.",
+                id="django_dlock.E303",
+            )
+        )
     return errors
 
 

@@ -34,6 +34,16 @@ class Settings:
             ["rest_framework.permissions.IsAuthenticated"],
         )
 
+    @property
+    def BACKOFF_BASE(self) -> float:  # noqa: N802
+        """First wait between two tries of a blocking acquire, in seconds."""
+        return getattr(settings, "DLOCK_BACKOFF_BASE", 0.002)  # type: ignore[no-any-return]
+
+    @property
+    def BACKOFF_MAX(self) -> float:  # noqa: N802
+        """The longest wait between two tries of a blocking acquire, in seconds."""
+        return getattr(settings, "DLOCK_BACKOFF_MAX", 0.5)  # type: ignore[no-any-return]
+
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"django-dlock has no setting DLOCK_{name}")
 

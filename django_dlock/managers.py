@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.db import connections, models
 from django.db.models import DurationField, F, Value
 from django.db.models.expressions import RawSQL
@@ -18,6 +21,8 @@ from django_dlock.validators import validate_owner, validate_resource, validate_
 
 if TYPE_CHECKING:
     from django_dlock.models import DistributedLock, ReleaseResult
+
+_T = TypeVar("_T")
 
 
 def new_owner_token() -> str:
@@ -265,6 +270,48 @@ def _raise_fencing_floor(using: str, token: int) -> None:
     if not floors.filter(pk=1).update(**raise_to):
         floors.bulk_create([FencingFloor(pk=1, value=token)], ignore_conflicts=True)
         floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
+
+
+    # -- async twins -----------------------------------------------------------
+    # Each runs the sync operation in a thread of django-dlock's own (not the
+    # request's thread-sensitive one): a lock operation must never share the
+    # request's connection or a transaction open on it.
+
+    async def aacquire(
+        self, resource: str, owner: str | None = None, ttl: float | None = None
+    ) -> DistributedLock | None:
+        """``acquire()`` for async code: never waits for the lock."""
+        return await run_in_lock_thread(self._alias(), self.acquire, resource, owner, ttl)
+
+    async def arenew(
+        self, resource: str, owner: str, ttl: float | None = None
+    ) -> DistributedLock | None:
+        """``renew()`` for async code; raises ``DoesNotExist`` when there is no lock."""
+        return await run_in_lock_thread(self._alias(), self.renew, resource, owner, ttl)
+
+    async def arelease(self, resource: str, owner: str) -> ReleaseResult:
+        """``release()`` for async code."""
+        return await run_in_lock_thread(self._alias(), self.release, resource, owner)
+
+
+_lock_threads: ThreadPoolExecutor | None = None
+
+
+async def run_in_lock_thread(using: str, function: Callable[..., _T], *args: Any) -> _T:
+    """Run ``function(*args)`` in a django-dlock worker thread, with that
+    thread's own connection to ``using``, which is closed or kept afterwards as
+    CONN_MAX_AGE says (as Django does at the end of a request)."""
+    global _lock_threads
+    if _lock_threads is None:
+        _lock_threads = ThreadPoolExecutor(thread_name_prefix="django-dlock")
+
+    def call() -> _T:
+        try:
+            return function(*args)
+        finally:
+            connections[using].close_if_unusable_or_obsolete()
+
+    return await sync_to_async(call, thread_sensitive=False, executor=_lock_threads)()
 
 
 def _holds(lock: DistributedLock, now: datetime) -> bool:

@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 from django_dlock.managers import DistributedLockManager
 from django_dlock.validators import MAX_LENGTH, validate_owner, validate_resource
 
-__all__ = ["DistributedLock", "FencingFloor", "ReleaseResult"]
+__all__ = ["DistributedLock", "FencingFloor", "LockWaiter", "ReleaseResult"]
 
 
 class ReleaseResult(enum.Enum):
@@ -78,3 +78,29 @@ class FencingFloor(models.Model):
 
     def __str__(self) -> str:
         return str(self.value)
+
+
+class LockWaiter(models.Model):
+    """One process waiting in ``lock(..., timeout=...)`` for a resource.
+
+    Blocking waiters queue here in ``id`` order; only the first live waiter
+    tries to acquire, so a process that just released cannot jump back in
+    ahead of those already waiting. A waiter refreshes ``expires_at`` while it
+    waits, and a row whose ``expires_at`` passed (a waiter that crashed) no
+    longer counts. The non-blocking manager calls ignore this table.
+    """
+
+    resource = models.CharField(_("resource"), max_length=MAX_LENGTH)
+    owner = models.CharField(_("owner"), max_length=MAX_LENGTH)
+    expires_at = models.DateTimeField(_("expires at"))
+
+    class Meta:
+        db_table = "distributed_lock_waiters"
+        verbose_name = _("lock waiter")
+        verbose_name_plural = _("lock waiters")
+        indexes = [
+            models.Index(fields=["resource", "id"], name="distributed_lock_waiters_queue"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.resource} ({self.owner})"

@@ -1,0 +1,28 @@
+"""Worker functions run in separate OS processes by tests/test_locking.py."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tests.utils import setup_worker
+
+
+def take_turns(
+    db: dict[str, Any], resource: str, start: Any, seconds: float, hold: float
+) -> list[tuple[float, float]]:
+    """Take the lock on ``resource`` with blocking acquire again and again for
+    ``seconds``, holding it ``hold`` seconds each time; return the
+    ``time.monotonic()`` interval of every turn (comparable across processes)."""
+    setup_worker(db)
+    from django_dlock import lock
+
+    turns: list[tuple[float, float]] = []
+    start.wait()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        with lock(resource, ttl=30, timeout=60):
+            began = time.monotonic()
+            time.sleep(hold)
+            turns.append((began, time.monotonic()))
+    return turns
