@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator
 
 import pytest
+import pytest_asyncio
 from asgiref.sync import sync_to_async
+from django.db import connections
 
 from django_dlock import LockNotAcquired, LockNotOwned, lock
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
@@ -14,6 +17,14 @@ from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
 
 Locks = DistributedLock.objects
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def close_connections() -> AsyncIterator[None]:
+    yield
+    # The test's own async ORM calls run in asgiref's shared thread, whose
+    # connection would otherwise outlive the test database.
+    await sync_to_async(connections.close_all)()
 
 
 async def is_held(resource: str) -> bool:
