@@ -1,0 +1,225 @@
+"""``django_dlock.contrib.celery`` with real worker processes and a real Redis broker.
+
+The tests start their own ``redis-server`` on a free loopback port and Celery
+workers (``tests/workers_celery.py``) against the test database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("celery")
+redis = pytest.importorskip("redis")
+
+from django.db import connection  # noqa: E402
+
+from django_dlock.models import DistributedLock  # noqa: E402
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parent.parent
+Locks = DistributedLock.objects
+
+
+def wait_for(condition: Callable[[], Any], seconds: float = 30.0, what: str = "") -> Any:
+    deadline = time.monotonic() + seconds
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {seconds} s waiting for {what or condition}")
+        time.sleep(0.05)
+    return value
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (scripts/test.sh installs it)")
+    port = free_port()
+    directory = tmp_path_factory.mktemp("redis")
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(directory)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+
+    def answers() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+    try:
+        wait_for(answers, 20, "redis-server to answer")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+class Workers:
+    """Celery worker processes, one queue each (plus the default queue)."""
+
+    def __init__(self, broker_url: str, log_dir: Path) -> None:
+        self.broker_url = broker_url
+        self.log_dir = log_dir
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, queues: str = "celery") -> subprocess.Popen[bytes]:
+        env = {
+            **os.environ,
+            "CELERY_BROKER_URL": self.broker_url,
+            "DLOCK_TEST_DB_NAME": connection.settings_dict["NAME"],
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+        }
+        log = self.log_dir / f"{name}.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "tests.workers_celery", "worker",
+             "--pool=solo", "--loglevel=INFO", f"--hostname={name}@localhost", f"--queues={queues}",
+             "--without-gossip", "--without-mingle", "--without-heartbeat", f"--logfile={log}"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        self.processes[name] = process
+        wait_for(lambda: log.exists() and "ready." in log.read_text(), 60, f"worker {name}")
+        return process
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+@pytest.fixture(scope="module")
+def workers(
+    broker_url: str, django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Workers]:
+    from tests.workers_celery import app
+
+    # This process sends the tasks and reads their results through the same broker.
+    app.conf.update(broker_url=broker_url, result_backend=broker_url)
+    started = Workers(broker_url, tmp_path_factory.mktemp("celery-logs"))
+    try:
+        started.start("w1")
+        started.start("w2")
+        yield started
+    finally:
+        started.stop_all()
+
+
+@pytest.fixture
+def runs(workers: Workers) -> Callable[[str | None], list[dict[str, Any]]]:
+    """The task runs recorded so far (of one kind, or all)."""
+    client = redis.Redis.from_url(workers.broker_url)
+    client.delete("runs")
+
+    def read(kind: str | None = None) -> list[dict[str, Any]]:
+        entries = [json.loads(raw) for raw in client.lrange("runs", 0, -1)]
+        return [entry for entry in entries if kind is None or entry["kind"] == kind]
+
+    return read
+
+
+def test_tasks_for_one_key_never_overlap_across_two_workers(
+    workers: Workers, runs: Callable[..., list[dict[str, Any]]]
+) -> None:
+    from tests.workers_celery import exclusive
+
+    results = [exclusive.delay("2026-05", 0.3) for _ in range(6)]
+    tokens = [result.get(timeout=120) for result in results]
+    done = runs("exclusive")
+    assert len(done) == 6
+    assert len({entry["pid"] for entry in done}) == 2, "both workers should have run some"
+    done.sort(key=lambda entry: entry["began"])
+    for before, after in zip(done, done[1:], strict=False):
+        assert after["began"] >= before["ended"], "two runs held the lock at once"
+    assert len(set(tokens)) == 6  # each run got its own, increasing, fencing token
+    assert [entry["token"] for entry in done] == sorted(tokens)
+    assert not Locks.active().exists()  # released after each run
+
+
+def test_skip_policy_does_not_run_the_task_while_the_lock_is_held(
+    runs: Callable[..., list[dict[str, Any]]],
+) -> None:
+    from tests.workers_celery import skipping
+
+    Locks.acquire("report:2026-06", "someone-else", ttl=60)
+    assert skipping.delay("2026-06").get(timeout=60) is None
+    assert runs("skipping") == []
+    Locks.release("report:2026-06", "someone-else")
+    assert skipping.delay("2026-06").get(timeout=60) == "ran"
+    assert len(runs("skipping")) == 1
+
+
+def test_retry_policy_runs_the_task_once_the_holders_lock_expires(
+    runs: Callable[..., list[dict[str, Any]]],
+) -> None:
+    from tests.workers_celery import retrying
+
+    held = Locks.acquire("report:2026-07", "crashed-holder", ttl=2)
+    assert held is not None
+    assert retrying.delay("2026-07").get(timeout=60) == "ran"
+    [entry] = runs("retrying")
+    assert entry["retries"] >= 1
+    assert datetime.fromtimestamp(entry["began"], UTC) >= held.expires_at
+    assert entry["token"] > held.fencing_token
+
+
+def test_raise_policy_fails_the_task(runs: Callable[..., list[dict[str, Any]]]) -> None:
+    from tests.workers_celery import raising
+
+    Locks.acquire("report:2026-08", "someone-else", ttl=60)
+    with pytest.raises(Exception) as failure:  # noqa: PT011 - rebuilt from the result backend
+        raising.delay("2026-08").get(timeout=60)
+    assert type(failure.value).__name__ == "LockNotAcquired"
+    assert runs("raising") == []
+
+
+def test_a_killed_worker_leaves_the_lock_to_expire_then_the_task_runs_again(
+    workers: Workers, runs: Callable[..., list[dict[str, Any]]]
+) -> None:
+    from tests.workers_celery import long_running
+
+    doomed = workers.start("doomed", queues="doomed")
+    long_running.apply_async(("2026-09", 60), queue="doomed")
+    wait_for(lambda: runs("long_running"), 60, "the first run to start")
+    abandoned = wait_for(lambda: Locks.active().filter(resource="report:2026-09").first())
+
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(10)
+    # Nobody released it: still held by the dead worker until it expires.
+    still = Locks.active().get(resource="report:2026-09")
+    assert still.owner == abandoned.owner
+
+    again = long_running.delay("2026-09", 0)
+    token = again.get(timeout=60)
+    [first, second] = runs("long_running")
+    assert second["began"] >= Locks.get(resource="report:2026-09").acquired_at.timestamp() - 1
+    assert datetime.fromtimestamp(second["began"], UTC) >= still.expires_at
+    assert token > first["token"]
+    assert [entry["token"] for entry in runs("long_running_done")] == [token]

@@ -1,0 +1,88 @@
+"""The Celery app and tasks of tests/test_contrib_celery.py.
+
+Worker processes load this module (``celery -A tests.workers_celery worker``);
+they find the broker in CELERY_BROKER_URL and the test database's name in
+DLOCK_TEST_DB_NAME. Every task run is recorded in the Redis list ``runs``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import django
+from django.conf import settings
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+if os.environ.get("DLOCK_TEST_DB_NAME"):
+    settings.DATABASES["default"]["NAME"] = os.environ["DLOCK_TEST_DB_NAME"]
+django.setup()
+
+import redis  # noqa: E402
+from celery import Celery, current_task  # noqa: E402
+
+from django_dlock.contrib.celery import locked_task  # noqa: E402
+
+BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+
+app = Celery("dlock-tests", broker=BROKER_URL, backend=BROKER_URL)
+app.conf.update(
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    worker_prefetch_multiplier=1,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+)
+
+
+def record(kind: str, month: str, **details: Any) -> None:
+    entry = {"kind": kind, "month": month, "pid": os.getpid(), **details}
+    redis.Redis.from_url(BROKER_URL).rpush("runs", json.dumps(entry))
+
+
+@app.task(name="tests.exclusive")
+@locked_task("report:{month}", ttl=10, timeout=60, on_locked="raise")
+def exclusive(month: str, hold: float, fencing_token: int) -> int:
+    began = time.time()
+    time.sleep(hold)
+    record("exclusive", month, began=began, ended=time.time(), token=fencing_token)
+    return fencing_token
+
+
+@app.task(name="tests.skipping")
+@locked_task("report:{month}", ttl=10, on_locked="skip")
+def skipping(month: str) -> str:
+    record("skipping", month)
+    return "ran"
+
+
+@app.task(name="tests.retrying", max_retries=30)
+@locked_task("report:{month}", ttl=10, on_locked="retry", min_countdown=0.2)
+def retrying(month: str, fencing_token: int) -> str:
+    record(
+        "retrying",
+        month,
+        began=time.time(),
+        retries=current_task.request.retries,
+        token=fencing_token,
+    )
+    return "ran"
+
+
+@app.task(name="tests.raising")
+@locked_task(lambda month: f"report:{month}", on_locked="raise")
+def raising(month: str) -> str:
+    record("raising", month)
+    return "ran"
+
+
+@app.task(name="tests.long_running", max_retries=30)
+@locked_task("report:{month}", ttl=3, on_locked="retry", min_countdown=0.2)
+def long_running(month: str, hold: float, fencing_token: int) -> int:
+    record("long_running", month, began=time.time(), token=fencing_token, hold=hold)
+    time.sleep(hold)
+    record("long_running_done", month, ended=time.time(), token=fencing_token)
+    return fencing_token
