@@ -9,6 +9,10 @@ python -m pip install --quiet --disable-pip-version-check -e ".[test]"
 # The admin's browser test drives Debian's Chromium (Playwright downloads no browser).
 command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -qq chromium fonts-dejavu-core >/dev/null)
+# Redis for the Celery tests, which start a server of their own (skipped without it).
+command -v redis-server >/dev/null ||
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) ||
+    echo "test.sh: could not install redis-server; the Celery tests will be skipped" >&2
 
 # shellcheck source=scripts/pg-cluster.sh
 source scripts/pg-cluster.sh

@@ -223,3 +223,52 @@ def test_a_killed_worker_leaves_the_lock_to_expire_then_the_task_runs_again(
     assert datetime.fromtimestamp(second["began"], UTC) >= still.expires_at
     assert token > first["token"]
     assert [entry["token"] for entry in runs("long_running_done")] == [token]
+
+
+# -- without a worker ----------------------------------------------------------------
+
+
+def test_on_locked_must_be_a_known_policy() -> None:
+    from django_dlock.contrib.celery import locked_task
+
+    with pytest.raises(ValueError, match="on_locked"):
+        locked_task("x", on_locked="wait")  # type: ignore[arg-type]
+
+
+def test_the_key_is_filled_from_the_arguments_by_name_with_defaults() -> None:
+    from django_dlock.contrib.celery import locked_task
+
+    @locked_task("export:{kind}-{year}")
+    def export(kind: str, year: int = 2026) -> bool:
+        return Locks.active().filter(resource=f"export:{kind}-{year}").exists()
+
+    assert export("csv") is True
+    assert export(kind="json", year=2025) is True
+    assert not Locks.active().exists()
+
+
+def test_a_direct_call_with_the_retry_policy_raises() -> None:
+    from django_dlock import LockNotAcquired
+    from django_dlock.contrib.celery import locked_task
+
+    @locked_task("export:{kind}", on_locked="retry")
+    def export(kind: str) -> None:
+        pytest.fail("must not run")
+
+    Locks.acquire("export:csv", "someone-else", ttl=60)
+    with pytest.raises(LockNotAcquired):
+        export("csv")
+
+
+def test_lock_not_acquired_from_the_tasks_own_code_is_not_taken_for_the_policy() -> None:
+    from django_dlock import LockNotAcquired, lock
+    from django_dlock.contrib.celery import locked_task
+
+    @locked_task("export:{kind}", on_locked="skip")
+    def export(kind: str) -> None:
+        with lock("export:shared"):
+            pass
+
+    Locks.acquire("export:shared", "someone-else", ttl=60)
+    with pytest.raises(LockNotAcquired, match="export:shared"):
+        export("csv")
