@@ -271,7 +271,6 @@ def _raise_fencing_floor(using: str, token: int) -> None:
         floors.bulk_create([FencingFloor(pk=1, value=token)], ignore_conflicts=True)
         floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
 
-
     # -- async twins -----------------------------------------------------------
     # Each runs the sync operation in a thread of django-dlock's own (not the
     # request's thread-sensitive one): a lock operation must never share the

@@ -126,8 +126,9 @@ def _raised_inside(error: LockNotAcquired, function: Callable[..., Any]) -> bool
 def _on_locked(
     policy: OnLocked, resource: str, error: LockNotAcquired, min_countdown: float
 ) -> Any:
-    task = current_task
-    name = task.name if task else "(not a task)"
+    # current_task is a proxy: falsy outside a task, never None.
+    task = current_task._get_current_object() if current_task else None
+    name = task.name if task is not None else "(not a task)"
     if policy == "skip":
         logger.info("Skipped task %s: the lock on %r is held by another owner.", name, resource)
         return None
