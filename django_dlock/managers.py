@@ -255,22 +255,6 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
     ) -> DistributedLock | None:
         return _statements(using).insert(resource, owner, duration)
 
-
-def _statements(using: str) -> LockStatements:
-    return statements_for(using, connections[using].vendor)
-
-
-def _raise_fencing_floor(using: str, token: int) -> None:
-    """Raise the floor to at least ``token``, creating its one row if missing
-    (``manage.py flush`` or a test's truncation empties the table)."""
-    from django_dlock.models import FencingFloor
-
-    floors = FencingFloor.objects.using(using)
-    raise_to = {"value": Greatest(F("value"), Value(token))}
-    if not floors.filter(pk=1).update(**raise_to):
-        floors.bulk_create([FencingFloor(pk=1, value=token)], ignore_conflicts=True)
-        floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
-
     # -- async twins -----------------------------------------------------------
     # Each runs the sync operation in a thread of django-dlock's own (not the
     # request's thread-sensitive one): a lock operation must never share the
@@ -291,6 +275,22 @@ def _raise_fencing_floor(using: str, token: int) -> None:
     async def arelease(self, resource: str, owner: str) -> ReleaseResult:
         """``release()`` for async code."""
         return await run_in_lock_thread(self._alias(), self.release, resource, owner)
+
+
+def _statements(using: str) -> LockStatements:
+    return statements_for(using, connections[using].vendor)
+
+
+def _raise_fencing_floor(using: str, token: int) -> None:
+    """Raise the floor to at least ``token``, creating its one row if missing
+    (``manage.py flush`` or a test's truncation empties the table)."""
+    from django_dlock.models import FencingFloor
+
+    floors = FencingFloor.objects.using(using)
+    raise_to = {"value": Greatest(F("value"), Value(token))}
+    if not floors.filter(pk=1).update(**raise_to):
+        floors.bulk_create([FencingFloor(pk=1, value=token)], ignore_conflicts=True)
+        floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
 
 
 _lock_threads: ThreadPoolExecutor | None = None
