@@ -193,6 +193,8 @@ class _Wait:
     attempt: int = 0
     ahead: int | None = None
     holder: str | None = None
+    moved_at: float = 0.0
+    turn: float | None = None  # seconds per turn of the queue, as observed
     tries: int = 0
     rng: random.Random = field(default_factory=random.Random)
 
@@ -230,17 +232,32 @@ class _Wait:
             if acquired is not None:
                 return acquired
             self.attempt = 0  # a non-waiting caller took it: poll again soon
-        if self.ahead is None or state.ahead < self.ahead or state.holder != self.holder:
-            self.attempt = 0  # the queue moved: look again soon
-        self.ahead, self.holder = state.ahead, state.holder
         now = time.monotonic()
+        if self.ahead is not None and state.ahead < self.ahead:
+            # The queue moved: learn how long a turn takes, and look again soon.
+            per_turn = (now - self.moved_at) / (self.ahead - state.ahead)
+            self.turn = per_turn if self.turn is None else (self.turn + per_turn) / 2
+            self.moved_at = now
+            self.attempt = 0
+        elif self.ahead is None:
+            self.moved_at = now
+        if state.holder != self.holder:
+            self.attempt = 0  # a new holder: its turn may be short
+        self.ahead, self.holder = state.ahead, state.holder
         if now - self.ticket_refreshed > self._ticket_ttl() / 3:
             self._refresh_ticket()
-        # Full jitter: a random wait up to an exponentially growing, capped window,
-        # wider for waiters further back (they need not look as often).
-        window = min(conf.BACKOFF_MAX, conf.BACKOFF_BASE * (2**self.attempt) * (1 + state.ahead))
+        window = min(conf.BACKOFF_MAX, conf.BACKOFF_BASE * 2**self.attempt)
         self.attempt = min(self.attempt + 1, 32)
-        sleep = self.rng.uniform(0, window)
+        if state.ahead and self.turn is not None:
+            # Nothing to do before those ahead have had their turns: sleep about
+            # half that long (less when turns are long), so that looking costs
+            # little while the queue moves.
+            sleep = min(window, self.rng.uniform(0.25, 0.5) * state.ahead * self.turn)
+            sleep = max(sleep, self.rng.uniform(0, conf.BACKOFF_BASE))
+        else:
+            # The first in line (or a waiter that has not seen the queue move):
+            # capped exponential backoff with full jitter.
+            sleep = self.rng.uniform(0, window)
         if state.holder_left is not None:
             sleep = min(sleep, max(state.holder_left, 0.0))  # never past the holder's expiry
         return min(sleep, max(self.deadline - now, 0.0))
