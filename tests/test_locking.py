@@ -340,10 +340,11 @@ def test_renewer_reports_its_connection_killed(lost_signals: list[dict[str, Any]
             )
             return [pid for (pid,) in cursor.fetchall()]
 
+    before = set(other_backends())  # e.g. connections that other tests left open
     with lock("job:43", ttl=1.5, auto_renew=True) as held:
-        wait_for(lambda: bool(other_backends()))  # the renewer connected
+        wait_for(lambda: set(other_backends()) - before)  # the renewer connected
         with connection.cursor() as cursor:
-            for pid in other_backends():
+            for pid in set(other_backends()) - before:
                 cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
         assert held.lost.wait(10)
         assert "database error" in (held.lost_reason or "")
