@@ -14,12 +14,16 @@ from django.db import connections
 from django_dlock import LockNotAcquired, LockNotOwned, lock
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.asyncio,
+    pytest.mark.usefixtures("close_connections"),
+]
 
 Locks = DistributedLock.objects
 
 
-@pytest_asyncio.fixture(autouse=True)
+@pytest_asyncio.fixture
 async def close_connections() -> AsyncIterator[None]:
     yield
     # The test's own async ORM calls run in asgiref's shared thread, whose

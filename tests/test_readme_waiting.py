@@ -17,6 +17,7 @@ from django.test import AsyncRequestFactory, RequestFactory
 
 from django_dlock import LockExpired
 from django_dlock.models import DistributedLock
+from tests.test_async import close_connections  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -90,6 +91,7 @@ def test_view_example() -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.usefixtures("close_connections")
 async def test_async_view_example() -> None:
     refreshed: list[str] = []
 
