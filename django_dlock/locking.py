@@ -218,7 +218,10 @@ class _Wait:
                 if acquired is not None:
                     return acquired
             self.ticket = self._enqueue()
-            state = _LockState.read(self.using, self.resource, self.ticket)
+            if state.free:  # taken meanwhile, or came free: look again, as a waiter
+                state = _LockState.read(self.using, self.resource, self.ticket)
+            # Otherwise we are queued behind those counted just now (or a few
+            # more): no need to look again before sleeping.
         else:
             state = _LockState.read(self.using, self.resource, self.ticket)
         if state.free and state.ahead == 0:
@@ -236,7 +239,12 @@ class _Wait:
         if self.ahead is not None and state.ahead < self.ahead:
             # The queue moved: learn how long a turn takes, and look again soon.
             per_turn = (now - self.moved_at) / (self.ahead - state.ahead)
-            self.turn = per_turn if self.turn is None else (self.turn + per_turn) / 2
+            # Observed turns include our own lag in noticing them; lean towards
+            # the fastest, so that slow looks cannot make turns seem ever slower.
+            if self.turn is None or per_turn < self.turn:
+                self.turn = per_turn
+            else:
+                self.turn = 0.9 * self.turn + 0.1 * per_turn
             self.moved_at = now
             self.attempt = 0
         elif self.ahead is None:
@@ -249,10 +257,11 @@ class _Wait:
         window = min(conf.BACKOFF_MAX, conf.BACKOFF_BASE * 2**self.attempt)
         self.attempt = min(self.attempt + 1, 32)
         if state.ahead and self.turn is not None:
-            # Nothing to do before those ahead have had their turns: sleep about
-            # half that long (less when turns are long), so that looking costs
-            # little while the queue moves.
-            sleep = min(window, self.rng.uniform(0.25, 0.5) * state.ahead * self.turn)
+            # Nothing to do before those ahead have had their turns: sleep a
+            # quarter to half of that, so that looking costs little while the
+            # queue moves. (Longer feeds back: turns seem slower, waits grow.)
+            sleep = self.rng.uniform(0.25, 0.5) * state.ahead * self.turn
+            sleep = min(sleep, conf.BACKOFF_MAX)
             sleep = max(sleep, self.rng.uniform(0, conf.BACKOFF_BASE))
         else:
             # The first in line (or a waiter that has not seen the queue move):
