@@ -35,23 +35,18 @@ class DatabaseNow(Now):
         )
 
 
-@contextmanager
-def lock_transaction(using: str) -> Iterator[None]:
-    """One transaction of its own for a lock operation, committed on exit.
+def refuse_callers_transaction(using: str) -> None:
+    """Raise ``LockTransactionError`` if the caller has a transaction open on ``using``.
 
-    Raises ``LockTransactionError`` when the caller has a transaction open on
-    ``using``: the lock would be invisible to others until the caller commits
-    and lost if it rolls back. (Django's TestCase transaction is allowed, as it
-    is for ``atomic(durable=True)``.)
-
-    On SQLite the transaction starts with ``BEGIN IMMEDIATE`` whatever the
-    database's ``transaction_mode``: a deferred transaction that reads and then
-    writes fails at once with "database is locked" when another process got the
-    write lock first, while ``IMMEDIATE`` waits for it (the busy timeout).
+    A lock written inside the caller's ``atomic()`` would stay invisible to
+    other processes until that transaction commits, and vanish if it rolled
+    back. Django's TestCase transaction is allowed, as it is for
+    ``atomic(durable=True)``, and so is a lock transaction of django-dlock's own.
     """
-    connection = connections[using]
-    blocks = connection.atomic_blocks
-    if blocks and not getattr(blocks[-1], "_from_testcase", False):
+    blocks = connections[using].atomic_blocks
+    if blocks and not (
+        getattr(blocks[-1], "_from_testcase", False) or getattr(blocks[-1], _OURS, False)
+    ):
         raise LockTransactionError(
             f"A lock operation was called inside a transaction on database {using!r}. "
             "A lock written there would stay invisible to other processes until that "
@@ -59,8 +54,42 @@ def lock_transaction(using: str) -> Iterator[None]:
             "atomic() (and ATOMIC_REQUESTS), or set DLOCK_DATABASE to a database alias "
             "of its own (a second entry in DATABASES for the same database)."
         )
-    with _begin_immediate_on_sqlite(connection), transaction.atomic(using=using, durable=True):
-        yield
+
+
+# Marks an atomic block that lock_transaction() opened.
+_OURS = "_django_dlock_transaction"
+
+
+@contextmanager
+def lock_transaction(using: str) -> Iterator[None]:
+    """One transaction of its own for a lock operation, committed on exit.
+
+    Raises ``LockTransactionError`` when the caller has a transaction open on
+    ``using`` (see ``refuse_callers_transaction``). Inside another
+    ``lock_transaction`` it joins that one, so that several lock operations
+    can commit together (``lock()`` takes the lock and leaves its waiter queue
+    in one commit).
+
+    On SQLite the transaction starts with ``BEGIN IMMEDIATE`` whatever the
+    database's ``transaction_mode``: a deferred transaction that reads and then
+    writes fails at once with "database is locked" when another process got the
+    write lock first, while ``IMMEDIATE`` waits for it (the busy timeout).
+    """
+    refuse_callers_transaction(using)
+    connection = connections[using]
+    blocks = connection.atomic_blocks
+    joining = bool(blocks) and getattr(blocks[-1], _OURS, False)
+    # Joining: no savepoint, the round trips are not worth it (an error ends the
+    # whole lock operation anyway). Otherwise durable: a savepoint only inside
+    # Django's TestCase transaction, the one place where it nests.
+    atomic = transaction.atomic(using=using, savepoint=not joining, durable=not joining)
+    setattr(atomic, _OURS, True)
+    if joining:
+        with atomic:
+            yield
+    else:
+        with _begin_immediate_on_sqlite(connection), atomic:
+            yield
 
 
 @contextmanager

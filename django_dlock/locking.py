@@ -14,8 +14,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -27,7 +26,7 @@ from django.db.models.sql import Query
 
 from django_dlock import signals
 from django_dlock.conf import conf
-from django_dlock.db import DatabaseNow, lock_transaction
+from django_dlock.db import DatabaseNow, lock_transaction, refuse_callers_transaction
 from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
 from django_dlock.managers import new_owner_token, run_in_lock_thread
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
@@ -200,12 +199,9 @@ class _Wait:
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.timeout
-        blocks = connections[self.using].atomic_blocks
-        if blocks and not getattr(blocks[-1], "_from_testcase", False):
-            # Queue rows written in the caller's transaction would be invisible
-            # to the other waiters; fail as the manager's calls do.
-            with lock_transaction(self.using):
-                pass  # pragma: no cover - raises LockTransactionError
+        # Queue rows written in the caller's transaction would be invisible to
+        # the other waiters; fail as the manager's calls do.
+        refuse_callers_transaction(self.using)
 
     def step(self) -> DistributedLock | float:
         manager = DistributedLock.objects.db_manager(self.using)
@@ -228,7 +224,7 @@ class _Wait:
             self.tries += 1
             # Take the lock and leave the queue in one transaction (one commit,
             # and no moment where the next waiter sees us ahead of it).
-            with _one_transaction(self.using):
+            with lock_transaction(self.using):
                 acquired = manager.acquire(self.resource, self.owner, self.ttl)
                 if acquired is not None:
                     self.leave_queue()
@@ -309,19 +305,6 @@ class _Wait:
         if self.ticket is not None:
             LockWaiter.objects.using(self.using).filter(pk=self.ticket).delete()
             self.ticket = None
-
-
-@contextmanager
-def _one_transaction(using: str) -> Iterator[None]:
-    """One transaction around several statements, the manager's among them.
-
-    The manager's operations refuse to join a caller's transaction; this one
-    is ours and they are allowed to run in it (as savepoints), the way they run
-    inside Django's TestCase transaction, which is marked the same way.
-    """
-    with lock_transaction(using):
-        connections[using].atomic_blocks[-1]._from_testcase = True  # type: ignore[attr-defined]
-        yield
 
 
 @dataclass
