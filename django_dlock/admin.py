@@ -14,9 +14,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.db import connections
 from django.db.models import Case, CharField, DateTimeField, QuerySet, Value, When
-from django.db.models.sql import Query
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -24,28 +22,12 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from django_dlock.conf import conf
-from django_dlock.db import DatabaseNow
+from django_dlock.db import DatabaseNow, database_now
 from django_dlock.models import DistributedLock
 
 ACTIVE = "active"
 EXPIRED = "expired"
 RELEASED = "released"
-
-
-def database_now(using: str) -> datetime:
-    """The database's clock: one ``SELECT`` of ``DatabaseNow()``, as an aware datetime."""
-    connection = connections[using]
-    query = Query(DistributedLock)
-    compiler = query.get_compiler(using=using)
-    expression = DatabaseNow().resolve_expression(query)
-    sql, params = compiler.compile(expression)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {sql}", params)
-        (value,) = cursor.fetchone()
-    # SQLite answers with text: the backend's converters turn it into a datetime.
-    for converter in connection.ops.get_db_converters(expression):
-        value = converter(value, expression, connection)
-    return value  # type: ignore[no-any-return]
 
 
 def duration_in_words(seconds: float) -> str:

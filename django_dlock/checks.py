@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -10,7 +11,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from django_dlock.conf import conf
+from django_dlock.conf import Settings, conf
 
 # A ttl beyond this would push expires_at past what a datetime can hold.
 LONGEST_TTL = 100 * 365 * 86400
@@ -62,6 +63,18 @@ def check_settings(
         )
     errors.extend(_check_api_permission_classes())
     errors.extend(_check_backoff())
+    known = {
+        f"DLOCK_{name}" for name, value in vars(Settings).items() if isinstance(value, property)
+    }
+    for name in sorted(n for n in dir(settings) if n.startswith("DLOCK_") and n not in known):
+        close = difflib.get_close_matches(name, known, n=1)
+        errors.append(
+            Warning(
+                f"{name} is not a django-dlock setting; it has no effect.",
+                hint=f"Did you mean {close[0]}?" if close else "See the README's Settings.",
+                id="django_dlock.W004",
+            )
+        )
     alias = conf.DATABASE
     if not isinstance(alias, str) or alias not in settings.DATABASES:
         errors.append(

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.functions import Now
+from django.db.models.sql import Query
 from django.db.models.sql.compiler import SQLCompiler
 
 from django_dlock.exceptions import LockTransactionError
@@ -43,10 +45,14 @@ def refuse_callers_transaction(using: str) -> None:
     back. Django's TestCase transaction is allowed, as it is for
     ``atomic(durable=True)``, and so is a lock transaction of django-dlock's own.
     """
-    blocks = connections[using].atomic_blocks
-    if blocks and not (
-        getattr(blocks[-1], "_from_testcase", False) or getattr(blocks[-1], _OURS, False)
-    ):
+    connection = connections[using]
+    blocks = connection.atomic_blocks
+    # Outside atomic() with autocommit turned off (set_autocommit(False)), the
+    # caller's transaction is open too, and atomic() would not commit on exit.
+    if (
+        blocks
+        and not (getattr(blocks[-1], "_from_testcase", False) or getattr(blocks[-1], _OURS, False))
+    ) or (not blocks and not connection.get_autocommit()):
         raise LockTransactionError(
             f"A lock operation was called inside a transaction on database {using!r}. "
             "A lock written there would stay invisible to other processes until that "
@@ -90,6 +96,28 @@ def lock_transaction(using: str) -> Iterator[None]:
     else:
         with _begin_immediate_on_sqlite(connection), atomic:
             yield
+
+
+def compile_expression(using: str, expression: Any) -> tuple[str, list[Any]]:
+    """SQL and parameters of ``expression`` as Django writes it for ``using``."""
+    query = Query(None)
+    compiler = query.get_compiler(using=using)
+    sql, params = compiler.compile(expression.resolve_expression(query))
+    return sql, list(params)
+
+
+def database_now(using: str) -> datetime:
+    """The database's clock: one ``SELECT`` of ``DatabaseNow()``, as an aware datetime."""
+    connection = connections[using]
+    expression = DatabaseNow()
+    sql, params = compile_expression(using, expression)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {sql}", params)
+        (value,) = cursor.fetchone()
+    # SQLite answers with text: the backend's converters make it a datetime.
+    for converter in connection.ops.get_db_converters(expression):
+        value = converter(value, expression, connection)
+    return value  # type: ignore[no-any-return]
 
 
 @contextmanager

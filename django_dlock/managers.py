@@ -79,41 +79,53 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
         duration = _duration(ttl)
         using = self._alias()
         with lock_transaction(using):
-            lock = self._select_for_update(resource, using)
-            if lock is None:
-                inserted = self._insert(resource, owner, duration, using)
-                if inserted is not None:
-                    signals.lock_acquired.send(
-                        sender=self.model, lock=inserted, taken_over_from=None
-                    )
-                    return inserted
-                # Another process inserted the row first (ON CONFLICT DO NOTHING
-                # waited for its commit): read the winner's row and decide on it.
-                lock = self._select_for_update(resource, using)
-                if lock is None:  # the winner's row is gone already; rare enough to
-                    return None  # report as "held" rather than loop
-            now: datetime = lock.db_now  # type: ignore[attr-defined]
-            if _holds(lock, now):
-                if lock.owner != owner:
-                    return None
-                lock.expires_at = now + duration  # re-acquire: same token, same acquired_at
-                self._write(lock, using, ["expires_at"])
-                signals.lock_renewed.send(sender=self.model, lock=lock)
-                return lock
-            previous_owner = lock.owner
-            lock.owner = owner
-            lock.acquired_at = now
-            lock.expires_at = now + duration
-            lock.fencing_token += 1
-            self._write(lock, using, ["owner", "acquired_at", "expires_at", "fencing_token"])
-        # An expired (not released) lock of someone else's was taken over.
-        taken_over_from = previous_owner if previous_owner not in ("", owner) else None
+            lock, previous_owner, renewed = self._take(resource, owner, duration, using)
+        # Signals go out after the commit: a receiver sees the lock as others do,
+        # and one that raises cannot undo it.
+        if lock is None:
+            return None
+        if renewed:
+            signals.lock_renewed.send(sender=self.model, lock=lock)
+            return lock
+        # An expired (not released) lock of another owner was taken over.
+        taken_over_from = previous_owner if previous_owner not in (None, "", owner) else None
         if taken_over_from is not None:
             signals.lock_taken_over.send(
                 sender=self.model, lock=lock, previous_owner=taken_over_from
             )
         signals.lock_acquired.send(sender=self.model, lock=lock, taken_over_from=taken_over_from)
         return lock
+
+    def _take(
+        self, resource: str, owner: str, duration: timedelta, using: str
+    ) -> tuple[DistributedLock | None, str | None, bool]:
+        """Acquire inside the lock transaction. Returns the lock (``None`` when
+        another owner holds it), the owner of the row before (``None`` for a new
+        row) and whether this was the holder re-acquiring (same token)."""
+        lock = self._select_for_update(resource, using)
+        if lock is None:
+            inserted = self._insert(resource, owner, duration, using)
+            if inserted is not None:
+                return inserted, None, False
+            # Another process inserted the row first (ON CONFLICT DO NOTHING
+            # waited for its commit): read the winner's row and decide on it.
+            lock = self._select_for_update(resource, using)
+            if lock is None:  # the winner's row is gone already; rare enough to
+                return None, None, False  # report as "held" rather than loop
+        now: datetime = lock.db_now  # type: ignore[attr-defined]
+        previous_owner = lock.owner
+        if _holds(lock, now):
+            if lock.owner != owner:
+                return None, previous_owner, False
+            lock.expires_at = now + duration  # re-acquire: same token, same acquired_at
+            self._write(lock, using, ["expires_at"])
+            return lock, previous_owner, True
+        lock.owner = owner
+        lock.acquired_at = now
+        lock.expires_at = now + duration
+        lock.fencing_token += 1
+        self._write(lock, using, ["owner", "acquired_at", "expires_at", "fencing_token"])
+        return lock, previous_owner, False
 
     def renew(self, resource: str, owner: str, ttl: float | None = None) -> DistributedLock | None:
         """Extend the lock that ``owner`` validly holds to ``ttl`` seconds from now.
@@ -318,8 +330,13 @@ def _holds(lock: DistributedLock, now: datetime) -> bool:
     return not lock.is_released and now < lock.expires_at
 
 
+# SQLite's clock counts milliseconds: a shorter lock would expire as it is made.
+SHORTEST_TTL = 0.001
+
+
 def _duration(ttl: float | None) -> timedelta:
-    return timedelta(seconds=validate_ttl(conf.DEFAULT_TTL if ttl is None else ttl))
+    seconds = validate_ttl(conf.DEFAULT_TTL if ttl is None else ttl)
+    return timedelta(seconds=max(seconds, SHORTEST_TTL))
 
 
 def _compile_where(

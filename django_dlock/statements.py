@@ -16,9 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 from django.db.models import DurationField, Value
-from django.db.models.sql import Query
 
-from django_dlock.db import DatabaseNow
+from django_dlock.db import DatabaseNow, compile_expression
 
 if TYPE_CHECKING:
     from django_dlock.models import DistributedLock
@@ -84,9 +83,9 @@ class LockStatements:
         one ever purged.
         """
         connection = connections[self.using]
-        now_sql, now_params = self._compile(DatabaseNow())
-        expires_sql, expires_params = self._compile(
-            DatabaseNow() + Value(duration, output_field=DurationField())
+        now_sql, now_params = compile_expression(self.using, DatabaseNow())
+        expires_sql, expires_params = compile_expression(
+            self.using, DatabaseNow() + Value(duration, output_field=DurationField())
         )
         qn = connection.ops.quote_name
         # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
@@ -128,12 +127,6 @@ class LockStatements:
                 for converter in converters:
                     values[index] = converter(values[index], expression, connection)
         return values
-
-    def _compile(self, expression: Any) -> tuple[str, list[Any]]:
-        query = Query(self.model)
-        compiler = query.get_compiler(using=self.using)
-        sql, params = compiler.compile(expression.resolve_expression(query))
-        return sql, list(params)
 
 
 @cache

@@ -3,13 +3,14 @@
 # makes a demo staff user (admin / admin) the first time, serves on 127.0.0.1:8000.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install --quiet --disable-pip-version-check -e ".[example]"
-python manage.py migrate --no-input
-python manage.py shell -c "
+PYTHON=${PYTHON:-$(command -v python || command -v python3)}
+"$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[example]"
+"$PYTHON" manage.py migrate --no-input
+"$PYTHON" manage.py shell -c "
 from django.contrib.auth import get_user_model
 User = get_user_model()
 if not User.objects.filter(username='admin').exists():
     User.objects.create_superuser('admin', 'admin@example.com', 'admin')
     print('Created the demo superuser admin (password: admin).')
 "
-exec python manage.py runserver "${1:-127.0.0.1:8000}"
+exec "$PYTHON" manage.py runserver "${1:-127.0.0.1:8000}"

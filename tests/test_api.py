@@ -6,6 +6,7 @@ test project serves (``tests.api_utils.CheckedClient``).
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import timedelta
 from typing import Any
@@ -311,6 +312,10 @@ def test_list_is_paginated_by_cursor(api: CheckedClient) -> None:
 
 def test_list_rejects_a_bad_cursor_or_prefix(api: CheckedClient) -> None:
     body = problem(api.get("/api/locks", {"cursor": "garbage"}), 400, "invalid-input")
+    assert list(body["errors"]) == ["cursor"]
+    # A well-formed cursor whose position PostgreSQL cannot compare with (NUL).
+    forged = base64.b64encode(b"p=a%00b").decode()
+    body = problem(api.get("/api/locks", {"cursor": forged}), 400, "invalid-input")
     assert list(body["errors"]) == ["cursor"]
     body = problem(api.get("/api/locks", {"prefix": "a b"}), 400, "invalid-input")
     assert list(body["errors"]) == ["prefix"]

@@ -39,6 +39,13 @@ def test_default_ttl_above_max_ttl(settings: Any) -> None:
     assert ids() == ["django_dlock.E003"]
 
 
+def test_a_misspelled_setting_is_reported(settings: Any) -> None:
+    settings.DLOCK_DEFAULT_TLL = 30
+    messages = check_settings()
+    assert [m.id for m in messages] == ["django_dlock.W004"]
+    assert messages[0].hint == "Did you mean DLOCK_DEFAULT_TTL?"
+
+
 def test_database_must_be_a_configured_alias(settings: Any) -> None:
     settings.DLOCK_DATABASE = "nope"
     messages = check_settings()

@@ -161,6 +161,30 @@ class TestAcquire:
         assert seen[4][1]["owner"] == "worker-2"
         assert seen[4][1]["forced"] is False
 
+    @pytest.mark.parametrize("situation", ["new row", "released row", "re-acquire"])
+    def test_signals_are_sent_after_the_commit(self, situation: str) -> None:
+        if situation != "new row":
+            Locks.acquire("job:42", owner="worker-1", ttl=30)
+        if situation == "released row":
+            Locks.release("job:42", owner="worker-1")
+        seen: list[bool] = []
+
+        def receiver(sender: object, **kwargs: object) -> None:
+            seen.append(connection.in_atomic_block)
+            raise RuntimeError("a receiver failed")
+
+        signals.lock_acquired.connect(receiver)
+        signals.lock_renewed.connect(receiver)
+        try:
+            with pytest.raises(RuntimeError, match="a receiver failed"):
+                Locks.acquire("job:42", owner="worker-1", ttl=30)
+        finally:
+            signals.lock_acquired.disconnect(receiver)
+            signals.lock_renewed.disconnect(receiver)
+
+        assert seen == [False]
+        assert DistributedLock.objects.active().filter(resource="job:42", owner="worker-1").exists()
+
 
 class TestRenew:
     def test_renew_extends_a_valid_lock(self) -> None:
@@ -363,6 +387,16 @@ class TestTransactions:
 
         assert not DistributedLock.objects.exists()
 
+    def test_refuses_to_join_a_transaction_opened_by_turning_autocommit_off(self) -> None:
+        transaction.set_autocommit(False)
+        try:
+            with pytest.raises(LockTransactionError):
+                Locks.acquire("job:42", owner="a", ttl=30)
+        finally:
+            transaction.rollback()
+            transaction.set_autocommit(True)
+        assert not DistributedLock.objects.exists()
+
     @pytest.mark.requires_postgres  # SQLite has one writer: the caller's transaction holds it
     @pytest.mark.django_db(transaction=True, databases=["default", "locks"])
     def test_a_lock_survives_the_callers_rollback_on_its_own_alias(self, settings: object) -> None:
@@ -401,6 +435,12 @@ class TestValidation:
         with pytest.raises(ValidationError):
             Locks.acquire("job:42", owner="a", ttl=ttl)  # type: ignore[arg-type]
         assert not DistributedLock.objects.exists()
+
+    def test_a_tiny_ttl_lives_at_least_a_millisecond(self) -> None:
+        lock = Locks.acquire("job:42", owner="a", ttl=1e-7)
+
+        assert lock is not None
+        assert lock.expires_at - lock.acquired_at == timedelta(milliseconds=1)
 
     def test_good_names(self) -> None:
         for resource in ("billing.nightly", "report:monthly-2026-05", "x" * 255, "ünïcødé"):

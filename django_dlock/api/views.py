@@ -10,7 +10,6 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
-from django.utils import timezone
 from django.utils.module_loading import import_string
 from rest_framework import pagination, serializers, viewsets
 from rest_framework.exceptions import NotFound
@@ -38,7 +37,7 @@ from django_dlock.api.serializers import (
     RenewRequestSerializer,
 )
 from django_dlock.conf import conf
-from django_dlock.db import DatabaseNow
+from django_dlock.db import DatabaseNow, database_now
 from django_dlock.models import DistributedLock, ReleaseResult
 from django_dlock.validators import validate_resource
 
@@ -74,12 +73,19 @@ class LockCursorPagination(pagination.CursorPagination):
         return min(size, self.max_page_size)
 
     def decode_cursor(self, request: Request) -> Any:
+        invalid = serializers.ValidationError({self.cursor_query_param: ["Invalid cursor."]})
         try:
-            return super().decode_cursor(request)
+            cursor = super().decode_cursor(request)
         except NotFound:  # DRF answers a bad cursor with 404; it is bad input
-            raise serializers.ValidationError(
-                {self.cursor_query_param: ["Invalid cursor."]}
-            ) from None
+            raise invalid from None
+        # The position is a resource (the list is ordered by it); a forged one
+        # could carry what the database cannot compare with (NUL on PostgreSQL).
+        if cursor is not None and cursor.position is not None:
+            try:
+                validate_resource(cursor.position)
+            except DjangoValidationError:
+                raise invalid from None
+        return cursor
 
 
 class LockViewSet(viewsets.ViewSet):
@@ -178,7 +184,8 @@ class LockViewSet(viewsets.ViewSet):
                 ).data
                 return Response(data, headers={"Retry-After": str(math.ceil(wait))})
         # Lost to holders that kept leaving just before they could be read.
-        data = NotAcquiredSerializer({"resource": resource, "expires_at": timezone.now()}).data
+        now = database_now(conf.DATABASE)
+        data = NotAcquiredSerializer({"resource": resource, "expires_at": now}).data
         return Response(data, headers={"Retry-After": "1"})
 
     def renew(self, request: Request, resource: str) -> Response:

@@ -136,8 +136,6 @@ class Command(BaseCommand):
                 deleted,
                 time.monotonic() - started,
             )
-            if count < batch_size:
-                return deleted
 
     def _count(self, *, older_than: float, prefix: str) -> int:
         expired_before = DatabaseNow() - Value(
