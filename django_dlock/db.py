@@ -49,10 +49,13 @@ def refuse_callers_transaction(using: str) -> None:
     blocks = connection.atomic_blocks
     # Outside atomic() with autocommit turned off (set_autocommit(False)), the
     # caller's transaction is open too, and atomic() would not commit on exit.
+    # (Read as an attribute: get_autocommit() would connect, which async code
+    # must not do; a connection not yet open has no transaction.)
+    autocommit_off = connection.connection is not None and not connection.autocommit
     if (
         blocks
         and not (getattr(blocks[-1], "_from_testcase", False) or getattr(blocks[-1], _OURS, False))
-    ) or (not blocks and not connection.get_autocommit()):
+    ) or (not blocks and autocommit_off):
         raise LockTransactionError(
             f"A lock operation was called inside a transaction on database {using!r}. "
             "A lock written there would stay invisible to other processes until that "
