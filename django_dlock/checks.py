@@ -30,6 +30,14 @@ def _is_seconds(value: object) -> bool:
     )
 
 
+def _not_seconds(name: str, value: object, example: str, id_: str) -> Error:
+    return Error(
+        f"{name} must be a number of seconds greater than 0, not {value!r}.",
+        hint=f"Set it to, for example, {example}.",
+        id=f"django_dlock.{id_}",
+    )
+
+
 def check_settings(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
@@ -37,13 +45,7 @@ def check_settings(
     errors: list[CheckMessage] = []
     default_ttl, max_ttl = conf.DEFAULT_TTL, conf.MAX_TTL
     if not _is_seconds(default_ttl):
-        errors.append(
-            Error(
-                f"DLOCK_DEFAULT_TTL must be a number of seconds greater than 0, not {default_ttl!r}.",
-                hint="Set it to, for example, 60.",
-                id="django_dlock.E001",
-            )
-        )
+        errors.append(_not_seconds("DLOCK_DEFAULT_TTL", default_ttl, "60", "E001"))
     if not _is_seconds(max_ttl) or max_ttl > LONGEST_TTL:
         errors.append(
             Error(
@@ -136,21 +138,9 @@ def _check_backoff() -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     base, cap = conf.BACKOFF_BASE, conf.BACKOFF_MAX
     if not _is_seconds(base):
-        errors.append(
-            Error(
-                f"DLOCK_BACKOFF_BASE must be a number of seconds greater than 0, not {base!r}.",
-                hint="Set it to, for example, 0.002.",
-                id="django_dlock.E301",
-            )
-        )
+        errors.append(_not_seconds("DLOCK_BACKOFF_BASE", base, "0.002", "E301"))
     if not _is_seconds(cap):
-        errors.append(
-            Error(
-                f"DLOCK_BACKOFF_MAX must be a number of seconds greater than 0, not {cap!r}.",
-                hint="Set it to, for example, 0.5.",
-                id="django_dlock.E302",
-            )
-        )
+        errors.append(_not_seconds("DLOCK_BACKOFF_MAX", cap, "0.5", "E302"))
     if _is_seconds(base) and _is_seconds(cap) and base > cap:
         errors.append(
             Error(

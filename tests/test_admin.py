@@ -11,32 +11,18 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 from django.db import connection
-from django.db.models import DurationField, Value
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_dlock.admin import duration_in_words, time_left_in_words
-from django_dlock.db import DatabaseNow
 from django_dlock.models import DistributedLock, FencingFloor
+from tests.utils import make_lock
 
 pytestmark = pytest.mark.django_db
 
 CHANGELIST = reverse("admin:django_dlock_distributedlock_changelist")
 PURGE = reverse("admin:django_dlock_distributedlock_purge")
-
-
-def make_lock(resource: str, owner: str = "worker-1", *, expires_in: float = 60) -> DistributedLock:
-    """A lock acquired by ``owner`` whose expiry is ``expires_in`` seconds from the
-    database's now (negative: expired that long ago)."""
-    lock = DistributedLock.objects.acquire(resource, owner=owner, ttl=60)
-    assert lock is not None
-    DistributedLock.objects.filter(pk=lock.pk).update(
-        expires_at=DatabaseNow()
-        + Value(timedelta(seconds=expires_in), output_field=DurationField())
-    )
-    lock.refresh_from_db()
-    return lock
 
 
 def results(response: Any) -> list[DistributedLock]:

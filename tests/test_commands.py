@@ -3,31 +3,15 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command, execute_from_command_line
 from django.db import transaction
-from django.db.models import DurationField, Value
 
-from django_dlock.db import DatabaseNow
 from django_dlock.models import DistributedLock, FencingFloor
 from tests import workers_purge
-from tests.utils import database_settings, run_in_processes, spawn
-
-
-def make_lock(resource: str, *, expires_in: float = 60, owner: str = "worker-1") -> DistributedLock:
-    """A lock whose expiry is ``expires_in`` seconds from the database's now
-    (negative: expired that long ago)."""
-    lock = DistributedLock.objects.acquire(resource, owner=owner, ttl=60)
-    assert lock is not None
-    DistributedLock.objects.filter(pk=lock.pk).update(
-        expires_at=DatabaseNow()
-        + Value(timedelta(seconds=expires_in), output_field=DurationField())
-    )
-    lock.refresh_from_db()
-    return lock
+from tests.utils import database_settings, make_lock, run_in_processes, spawn
 
 
 def purge(*args: str) -> str:

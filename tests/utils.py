@@ -7,16 +7,34 @@ import os
 import queue
 import traceback
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from multiprocessing.context import SpawnContext
 from typing import Any
 
 from django.db import connection
+from django.db.models import DurationField, Value
 
 WORKER_TIMEOUT = 120  # seconds; a hung worker fails the test instead of hanging it
 
 # Spawned (not forked) processes share nothing with the test process: each opens
 # its own database connection, as separate hosts would.
 spawn: SpawnContext = multiprocessing.get_context("spawn")
+
+
+def make_lock(resource: str, owner: str = "worker-1", *, expires_in: float = 60) -> Any:
+    """A lock acquired by ``owner`` whose expiry is ``expires_in`` seconds from the
+    database's now (negative: expired that long ago)."""
+    from django_dlock.db import DatabaseNow
+    from django_dlock.models import DistributedLock
+
+    lock = DistributedLock.objects.acquire(resource, owner=owner, ttl=60)
+    assert lock is not None
+    DistributedLock.objects.filter(pk=lock.pk).update(
+        expires_at=DatabaseNow()
+        + Value(timedelta(seconds=expires_in), output_field=DurationField())
+    )
+    lock.refresh_from_db()
+    return lock
 
 
 def database_settings() -> dict[str, Any]:
