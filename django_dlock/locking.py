@@ -480,12 +480,7 @@ class lock:  # noqa: N801 - used like a function, as contextlib's are
         traceback: TracebackType | None,
     ) -> None:
         handle, renewer = self._entered.pop()
-        if renewer is not None:
-            renewer.stop()
-        result = DistributedLock.objects.db_manager(self.using).release(
-            handle.resource, handle.owner
-        )
-        self._after_release(handle, result, failed=exc_type is not None)
+        self._after_release(handle, self._release(handle, renewer), failed=exc_type is not None)
 
     def _acquire(self) -> tuple[DistributedLock, float]:
         """The lock, and the monotonic time before its acquire was sent."""
@@ -526,11 +521,9 @@ class lock:  # noqa: N801 - used like a function, as contextlib's are
         traceback: TracebackType | None,
     ) -> None:
         handle, renewer = self._entered.pop()
-        if renewer is not None:
-            await run_in_lock_thread(self.using, renewer.stop)
-        result = await DistributedLock.objects.db_manager(self.using).arelease(
-            handle.resource, handle.owner
-        )
+        # One thread call: a cancellation here cannot stop the renewals but
+        # skip the release (the thread runs both to the end).
+        result = await run_in_lock_thread(self.using, self._release, handle, renewer)
         self._after_release(handle, result, failed=exc_type is not None)
 
     async def _aacquire(self) -> tuple[DistributedLock, float]:
@@ -592,6 +585,11 @@ class lock:  # noqa: N801 - used like a function, as contextlib's are
             renewer.start()
         self._entered.append((handle, renewer))
         return handle
+
+    def _release(self, handle: LockHandle, renewer: _Renewer | None) -> ReleaseResult:
+        if renewer is not None:
+            renewer.stop()
+        return DistributedLock.objects.db_manager(self.using).release(handle.resource, handle.owner)
 
     def _after_release(self, handle: LockHandle, result: ReleaseResult, *, failed: bool) -> None:
         if result is ReleaseResult.RELEASED:

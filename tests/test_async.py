@@ -15,7 +15,7 @@ from django.db import connections
 from django.db.backends.signals import connection_created
 
 from django_dlock import LockNotAcquired, LockNotOwned, lock, managers
-from django_dlock.locking import _LockState
+from django_dlock.locking import _LockState, _Renewer
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.signals import lock_acquired
 
@@ -245,6 +245,33 @@ async def test_wait_for_timing_out_leaves_no_lock_behind(
         await asyncio.wait_for(enter(), timeout=0.05)
     await helper
     assert not await is_held("async:42")
+
+
+async def test_a_cancelled_exit_still_releases(monkeypatch: pytest.MonkeyPatch) -> None:
+    stopping, proceed = threading.Event(), threading.Event()
+    stop = _Renewer.stop
+
+    def slow_stop(renewer: _Renewer) -> None:
+        stopping.set()
+        assert proceed.wait(30)
+        stop(renewer)
+
+    monkeypatch.setattr(_Renewer, "stop", slow_stop)
+
+    async def hold() -> None:
+        async with lock("async:43", ttl=60, auto_renew=True):
+            pass
+
+    task = asyncio.create_task(hold())
+    async with asyncio.timeout(30):
+        while not stopping.is_set():
+            await asyncio.sleep(0.01)
+        task.cancel()  # while exiting: between stopping the renewals and releasing
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        proceed.set()
+        while await is_held("async:43"):  # the exit's thread goes on and releases it
+            await asyncio.sleep(0.01)
 
 
 # -- connections -----------------------------------------------------------------------
