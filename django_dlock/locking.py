@@ -7,10 +7,10 @@ a number of seconds waits in a queue of waiters kept in the database
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import logging
+import math
 import random
 import threading
 import time
@@ -28,7 +28,12 @@ from django_dlock import signals
 from django_dlock.conf import conf
 from django_dlock.db import DatabaseNow, lock_transaction, refuse_callers_transaction
 from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
-from django_dlock.managers import new_owner_token, run_in_lock_thread
+from django_dlock.managers import (
+    new_owner_token,
+    release_if_cancelled,
+    run_in_lock_thread,
+    run_in_own_thread,
+)
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.validators import validate_owner, validate_resource, validate_ttl
 
@@ -42,6 +47,8 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 # that crashed holds up the queue at most this long.
 WAITER_TTL = 10.0
 
+EXPIRED_LOCALLY = "it expired: its ttl passed without a renewal"
+
 
 class LockHandle:
     """What ``with lock(...) as handle`` gives the holder.
@@ -50,19 +57,25 @@ class LockHandle:
     last acquire or renew) describe the lock. ``lost`` is a ``threading.Event``
     set when the holder can no longer count on the lock: an automatic renewal
     failed (expired and maybe taken over, released or purged, or a database
-    error), or releasing it on exit found it gone. ``check()`` raises then.
+    error), its ttl passed without a renewal, or releasing it on exit found it
+    gone. ``check()`` raises then.
     """
 
-    def __init__(self, lock: DistributedLock, ttl: float, using: str) -> None:
+    def __init__(self, lock: DistributedLock, ttl: float, using: str, started: float) -> None:
         self.resource: str = lock.resource
         self.owner: str = lock.owner
         self.fencing_token: int = lock.fencing_token
         self.expires_at: datetime = lock.expires_at
         self.ttl = ttl
-        self.lost = threading.Event()
+        self.lost: threading.Event = _LostEvent(self)
         self.lost_reason: str | None = None
         self._using = using
         self._lost_lock = threading.Lock()
+        # The local, conservative view of expiry: ``started`` is this process's
+        # monotonic clock read before the acquire (or last renewal) was sent, so
+        # the database's expiry is never earlier. Without auto_renew nothing else
+        # would tell the holder that the lock expired and maybe was taken over.
+        self._deadline = started + ttl
 
     def __repr__(self) -> str:
         state = "lost" if self.is_lost else "held"
@@ -83,26 +96,35 @@ class LockHandle:
         Raises ``LockExpired`` when it expired, was released or purged, and
         ``LockNotOwned`` when another owner holds it; either marks it lost.
         """
-        self._apply_renewal(_renew(self._using, self.resource, self.owner, ttl or self.ttl))
+        ttl = ttl or self.ttl
+        started = time.monotonic()
+        self._apply_renewal(_renew(self._using, self.resource, self.owner, ttl), started, ttl)
 
     async def arenew(self, ttl: float | None = None) -> None:
         """``renew()`` for async code."""
+        ttl = ttl or self.ttl
+        started = time.monotonic()
         outcome = await run_in_lock_thread(
-            self._using, _renew, self._using, self.resource, self.owner, ttl or self.ttl
+            self._using, _renew, self._using, self.resource, self.owner, ttl
         )
-        self._apply_renewal(outcome)
+        self._apply_renewal(outcome, started, ttl)
 
-    def _apply_renewal(self, outcome: DistributedLock | str) -> None:
+    def _apply_renewal(self, outcome: DistributedLock | str, started: float, ttl: float) -> None:
         if isinstance(outcome, str):
             self._mark_lost(outcome)
             exception = LockNotOwned if "another owner" in outcome else LockExpired
             raise exception(f"Cannot renew the lock on {self.resource!r}: {outcome}")
         self.expires_at = outcome.expires_at
+        self._deadline = started + ttl
+
+    def _check_deadline(self) -> None:
+        if time.monotonic() >= self._deadline:
+            self._mark_lost(EXPIRED_LOCALLY)
 
     def _mark_lost(self, reason: str) -> None:
         """Flag the lock as lost, log it and send ``lock_lost``, once."""
         with self._lost_lock:
-            if self.lost.is_set():
+            if self.lost_reason is not None:
                 return
             self.lost_reason = reason
             self.lost.set()
@@ -110,6 +132,29 @@ class LockHandle:
         signals.lock_lost.send(
             sender=DistributedLock, resource=self.resource, owner=self.owner, reason=reason
         )
+
+
+class _LostEvent(threading.Event):
+    """``handle.lost``: set by a failed renewal, and also, when looked at or
+    waited for, once the handle's local deadline has passed."""
+
+    def __init__(self, handle: LockHandle) -> None:
+        super().__init__()
+        self._handle = handle
+
+    def is_set(self) -> bool:
+        self._handle._check_deadline()
+        return super().is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        end = math.inf if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            now = time.monotonic()
+            if now >= end:
+                return False
+            # Wake at the deadline too (a renewal may move it meanwhile).
+            super().wait(min(end - now, self._handle._deadline - now, threading.TIMEOUT_MAX))
+        return True
 
 
 def _renew(using: str, resource: str, owner: str, ttl: float) -> DistributedLock | str:
@@ -151,6 +196,7 @@ class _Renewer(threading.Thread):
         handle = self.handle
         try:
             while not self.stopped.wait(self.interval):
+                started = time.monotonic()
                 try:
                     outcome = _renew(handle._using, handle.resource, handle.owner, handle.ttl)
                 except DatabaseError as error:
@@ -160,7 +206,7 @@ class _Renewer(threading.Thread):
                 if isinstance(outcome, str):
                     handle._mark_lost(outcome)
                     return
-                handle.expires_at = outcome.expires_at
+                handle._apply_renewal(outcome, started, handle.ttl)
         finally:
             connections[handle._using].close()
 
@@ -195,6 +241,7 @@ class _Wait:
     moved_at: float = 0.0
     turn: float | None = None  # seconds per turn of the queue, as observed
     tries: int = 0
+    started: float = 0.0  # monotonic time before the last acquire was sent
     rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
@@ -210,6 +257,7 @@ class _Wait:
             state = _LockState.read(self.using, self.resource, None)
             if state.free and state.ahead == 0:
                 self.tries += 1
+                self.started = time.monotonic()
                 acquired = manager.acquire(self.resource, self.owner, self.ttl)
                 if acquired is not None:
                     return acquired
@@ -222,6 +270,7 @@ class _Wait:
             state = _LockState.read(self.using, self.resource, self.ticket)
         if state.free and state.ahead == 0:
             self.tries += 1
+            self.started = time.monotonic()
             # Take the lock and leave the queue in one transaction (one commit,
             # and no moment where the next waiter sees us ahead of it).
             with lock_transaction(self.using):
@@ -422,7 +471,7 @@ class lock:  # noqa: N801 - used like a function, as contextlib's are
     # -- sync ---------------------------------------------------------------------
 
     def __enter__(self) -> LockHandle:
-        return self._hold(self._acquire())
+        return self._hold(*self._acquire())
 
     def __exit__(
         self,
@@ -431,37 +480,39 @@ class lock:  # noqa: N801 - used like a function, as contextlib's are
         traceback: TracebackType | None,
     ) -> None:
         handle, renewer = self._entered.pop()
-        if renewer is not None:
-            renewer.stop()
-        result = DistributedLock.objects.db_manager(self.using).release(
-            handle.resource, handle.owner
-        )
-        self._after_release(handle, result, failed=exc_type is not None)
+        self._after_release(handle, self._release(handle, renewer), failed=exc_type is not None)
 
-    def _acquire(self) -> DistributedLock:
+    def _acquire(self) -> tuple[DistributedLock, float]:
+        """The lock, and the monotonic time before its acquire was sent."""
         owner = self.owner or new_owner_token()
-        manager = DistributedLock.objects.db_manager(self.using)
         if not self.timeout:
-            acquired = manager.acquire(self.resource, owner, self.ttl)
+            started = time.monotonic()
+            acquired = DistributedLock.objects.db_manager(self.using).acquire(
+                self.resource, owner, self.ttl
+            )
             if acquired is None:
                 raise self._held()
-            return acquired
+            return acquired, started
         wait = _Wait(self.resource, owner, self.ttl, self.timeout, self.using)
+        return self._wait(wait, threading.Event()), wait.started
+
+    def _wait(self, wait: _Wait, cancelled: threading.Event) -> DistributedLock:
+        """Look until the lock is taken or the time is up; ``cancelled`` (set
+        when an async caller is cancelled) ends the wait early."""
         try:
             while True:
                 outcome = wait.step()
                 if not isinstance(outcome, float):
                     return outcome
-                if wait.timed_out():
+                if wait.timed_out() or cancelled.wait(outcome):
                     raise wait.failure()
-                time.sleep(outcome)
         finally:
             wait.leave_queue()
 
     # -- async --------------------------------------------------------------------
 
     async def __aenter__(self) -> LockHandle:
-        return self._hold(await self._aacquire())
+        return self._hold(*await self._aacquire())
 
     async def __aexit__(
         self,
@@ -470,33 +521,26 @@ class lock:  # noqa: N801 - used like a function, as contextlib's are
         traceback: TracebackType | None,
     ) -> None:
         handle, renewer = self._entered.pop()
-        if renewer is not None:
-            await run_in_lock_thread(self.using, renewer.stop)
-        result = await DistributedLock.objects.db_manager(self.using).arelease(
-            handle.resource, handle.owner
-        )
+        # One thread call: a cancellation here cannot stop the renewals but
+        # skip the release (the thread runs both to the end).
+        result = await run_in_lock_thread(self.using, self._release, handle, renewer)
         self._after_release(handle, result, failed=exc_type is not None)
 
-    async def _aacquire(self) -> DistributedLock:
+    async def _aacquire(self) -> tuple[DistributedLock, float]:
         owner = self.owner or new_owner_token()
         manager = DistributedLock.objects.db_manager(self.using)
+        started = time.monotonic()
         if not self.timeout:
             acquired = await manager.aacquire(self.resource, owner, self.ttl)
             if acquired is None:
                 raise self._held()
-            return acquired
+            return acquired, started
         wait = _Wait(self.resource, owner, self.ttl, self.timeout, self.using)
-        try:
-            while True:
-                outcome = await run_in_lock_thread(self.using, wait.step)
-                if not isinstance(outcome, float):
-                    return outcome
-                if wait.timed_out():
-                    raise wait.failure()
-                await asyncio.sleep(outcome)
-        finally:
-            # Also when the waiting task is cancelled: leave no ticket behind.
-            await asyncio.shield(run_in_lock_thread(self.using, wait.leave_queue))
+        # The whole wait in one thread: one connection for it, not one per look.
+        cancelled = threading.Event()
+        waiting = run_in_own_thread(self.using, self._wait, wait, cancelled)
+        acquired = await release_if_cancelled(manager, waiting, stop=cancelled.set)
+        return acquired, wait.started
 
     # -- decorator ----------------------------------------------------------------
 
@@ -534,16 +578,22 @@ class lock:  # noqa: N801 - used like a function, as contextlib's are
     def _held(self) -> LockNotAcquired:
         return LockNotAcquired(f"The lock on {self.resource!r} is held by another owner.")
 
-    def _hold(self, acquired: DistributedLock) -> LockHandle:
-        handle = LockHandle(acquired, self.ttl, self.using)
+    def _hold(self, acquired: DistributedLock, started: float) -> LockHandle:
+        handle = LockHandle(acquired, self.ttl, self.using, started)
         renewer = _Renewer(handle) if self.auto_renew else None
         if renewer is not None:
             renewer.start()
         self._entered.append((handle, renewer))
         return handle
 
+    def _release(self, handle: LockHandle, renewer: _Renewer | None) -> ReleaseResult:
+        if renewer is not None:
+            renewer.stop()
+        return DistributedLock.objects.db_manager(self.using).release(handle.resource, handle.owner)
+
     def _after_release(self, handle: LockHandle, result: ReleaseResult, *, failed: bool) -> None:
         if result is ReleaseResult.RELEASED:
+            handle._deadline = math.inf  # released, it can no longer expire on the holder
             return
         if result is ReleaseResult.FORBIDDEN:
             reason, exception = "another owner held it when it was released", LockNotOwned

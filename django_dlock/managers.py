@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+import asyncio
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from django_dlock.models import DistributedLock, ReleaseResult
 
 _T = TypeVar("_T")
+_Acquired = TypeVar("_Acquired", bound="DistributedLock | None")
 
 
 def new_owner_token() -> str:
@@ -275,8 +277,13 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
     async def aacquire(
         self, resource: str, owner: str | None = None, ttl: float | None = None
     ) -> DistributedLock | None:
-        """``acquire()`` for async code: never waits for the lock."""
-        return await run_in_lock_thread(self._alias(), self.acquire, resource, owner, ttl)
+        """``acquire()`` for async code: never waits for the lock.
+
+        Cancelled while the acquisition runs, it releases what it took before
+        the cancellation goes on.
+        """
+        acquiring = run_in_lock_thread(self._alias(), self.acquire, resource, owner, ttl)
+        return await release_if_cancelled(self, acquiring)
 
     async def arenew(
         self, resource: str, owner: str, ttl: float | None = None
@@ -310,19 +317,79 @@ _lock_threads: ThreadPoolExecutor | None = None
 
 async def run_in_lock_thread(using: str, function: Callable[..., _T], *args: Any) -> _T:
     """Run ``function(*args)`` in a django-dlock worker thread, with that
-    thread's own connection to ``using``, which is closed or kept afterwards as
-    CONN_MAX_AGE says (as Django does at the end of a request)."""
+    thread's own connection to ``using``, which is checked before and after the
+    call and closed or kept as CONN_MAX_AGE says (as Django does at the start
+    and end of a request: an idle thread's connection may have grown too old)."""
     global _lock_threads
     if _lock_threads is None:
         _lock_threads = ThreadPoolExecutor(thread_name_prefix="django-dlock")
 
     def call() -> _T:
+        connections[using].close_if_unusable_or_obsolete()
         try:
             return function(*args)
         finally:
             connections[using].close_if_unusable_or_obsolete()
 
     return await sync_to_async(call, thread_sensitive=False, executor=_lock_threads)()
+
+
+async def run_in_own_thread(using: str, function: Callable[..., _T], *args: Any) -> _T:
+    """Run ``function(*args)`` in a new thread, with one connection to ``using``
+    for the whole call, closed when it ends.
+
+    For calls that may take long (a blocking acquire waits up to its timeout):
+    in the shared worker threads, a few of them would hold up every other lock
+    operation, the releases they wait for included.
+    """
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="django-dlock-wait")
+
+    def call() -> _T:
+        try:
+            return function(*args)
+        finally:
+            connections[using].close()
+
+    try:
+        return await sync_to_async(call, thread_sensitive=False, executor=executor)()
+    finally:
+        executor.shutdown(wait=False)  # the thread ends once the call does
+
+
+async def release_if_cancelled(
+    manager: DistributedLockManager,
+    acquiring: Awaitable[_Acquired],
+    stop: Callable[[], object] | None = None,
+) -> _Acquired:
+    """Await ``acquiring``, an acquisition running in a thread.
+
+    Cancelling the awaiting task cannot stop a thread: it would take the lock
+    anyway, for an owner nobody knows, until its ttl. So on cancellation
+    ``stop()`` asks the thread to give up early, the lock it took (if any) is
+    released once it finishes, and then the cancellation goes on.
+    """
+    task = asyncio.ensure_future(acquiring)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if stop is not None:
+            stop()
+        # Shielded too: a second cancellation must not skip the release.
+        await asyncio.shield(_release_when_done(manager, task))
+        raise
+
+
+async def _release_when_done(
+    manager: DistributedLockManager, task: asyncio.Future[_Acquired]
+) -> None:
+    await asyncio.wait([task])
+    if task.cancelled() or task.exception() is not None:
+        return  # it took nothing (e.g. a waiter that gave up)
+    acquired = task.result()
+    if acquired is not None:
+        await run_in_lock_thread(
+            manager._alias(), manager.release, acquired.resource, acquired.owner
+        )
 
 
 def _holds(lock: DistributedLock, now: datetime) -> bool:

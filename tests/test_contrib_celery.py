@@ -272,3 +272,21 @@ def test_lock_not_acquired_from_the_tasks_own_code_is_not_taken_for_the_policy()
     Locks.acquire("export:shared", "someone-else", ttl=60)
     with pytest.raises(LockNotAcquired, match="export:shared"):
         export("csv")
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "locks"])
+def test_the_retry_countdown_reads_the_dlock_database(settings: Any) -> None:
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    from django_dlock.contrib.celery import _countdown
+
+    settings.DLOCK_DATABASE = "locks"  # a second connection to the same database
+    Locks.db_manager("locks").acquire("report:db", "holder", ttl=60)
+    with (
+        CaptureQueriesContext(connections["default"]) as on_default,
+        CaptureQueriesContext(connections["locks"]) as on_locks,
+    ):
+        countdown = _countdown("report:db", 1.0)
+    assert 50 < countdown <= 66  # the holder's 60 s left, plus up to 10% jitter
+    assert (len(on_default), len(on_locks)) == (0, 1)

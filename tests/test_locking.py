@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from django_dlock import LockExpired, LockNotAcquired, LockNotOwned, lock
 from django_dlock.checks import check_settings
+from django_dlock.locking import EXPIRED_LOCALLY
 from django_dlock.managers import DistributedLockManager
 from django_dlock.models import DistributedLock, LockWaiter
 from django_dlock.signals import lock_lost
@@ -268,6 +269,40 @@ def test_a_lost_lock_does_not_hide_the_blocks_own_exception(
         raise KeyError("the block's own error")
     assert held.is_lost
     assert len(lost_signals) == 1
+
+
+def test_without_auto_renew_the_handle_tells_when_the_ttl_passed(
+    lost_signals: list[dict[str, Any]],
+) -> None:
+    with pytest.raises(LockNotOwned), lock("job:23", ttl=0.3) as held:
+        assert not held.is_lost
+        wait_for(lambda: Locks.acquire("job:23", "thief", ttl=60) is not None)
+        assert held.is_lost
+        assert held.lost.is_set()
+        with pytest.raises(LockExpired, match="expired"):
+            held.check()
+    assert lost_signals == [
+        {"signal": lock_lost, "resource": "job:23", "owner": held.owner, "reason": held.lost_reason}
+    ]
+
+
+def test_waiting_on_lost_wakes_when_the_ttl_passes() -> None:
+    with pytest.raises(LockExpired), lock("job:24", ttl=0.3) as held:
+        assert not held.lost.wait(0.01)
+        assert held.lost.wait(10)
+        assert held.lost_reason == EXPIRED_LOCALLY
+        wait_for(lambda: not Locks.active().filter(resource="job:24").exists())
+    assert held.lost_reason == EXPIRED_LOCALLY  # the first reason stays
+
+
+def test_a_renewal_moves_the_handles_deadline() -> None:
+    with lock("job:25", ttl=0.5) as held:
+        deadline = time.monotonic() + 0.5
+        held.renew(30)
+        while time.monotonic() < deadline + 0.2:
+            held.check()
+            time.sleep(0.05)
+    assert not held.is_lost
 
 
 # -- decorator -----------------------------------------------------------------------

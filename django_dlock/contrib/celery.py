@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 
 from celery import current_task
 
+from django_dlock.conf import conf
 from django_dlock.db import DatabaseNow
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.locking import lock
@@ -147,7 +148,8 @@ def _on_locked(
 def _countdown(resource: str, minimum: float) -> float:
     """Seconds until the holder's lock on ``resource`` expires, with jitter."""
     row = (
-        DistributedLock.objects.active()
+        DistributedLock.objects.using(conf.DATABASE)
+        .active()
         .filter(resource=resource)
         .annotate(db_now=DatabaseNow())
         .values_list("expires_at", "db_now")
