@@ -3,7 +3,7 @@ transaction every operation runs in."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -96,9 +96,30 @@ def lock_transaction(using: str) -> Iterator[None]:
     if joining:
         with atomic:
             yield
-    else:
-        with _begin_immediate_on_sqlite(connection), atomic:
-            yield
+        return
+    callbacks: list[Callable[[], None]] = []
+    setattr(atomic, _AFTER_COMMIT, callbacks)
+    with _begin_immediate_on_sqlite(connection), atomic:
+        yield
+    for callback in callbacks:
+        callback()
+
+
+# The callbacks that after_commit() keeps for the outermost lock_transaction.
+_AFTER_COMMIT = "_django_dlock_after_commit"
+
+
+def after_commit(using: str, callback: Callable[[], None]) -> None:
+    """Call ``callback`` once the lock transaction on ``using`` has committed:
+    now, or, inside a lock_transaction that another one joined, after the
+    outermost commits. (Unlike ``transaction.on_commit`` this also works inside
+    Django's TestCase transaction, which never commits.)"""
+    for block in connections[using].atomic_blocks:
+        callbacks = getattr(block, _AFTER_COMMIT, None)
+        if callbacks is not None:
+            callbacks.append(callback)
+            return
+    callback()
 
 
 def compile_expression(using: str, expression: Any) -> tuple[str, list[Any]]:

@@ -5,6 +5,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from asgiref.sync import sync_to_async
@@ -16,7 +17,7 @@ from django.db.models.sql import Query
 
 from django_dlock import signals
 from django_dlock.conf import conf
-from django_dlock.db import DatabaseNow, lock_transaction
+from django_dlock.db import DatabaseNow, after_commit, lock_transaction
 from django_dlock.statements import LockStatements, statements_for
 from django_dlock.validators import validate_owner, validate_resource, validate_ttl
 
@@ -82,13 +83,18 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
         using = self._alias()
         with lock_transaction(using):
             lock, previous_owner, renewed = self._take(resource, owner, duration, using)
-        # Signals go out after the commit: a receiver sees the lock as others do,
-        # and one that raises cannot undo it.
-        if lock is None:
-            return None
+        if lock is not None:
+            after_commit(using, partial(self._announce, lock, owner, previous_owner, renewed))
+        return lock
+
+    def _announce(
+        self, lock: DistributedLock, owner: str, previous_owner: str | None, renewed: bool
+    ) -> None:
+        """The signals of an acquisition. They go out after the commit, so that a
+        receiver sees the lock as others do, and one that raises cannot undo it."""
         if renewed:
             signals.lock_renewed.send(sender=self.model, lock=lock)
-            return lock
+            return
         # An expired (not released) lock of another owner was taken over.
         taken_over_from = previous_owner if previous_owner not in (None, "", owner) else None
         if taken_over_from is not None:
@@ -96,7 +102,6 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
                 sender=self.model, lock=lock, previous_owner=taken_over_from
             )
         signals.lock_acquired.send(sender=self.model, lock=lock, taken_over_from=taken_over_from)
-        return lock
 
     def _take(
         self, resource: str, owner: str, duration: timedelta, using: str
@@ -149,7 +154,7 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
                 return None
             lock.expires_at = now + duration
             self._write(lock, using, ["expires_at"])
-        signals.lock_renewed.send(sender=self.model, lock=lock)
+        after_commit(using, partial(signals.lock_renewed.send, sender=self.model, lock=lock))
         return lock
 
     def release(self, resource: str, owner: str) -> ReleaseResult:
@@ -171,7 +176,12 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
             if lock.owner != owner:
                 return ReleaseResult.FORBIDDEN
             self._mark_released(lock, using)
-        signals.lock_released.send(sender=self.model, lock=lock, owner=owner, forced=False)
+        after_commit(
+            using,
+            partial(
+                signals.lock_released.send, sender=self.model, lock=lock, owner=owner, forced=False
+            ),
+        )
         return ReleaseResult.RELEASED
 
     def force_release(self, resource: str) -> bool:
@@ -188,7 +198,12 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
                 return False
             owner = lock.owner
             self._mark_released(lock, using)
-        signals.lock_released.send(sender=self.model, lock=lock, owner=owner, forced=True)
+        after_commit(
+            using,
+            partial(
+                signals.lock_released.send, sender=self.model, lock=lock, owner=owner, forced=True
+            ),
+        )
         return True
 
     def purge_expired(
