@@ -22,11 +22,15 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections
 from django.db.models import DurationField, Value
-from django.db.models.sql import Query
 
 from django_dlock import signals
 from django_dlock.conf import conf
-from django_dlock.db import DatabaseNow, lock_transaction, refuse_callers_transaction
+from django_dlock.db import (
+    DatabaseNow,
+    compile_expression,
+    lock_transaction,
+    refuse_callers_transaction,
+)
 from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
 from django_dlock.managers import (
     new_owner_token,
@@ -394,7 +398,7 @@ _STATE_SQL: dict[str, str] = {}
 def _state_sql(using: str) -> str:
     connection = connections[using]
     qn = connection.ops.quote_name
-    now_sql, now_params = _compile(using, DatabaseNow())
+    now_sql, now_params = compile_expression(using, DatabaseNow())
     assert not now_params  # noqa: S101 - DatabaseNow() is plain SQL
     locks, waiters = DistributedLock._meta.db_table, LockWaiter._meta.db_table
     # A one-row SELECT of the queue count, LEFT JOINed to the lock row (there is
@@ -406,13 +410,6 @@ def _state_sql(using: str) -> str:
         f"AND w.{qn('id')} < %s AND w.{qn('expires_at')} > {now_sql}) q "
         f"LEFT JOIN {qn(locks)} l ON l.{qn('resource')} = %s"
     )
-
-
-def _compile(using: str, expression: Any) -> tuple[str, list[Any]]:
-    query = Query(DistributedLock)
-    compiler = query.get_compiler(using=using)
-    sql, params = compiler.compile(expression.resolve_expression(query))
-    return sql, list(params)
 
 
 def _to_datetime(connection: Any, value: Any) -> datetime:
