@@ -14,6 +14,7 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import Case, CharField, DateTimeField, QuerySet, Value, When
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -21,8 +22,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
-from django_dlock.db import DatabaseNow, database_now
 from django_dlock.models import DistributedLock
 
 ACTIVE = "active"
@@ -44,7 +45,7 @@ def duration_in_words(seconds: float) -> str:
 
 def time_left_in_words(status: str, expires_at: datetime, now: datetime) -> str:
     """ "in 42 s", "expired 3 min ago" or "released 5 s ago", from the database time ``now``."""
-    left = (expires_at - now).total_seconds()
+    left = time_left(expires_at, now)
     if status == ACTIVE:
         return gettext("in %(time)s") % {"time": duration_in_words(max(left, 0))}
     if -left < 1:  # also when the lock expired between ``now`` and the list's query
@@ -237,9 +238,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             current_app=self.admin_site.name,
         )
         if request.method == "POST":
-            purged = 0
-            while deleted := DistributedLock.objects.purge_expired():
-                purged += deleted
+            purged = DistributedLock.objects.purge_expired()
             self.message_user(
                 request,
                 ngettext(
@@ -267,5 +266,4 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 def _non_atomic(view: Any) -> Any:
     """Keep ``view`` out of ``ATOMIC_REQUESTS`` on the locks' database: a lock
     operation refuses to run inside a transaction the caller has open."""
-    view._non_atomic_requests = {*getattr(view, "_non_atomic_requests", set()), conf.DATABASE}
-    return view
+    return transaction.non_atomic_requests(using=conf.DATABASE)(view)

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from django.core.exceptions import ImproperlyConfigured
-
 
 class DlockError(Exception):
     """Base class of every django-dlock error; never raised itself."""
@@ -25,7 +23,3 @@ class LockTransactionError(DlockError, RuntimeError):
     A lock written inside the caller's ``atomic()`` would stay invisible to
     other processes until that transaction commits, and vanish if it rolls back.
     """
-
-
-class DlockImproperlyConfigured(DlockError, ImproperlyConfigured):
-    """A ``DLOCK_*`` setting has a value django-dlock cannot work with."""

@@ -1,31 +1,34 @@
+"""The lock operations: ``DistributedLock.objects`` and its queryset."""
+
 from __future__ import annotations
 
-import asyncio
+import enum
 import secrets
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
-from asgiref.sync import sync_to_async
-from django.db import connections, models
-from django.db.models import DurationField, F, Value
-from django.db.models.expressions import RawSQL
-from django.db.models.functions import Greatest
-from django.db.models.sql import Query
+from django.db import models
 
 from django_dlock import signals
+from django_dlock.backends import backend_for
+from django_dlock.backends.clock import DatabaseNow, expired_before
 from django_dlock.conf import conf
-from django_dlock.db import DatabaseNow, after_commit, lock_transaction
-from django_dlock.statements import LockStatements, statements_for
+from django_dlock.threads import release_if_cancelled, run_in_lock_thread
+from django_dlock.transactions import after_commit, lock_transaction
 from django_dlock.validators import validate_owner, validate_resource, validate_ttl
 
 if TYPE_CHECKING:
-    from django_dlock.models import DistributedLock, ReleaseResult
+    from django_dlock.models import DistributedLock
 
-_T = TypeVar("_T")
-_Acquired = TypeVar("_Acquired", bound="DistributedLock | None")
+
+class ReleaseResult(enum.Enum):
+    """What ``DistributedLock.objects.release()`` did."""
+
+    RELEASED = "released"
+    NOT_FOUND = "not_found"  # no lock, or it had expired or been released already
+    FORBIDDEN = "forbidden"  # another owner holds it
 
 
 def new_owner_token() -> str:
@@ -38,9 +41,10 @@ class DistributedLockQuerySet(models.QuerySet["DistributedLock"]):
         """Locks that are held now, by the database's clock."""
         return self.filter(expires_at__gt=DatabaseNow())
 
-    def expired(self) -> DistributedLockQuerySet:
-        """Locks that expired or were released, by the database's clock."""
-        return self.filter(expires_at__lte=DatabaseNow())
+    def expired(self, older_than: float = 0) -> DistributedLockQuerySet:
+        """Locks that expired or were released (at least ``older_than`` seconds
+        ago), by the database's clock."""
+        return self.filter(expires_at__lte=expired_before(older_than))
 
     def owned_by(self, owner: str) -> DistributedLockQuerySet:
         """Locks whose current (or last, if expired) holder is ``owner``."""
@@ -164,8 +168,6 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
         acquired, expired, or released already); ``FORBIDDEN`` when another
         owner holds it, which leaves it untouched.
         """
-        from django_dlock.models import ReleaseResult
-
         validate_resource(resource)
         validate_owner(owner)
         using = self._alias()
@@ -207,71 +209,44 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
         return True
 
     def purge_expired(
-        self, *, older_than: float = 0, batch_size: int = 10_000, prefix: str = ""
+        self,
+        *,
+        older_than: float = 0,
+        batch_size: int = 10_000,
+        prefix: str = "",
+        on_batch: Callable[[int], object] | None = None,
     ) -> int:
-        """Delete one batch of at most ``batch_size`` locks that expired at least
-        ``older_than`` seconds ago; return how many were deleted.
+        """Delete every lock that expired at least ``older_than`` seconds ago
+        (and whose resource starts with ``prefix``); return how many.
 
-        Each batch is one transaction whose ``DELETE`` checks expiry again, so a
-        lock renewed or taken meanwhile survives. The batch's largest fencing
-        token is kept (``FencingFloor``) so a purged resource that is locked
-        again gets a larger token than any it had.
+        Deletes in batches of at most ``batch_size``, each one transaction whose
+        ``DELETE`` checks expiry again, so a lock renewed or taken meanwhile
+        survives, and memory and table locks stay bounded. Each batch's largest
+        fencing token is kept (``FencingFloor``) so a purged resource that is
+        locked again gets a larger token than any it had. ``on_batch(count)`` is
+        called after each batch that deleted something.
         """
         using = self._alias()
-        connection = connections[using]
-        expired_before = DatabaseNow() - Value(
-            timedelta(seconds=older_than), output_field=DurationField()
-        )
-        candidates = self.using(using).filter(expires_at__lte=expired_before)
-        if prefix:
-            candidates = candidates.with_resource_prefix(prefix)
-        where_sql, where_params = _compile_where(self.model, using, expired_before)
-        qn = connection.ops.quote_name
-        table = qn(self.model._meta.db_table)
-        token = qn("fencing_token")
-        if connection.vendor == "postgresql":
-            # The batch is chosen by physical row address (ctid): a TID scan reaches
-            # each row without an index lookup, and "id IN (subquery)" would be planned
-            # as a full scan per batch (MEASURED.md). A row updated meanwhile (renewed,
-            # re-acquired) has a new ctid and a new expiry, so the DELETE skips it.
-            # The database counts the batch and takes its largest token, instead of
-            # sending every deleted token back. Together: about half the time per batch.
-            rows_query = (
-                candidates.order_by().annotate(row=RawSQL("ctid", ())).values("row")[:batch_size]
-            )
-            rows_sql, rows_params = rows_query.query.get_compiler(using=using).as_sql()
-            sql = (
-                f"WITH purged AS (DELETE FROM {table} "  # noqa: S608 - only compiled SQL is formatted in
-                f"WHERE ctid = ANY(ARRAY({rows_sql})) AND {where_sql} RETURNING {token}) "
-                f"SELECT COUNT(*), MAX({token}) FROM purged"
-            )
-            with lock_transaction(using), connection.cursor() as cursor:
-                cursor.execute(sql, [*rows_params, *where_params])
-                count, largest = cursor.fetchone()
-                if count:
-                    _raise_fencing_floor(using, largest)
-            return int(count)
-        ids_query = candidates.order_by().values("pk")[:batch_size].query
-        ids_sql, ids_params = ids_query.get_compiler(using=using).as_sql()
-        # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
-        sql = (
-            f"DELETE FROM {table} WHERE {qn('id')} IN ({ids_sql}) AND {where_sql} "  # noqa: S608
-            f"RETURNING {token}"
-        )
-        with lock_transaction(using), connection.cursor() as cursor:
-            cursor.execute(sql, [*ids_params, *where_params])
-            tokens = [token for (token,) in cursor.fetchall()]
-            if tokens:
-                _raise_fencing_floor(using, max(tokens))
-        return len(tokens)
+        backend = backend_for(using)
+        deleted = 0
+        while True:
+            with lock_transaction(using):
+                count = backend.purge_batch(
+                    older_than=older_than, batch_size=batch_size, prefix=prefix
+                )
+            if count == 0:
+                return deleted
+            deleted += count
+            if on_batch is not None:
+                on_batch(count)
 
     # -- the statements ------------------------------------------------------
 
     def _select_for_update(self, resource: str, using: str) -> DistributedLock | None:
-        return _statements(using).select_for_update(resource)
+        return backend_for(using).select_for_update(resource)
 
     def _write(self, lock: DistributedLock, using: str, fields: list[str]) -> None:
-        _statements(using).update(lock, fields)
+        backend_for(using).update(lock, fields)
 
     def _mark_released(self, lock: DistributedLock, using: str) -> None:
         # The row stays, expired and ownerless, to keep the fencing token counting.
@@ -282,7 +257,7 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
     def _insert(
         self, resource: str, owner: str, duration: timedelta, using: str
     ) -> DistributedLock | None:
-        return _statements(using).insert(resource, owner, duration)
+        return backend_for(using).insert(resource, owner, duration)
 
     # -- async twins -----------------------------------------------------------
     # Each runs the sync operation in a thread of django-dlock's own (not the
@@ -297,8 +272,9 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
         Cancelled while the acquisition runs, it releases what it took before
         the cancellation goes on.
         """
-        acquiring = run_in_lock_thread(self._alias(), self.acquire, resource, owner, ttl)
-        return await release_if_cancelled(self, acquiring)
+        using = self._alias()
+        acquiring = run_in_lock_thread(using, self.acquire, resource, owner, ttl)
+        return await release_if_cancelled(using, acquiring, self.release)
 
     async def arenew(
         self, resource: str, owner: str, ttl: float | None = None
@@ -309,102 +285,6 @@ class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySe
     async def arelease(self, resource: str, owner: str) -> ReleaseResult:
         """``release()`` for async code."""
         return await run_in_lock_thread(self._alias(), self.release, resource, owner)
-
-
-def _statements(using: str) -> LockStatements:
-    return statements_for(using, connections[using].vendor)
-
-
-def _raise_fencing_floor(using: str, token: int) -> None:
-    """Raise the floor to at least ``token``, creating its one row if missing
-    (``manage.py flush`` or a test's truncation empties the table)."""
-    from django_dlock.models import FencingFloor
-
-    floors = FencingFloor.objects.using(using)
-    raise_to = {"value": Greatest(F("value"), Value(token))}
-    if not floors.filter(pk=1).update(**raise_to):
-        floors.bulk_create([FencingFloor(pk=1, value=token)], ignore_conflicts=True)
-        floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
-
-
-_lock_threads: ThreadPoolExecutor | None = None
-
-
-async def run_in_lock_thread(using: str, function: Callable[..., _T], *args: Any) -> _T:
-    """Run ``function(*args)`` in a django-dlock worker thread, with that
-    thread's own connection to ``using``, which is checked before and after the
-    call and closed or kept as CONN_MAX_AGE says (as Django does at the start
-    and end of a request: an idle thread's connection may have grown too old)."""
-    global _lock_threads
-    if _lock_threads is None:
-        _lock_threads = ThreadPoolExecutor(thread_name_prefix="django-dlock")
-
-    def call() -> _T:
-        connections[using].close_if_unusable_or_obsolete()
-        try:
-            return function(*args)
-        finally:
-            connections[using].close_if_unusable_or_obsolete()
-
-    return await sync_to_async(call, thread_sensitive=False, executor=_lock_threads)()
-
-
-async def run_in_own_thread(using: str, function: Callable[..., _T], *args: Any) -> _T:
-    """Run ``function(*args)`` in a new thread, with one connection to ``using``
-    for the whole call, closed when it ends.
-
-    For calls that may take long (a blocking acquire waits up to its timeout):
-    in the shared worker threads, a few of them would hold up every other lock
-    operation, the releases they wait for included.
-    """
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="django-dlock-wait")
-
-    def call() -> _T:
-        try:
-            return function(*args)
-        finally:
-            connections[using].close()
-
-    try:
-        return await sync_to_async(call, thread_sensitive=False, executor=executor)()
-    finally:
-        executor.shutdown(wait=False)  # the thread ends once the call does
-
-
-async def release_if_cancelled(
-    manager: DistributedLockManager,
-    acquiring: Awaitable[_Acquired],
-    stop: Callable[[], object] | None = None,
-) -> _Acquired:
-    """Await ``acquiring``, an acquisition running in a thread.
-
-    Cancelling the awaiting task cannot stop a thread: it would take the lock
-    anyway, for an owner nobody knows, until its ttl. So on cancellation
-    ``stop()`` asks the thread to give up early, the lock it took (if any) is
-    released once it finishes, and then the cancellation goes on.
-    """
-    task = asyncio.ensure_future(acquiring)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        if stop is not None:
-            stop()
-        # Shielded too: a second cancellation must not skip the release.
-        await asyncio.shield(_release_when_done(manager, task))
-        raise
-
-
-async def _release_when_done(
-    manager: DistributedLockManager, task: asyncio.Future[_Acquired]
-) -> None:
-    await asyncio.wait([task])
-    if task.cancelled() or task.exception() is not None:
-        return  # it took nothing (e.g. a waiter that gave up)
-    acquired = task.result()
-    if acquired is not None:
-        await run_in_lock_thread(
-            manager._alias(), manager.release, acquired.resource, acquired.owner
-        )
 
 
 def _holds(lock: DistributedLock, now: datetime) -> bool:
@@ -419,14 +299,3 @@ SHORTEST_TTL = 0.001
 def _duration(ttl: float | None) -> timedelta:
     seconds = validate_ttl(conf.DEFAULT_TTL if ttl is None else ttl)
     return timedelta(seconds=max(seconds, SHORTEST_TTL))
-
-
-def _compile_where(
-    model: type[models.Model], using: str, expired_before: Any
-) -> tuple[str, list[Any]]:
-    """``expires_at <= expired_before`` as SQL, re-checked by the DELETE itself."""
-    query = Query(model)
-    where = query.build_where(models.Q(expires_at__lte=expired_before))
-    compiler = query.get_compiler(using=using)
-    sql, params = where.as_sql(compiler, connections[using])
-    return sql, list(params)

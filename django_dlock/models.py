@@ -1,24 +1,15 @@
 from __future__ import annotations
 
-import enum
 from datetime import datetime
 
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_dlock.managers import DistributedLockManager
+from django_dlock.managers import DistributedLockManager, ReleaseResult
 from django_dlock.validators import MAX_LENGTH, validate_owner, validate_resource
 
 __all__ = ["DistributedLock", "FencingFloor", "LockWaiter", "ReleaseResult"]
-
-
-class ReleaseResult(enum.Enum):
-    """What ``DistributedLock.objects.release()`` did."""
-
-    RELEASED = "released"
-    NOT_FOUND = "not_found"  # no lock, or it had expired or been released already
-    FORBIDDEN = "forbidden"  # another owner holds it
 
 
 class DistributedLock(models.Model):

@@ -25,7 +25,7 @@ from rest_framework.authtoken.models import Token  # noqa: E402
 from rest_framework.throttling import UserRateThrottle  # noqa: E402
 
 from django_dlock.api.views import LockViewSet  # noqa: E402
-from django_dlock.db import DatabaseNow  # noqa: E402
+from django_dlock.backends.clock import DatabaseNow  # noqa: E402
 from django_dlock.models import DistributedLock  # noqa: E402
 from tests.api_utils import PROBLEM, CheckedClient, problem  # noqa: E402
 

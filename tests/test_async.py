@@ -14,8 +14,9 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.db.backends.signals import connection_created
 
-from django_dlock import LockNotAcquired, LockNotOwned, lock, managers
-from django_dlock.locking import _LockState, _Renewer
+from django_dlock import LockNotAcquired, LockNotOwned, lock, threads
+from django_dlock.locking.renewer import Renewer
+from django_dlock.locking.waiting import QueueState
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.signals import lock_acquired
 
@@ -249,14 +250,14 @@ async def test_wait_for_timing_out_leaves_no_lock_behind(
 
 async def test_a_cancelled_exit_still_releases(monkeypatch: pytest.MonkeyPatch) -> None:
     stopping, proceed = threading.Event(), threading.Event()
-    stop = _Renewer.stop
+    stop = Renewer.stop
 
-    def slow_stop(renewer: _Renewer) -> None:
+    def slow_stop(renewer: Renewer) -> None:
         stopping.set()
         assert proceed.wait(30)
         stop(renewer)
 
-    monkeypatch.setattr(_Renewer, "stop", slow_stop)
+    monkeypatch.setattr(Renewer, "stop", slow_stop)
 
     async def hold() -> None:
         async with lock("async:43", ttl=60, auto_renew=True):
@@ -296,9 +297,9 @@ async def test_an_async_waiter_keeps_one_connection_for_its_wait(
     assert connections["default"].settings_dict["CONN_MAX_AGE"] == 0
     settings.DLOCK_BACKOFF_MAX = 0.005  # many looks
     looks: list[int] = []
-    read = _LockState.read
+    read = QueueState.read
     monkeypatch.setattr(
-        _LockState,
+        QueueState,
         "read",
         lambda *args: looks.append(1) or read(*args),  # type: ignore[func-returns-value]
     )
@@ -323,7 +324,7 @@ async def test_a_worker_threads_connection_too_old_is_replaced_before_use(
     monkeypatch: pytest.MonkeyPatch, connects: list[str]
 ) -> None:
     one_thread = ThreadPoolExecutor(max_workers=1)
-    monkeypatch.setattr(managers, "_lock_threads", one_thread)
+    monkeypatch.setattr(threads, "_lock_threads", one_thread)
     monkeypatch.setitem(connections["default"].settings_dict, "CONN_MAX_AGE", 0.5)
     try:
         await Locks.aacquire("async:51", "me", ttl=60)
@@ -340,7 +341,7 @@ async def test_waiters_do_not_hold_up_the_shared_worker_threads(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     two_threads = ThreadPoolExecutor(max_workers=2)
-    monkeypatch.setattr(managers, "_lock_threads", two_threads)
+    monkeypatch.setattr(threads, "_lock_threads", two_threads)
     try:
         await Locks.aacquire("async:52", "holder", ttl=60)
         served: list[int] = []

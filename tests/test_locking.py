@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from django_dlock import LockExpired, LockNotAcquired, LockNotOwned, lock
 from django_dlock.checks import check_settings
-from django_dlock.locking import EXPIRED_LOCALLY
+from django_dlock.locking.handle import EXPIRED_LOCALLY
 from django_dlock.managers import DistributedLockManager
 from django_dlock.models import DistributedLock, LockWaiter
 from django_dlock.signals import lock_lost

@@ -11,9 +11,9 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_dlock import signals
-from django_dlock.db import lock_transaction
 from django_dlock.exceptions import LockTransactionError
 from django_dlock.models import DistributedLock, FencingFloor, ReleaseResult
+from django_dlock.transactions import lock_transaction
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -363,10 +363,11 @@ class TestFencing:
         Locks.acquire("b:1", owner="w", ttl=30)
         Locks.release("b:1", owner="w")
 
-        assert Locks.purge_expired(batch_size=3, prefix="a:") == 3
-        assert Locks.purge_expired(batch_size=3, prefix="a:") == 3
-        assert Locks.purge_expired(batch_size=3, prefix="a:") == 1
-        assert Locks.purge_expired(batch_size=3, prefix="a:") == 0
+        batches: list[int] = []
+        assert Locks.purge_expired(batch_size=3, prefix="a:", on_batch=batches.append) == 7
+        assert batches == [3, 3, 1]
+        assert Locks.purge_expired(batch_size=3, prefix="a:", on_batch=batches.append) == 0
+        assert batches == [3, 3, 1]
         assert list(DistributedLock.objects.values_list("resource", flat=True)) == ["b:1"]
 
 

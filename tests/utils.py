@@ -24,7 +24,7 @@ spawn: SpawnContext = multiprocessing.get_context("spawn")
 def make_lock(resource: str, owner: str = "worker-1", *, expires_in: float = 60) -> Any:
     """A lock acquired by ``owner`` whose expiry is ``expires_in`` seconds from the
     database's now (negative: expired that long ago)."""
-    from django_dlock.db import DatabaseNow
+    from django_dlock.backends.clock import DatabaseNow
     from django_dlock.models import DistributedLock
 
     lock = DistributedLock.objects.acquire(resource, owner=owner, ttl=60)

@@ -36,8 +36,8 @@ from django_dlock.api.serializers import (
     ReleaseRequestSerializer,
     RenewRequestSerializer,
 )
+from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
-from django_dlock.db import DatabaseNow, database_now
 from django_dlock.models import DistributedLock, ReleaseResult
 from django_dlock.validators import validate_resource
 
@@ -178,7 +178,7 @@ class LockViewSet(viewsets.ViewSet):
                 .first()
             )
             if holder is not None and holder["owner"] and holder["db_now"] < holder["expires_at"]:
-                wait = (holder["expires_at"] - holder["db_now"]).total_seconds()
+                wait = time_left(holder["expires_at"], holder["db_now"])
                 data = NotAcquiredSerializer(
                     {"resource": resource, "expires_at": holder["expires_at"]}
                 ).data

@@ -16,6 +16,7 @@ It never creates a Celery app: it wraps the function that your app's
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -26,8 +27,8 @@ from typing import Any, Literal, TypeVar
 
 from celery import current_task
 
+from django_dlock.backends.clock import DatabaseNow, time_left
 from django_dlock.conf import conf
-from django_dlock.db import DatabaseNow
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.locking import lock
 from django_dlock.models import DistributedLock
@@ -84,15 +85,18 @@ def locked_task(
         @functools.wraps(function)
         def run_locked(*args: Any, **kwargs: Any) -> Any:
             resource = _resource(key, signature, args, kwargs)
-            try:
-                with lock(resource, ttl=ttl, timeout=timeout, auto_renew=auto_renew) as held:
-                    if wants_token:
-                        kwargs[FENCING_TOKEN_ARG] = held.fencing_token
-                    return function(*args, **kwargs)
-            except LockNotAcquired as error:
-                if _raised_inside(error, function):
-                    raise
-                return _on_locked(on_locked, resource, error, min_countdown)
+            with contextlib.ExitStack() as stack:
+                # Only taking the task's lock is guarded: a LockNotAcquired from the
+                # task's own code (a lock it takes itself) fails the task as raised.
+                try:
+                    held = stack.enter_context(
+                        lock(resource, ttl=ttl, timeout=timeout, auto_renew=auto_renew)
+                    )
+                except LockNotAcquired as error:
+                    return _on_locked(on_locked, resource, error, min_countdown)
+                if wants_token:
+                    kwargs[FENCING_TOKEN_ARG] = held.fencing_token
+                return function(*args, **kwargs)
 
         return run_locked  # type: ignore[return-value]
 
@@ -111,17 +115,6 @@ def _resource(
     bound.apply_defaults()
     arguments = {name: value for name, value in bound.arguments.items() if name != "self"}
     return key.format(**arguments)
-
-
-def _raised_inside(error: LockNotAcquired, function: Callable[..., Any]) -> bool:
-    """Whether ``error`` came from the task's own code (a lock it took itself)
-    rather than from taking the task's lock."""
-    traceback = error.__traceback__
-    while traceback is not None:
-        if traceback.tb_frame.f_code is getattr(function, "__code__", None):
-            return True
-        traceback = traceback.tb_next
-    return False
 
 
 def _on_locked(
@@ -155,6 +148,6 @@ def _countdown(resource: str, minimum: float) -> float:
         .values_list("expires_at", "db_now")
         .first()
     )
-    left = (row[0] - row[1]).total_seconds() if row else 0.0
+    left = time_left(*row) if row else 0.0
     left = max(left, minimum)
     return math.ceil(left * 10 * (1 + random.uniform(0, 0.1))) / 10  # noqa: S311 - jitter

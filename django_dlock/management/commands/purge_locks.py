@@ -6,15 +6,13 @@ import logging
 import math
 import time
 from argparse import ArgumentParser, ArgumentTypeError
-from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models import DurationField, Value
+from django.utils.translation import gettext as _
 
 from django_dlock.conf import conf
-from django_dlock.db import DatabaseNow
 from django_dlock.exceptions import LockTransactionError
 from django_dlock.models import DistributedLock
 from django_dlock.validators import validate_resource
@@ -49,13 +47,29 @@ def batch_size(value: str) -> int:
     return number
 
 
+def _prefix_messages() -> dict[str | None, str]:
+    """What ``--prefix`` says for each ``ValidationError.code`` of ``validate_resource``."""
+    return {
+        "null": _("A prefix may not contain NUL characters."),
+        "encoding": _("A prefix must be valid Unicode text."),
+        "length": _("A prefix must be 1 to %(max)d characters long."),
+        "invalid_characters": _("A prefix may not contain whitespace, control characters or '/'."),
+    }
+
+
 def resource_prefix(value: str) -> str:
     """``--prefix``: the start of a resource name, so it follows the same rules."""
     try:
         return validate_resource(value)
     except ValidationError as error:
-        message = " ".join(error.messages).replace("A resource", "A prefix")
-        raise ArgumentTypeError(f"{message} Got {value!r}.") from error
+        messages = _prefix_messages()
+        sentences = [
+            messages[e.code] % (e.params or {})
+            if e.code in messages
+            else e.message % (e.params or {})
+            for e in error.error_list
+        ]
+        raise ArgumentTypeError(f"{' '.join(sentences)} Got {value!r}.") from error
 
 
 class Command(BaseCommand):
@@ -118,17 +132,13 @@ class Command(BaseCommand):
                 raise CommandError(str(error)) from error
 
     def _purge(self, *, older_than: float, batch_size: int, prefix: str) -> int:
-        # One transaction per batch: no long table locks, and memory bounded by a batch.
-        deleted = batches = 0
+        batches = deleted = 0
         started = time.monotonic()
-        while True:
-            count = DistributedLock.objects.purge_expired(
-                older_than=older_than, batch_size=batch_size, prefix=prefix
-            )
-            if count == 0:
-                return deleted
-            deleted += count
+
+        def log_batch(count: int) -> None:
+            nonlocal batches, deleted
             batches += 1
+            deleted += count
             logger.debug(
                 "Batch %d: deleted %d lock(s), %d so far (%.1f s)",
                 batches,
@@ -137,11 +147,13 @@ class Command(BaseCommand):
                 time.monotonic() - started,
             )
 
-    def _count(self, *, older_than: float, prefix: str) -> int:
-        expired_before = DatabaseNow() - Value(
-            timedelta(seconds=older_than), output_field=DurationField()
+        # One transaction per batch: no long table locks, and memory bounded by a batch.
+        return DistributedLock.objects.purge_expired(
+            older_than=older_than, batch_size=batch_size, prefix=prefix, on_batch=log_batch
         )
-        locks = DistributedLock.objects.using(conf.DATABASE).filter(expires_at__lte=expired_before)
+
+    def _count(self, *, older_than: float, prefix: str) -> int:
+        locks = DistributedLock.objects.using(conf.DATABASE).expired(older_than)
         if prefix:
             locks = locks.with_resource_prefix(prefix)
         return locks.count()

@@ -1,40 +1,15 @@
-"""Database plumbing shared by the lock operations: the database clock and the
-transaction every operation runs in."""
+"""The transaction every lock operation runs in, and the refusal to run inside
+a transaction the caller has open."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
-from typing import Any
 
 from django.db import connections, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models.functions import Now
-from django.db.models.sql import Query
-from django.db.models.sql.compiler import SQLCompiler
 
+from django_dlock.backends import backend_for
 from django_dlock.exceptions import LockTransactionError
-
-
-class DatabaseNow(Now):
-    """``Now()`` whose SQLite text compares correctly with stored datetimes.
-
-    SQLite keeps datetimes as text and Django writes them with six fractional
-    digits, while ``STRFTIME('%f')`` gives three: "12:00:00.500" sorts before
-    "12:00:00.500000", so a lock released at that instant would still look
-    valid for the rest of the millisecond. Padding to six digits fixes the order.
-    """
-
-    def as_sqlite(
-        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
-    ) -> tuple[str, list[Any]]:
-        return self.as_sql(
-            compiler,
-            connection,
-            template="STRFTIME('%%%%Y-%%%%m-%%%%d %%%%H:%%%%M:%%%%f000', 'NOW')",
-            **extra_context,
-        )
 
 
 def refuse_callers_transaction(using: str) -> None:
@@ -53,8 +28,7 @@ def refuse_callers_transaction(using: str) -> None:
     # must not do; a connection not yet open has no transaction.)
     autocommit_off = connection.connection is not None and not connection.autocommit
     if (
-        blocks
-        and not (getattr(blocks[-1], "_from_testcase", False) or getattr(blocks[-1], _OURS, False))
+        blocks and not (_is_testcase_transaction(blocks[-1]) or getattr(blocks[-1], _OURS, False))
     ) or (not blocks and autocommit_off):
         raise LockTransactionError(
             f"A lock operation was called inside a transaction on database {using!r}. "
@@ -63,6 +37,16 @@ def refuse_callers_transaction(using: str) -> None:
             "atomic() (and ATOMIC_REQUESTS), or set DLOCK_DATABASE to a database alias "
             "of its own (a second entry in DATABASES for the same database)."
         )
+
+
+def _is_testcase_transaction(block: object) -> bool:
+    """Whether ``block`` is the transaction Django's ``TestCase`` wraps each test in.
+
+    Django has no public way to tell; ``Atomic._from_testcase`` is what its own
+    ``atomic(durable=True)`` checks for the same reason, so this is the one place
+    django-dlock reads it.
+    """
+    return bool(getattr(block, "_from_testcase", False))
 
 
 # Marks an atomic block that lock_transaction() opened.
@@ -79,10 +63,8 @@ def lock_transaction(using: str) -> Iterator[None]:
     can commit together (``lock()`` takes the lock and leaves its waiter queue
     in one commit).
 
-    On SQLite the transaction starts with ``BEGIN IMMEDIATE`` whatever the
-    database's ``transaction_mode``: a deferred transaction that reads and then
-    writes fails at once with "database is locked" when another process got the
-    write lock first, while ``IMMEDIATE`` waits for it (the busy timeout).
+    The backend may change how the transaction begins (SQLite starts it with
+    ``BEGIN IMMEDIATE``: see ``SQLiteBackend.transaction``).
     """
     refuse_callers_transaction(using)
     connection = connections[using]
@@ -99,7 +81,7 @@ def lock_transaction(using: str) -> Iterator[None]:
         return
     callbacks: list[Callable[[], None]] = []
     setattr(atomic, _AFTER_COMMIT, callbacks)
-    with _begin_immediate_on_sqlite(connection), atomic:
+    with backend_for(using).transaction(), atomic:
         yield
     for callback in callbacks:
         callback()
@@ -120,41 +102,3 @@ def after_commit(using: str, callback: Callable[[], None]) -> None:
             callbacks.append(callback)
             return
     callback()
-
-
-def compile_expression(using: str, expression: Any) -> tuple[str, list[Any]]:
-    """SQL and parameters of ``expression`` as Django writes it for ``using``."""
-    query = Query(None)
-    compiler = query.get_compiler(using=using)
-    sql, params = compiler.compile(expression.resolve_expression(query))
-    return sql, list(params)
-
-
-def database_now(using: str) -> datetime:
-    """The database's clock: one ``SELECT`` of ``DatabaseNow()``, as an aware datetime."""
-    connection = connections[using]
-    expression = DatabaseNow()
-    sql, params = compile_expression(using, expression)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {sql}", params)
-        (value,) = cursor.fetchone()
-    # SQLite answers with text: the backend's converters make it a datetime.
-    for converter in connection.ops.get_db_converters(expression):
-        value = converter(value, expression, connection)
-    return value  # type: ignore[no-any-return]
-
-
-@contextmanager
-def _begin_immediate_on_sqlite(connection: BaseDatabaseWrapper) -> Iterator[None]:
-    """Make the SQLite backend start its next transaction with ``BEGIN IMMEDIATE``."""
-    if connection.vendor != "sqlite":
-        yield
-        return
-    connection.ensure_connection()  # the backend reads transaction_mode on connecting
-    configured_mode = connection.transaction_mode  # type: ignore[attr-defined]
-    if configured_mode != "EXCLUSIVE":
-        connection.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        connection.transaction_mode = configured_mode  # type: ignore[attr-defined]

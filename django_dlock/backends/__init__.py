@@ -1,0 +1,43 @@
+"""The raw SQL of django-dlock, one module per database vendor behind ``LockBackend``.
+
+``backend_for(using)`` gives the backend of a database alias. Nothing outside
+this package formats SQL.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
+
+from django_dlock.backends.base import LockBackend, QueueRow
+from django_dlock.backends.postgresql import PostgreSQLBackend
+from django_dlock.backends.sqlite import SQLiteBackend
+
+__all__ = ["BACKENDS", "LockBackend", "QueueRow", "backend_for"]
+
+#: The backend class of each supported ``connection.vendor``.
+BACKENDS: dict[str, type[LockBackend]] = {
+    PostgreSQLBackend.vendor: PostgreSQLBackend,
+    SQLiteBackend.vendor: SQLiteBackend,
+}
+
+
+def backend_for(using: str) -> LockBackend:
+    """The backend of the database alias ``using``; ``ImproperlyConfigured`` when
+    its vendor is not supported (``manage.py check`` reports that as E006)."""
+    return _backend(using, connections[using].vendor)
+
+
+@cache
+def _backend(using: str, vendor: str) -> LockBackend:
+    # The vendor is in the key so that tests that swap a database's settings
+    # never get another backend's SQL.
+    try:
+        backend_class = BACKENDS[vendor]
+    except KeyError:
+        raise ImproperlyConfigured(
+            f"Database {using!r} is {vendor}; django-dlock supports {', '.join(sorted(BACKENDS))}."
+        ) from None
+    return backend_class(using)

@@ -1,0 +1,259 @@
+"""The interface every database backend of django-dlock implements, and the
+parts that the ORM writes the same way for every vendor.
+
+A lock operation is a handful of statements, and at this size Django's query
+building costs more than the round trips: compiling ``select_for_update()``
+and ``update()`` on every call ran at a quarter of the raw-SQL floor. So the
+ORM writes each statement once per alias, and the operations execute that SQL
+and convert the rows with the converters Django chose for them.
+
+The interface is one method per operation (not one per SQL string), so that a
+vendor may answer an operation with fewer statements, or fuse several.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from django.apps import apps
+from django.db import connections, models
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
+from django.db.models.sql import Query
+
+from django_dlock.backends.clock import DatabaseNow, compile_expression, expired_before, now_plus
+
+if TYPE_CHECKING:
+    from django_dlock.managers import DistributedLockQuerySet
+    from django_dlock.models import DistributedLock
+
+_PLACEHOLDER = "django-dlock:placeholder"
+
+# "No ticket yet" for queue_state(): every queued waiter is ahead.
+NO_TICKET = 2**62
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """What a waiter sees in one look (``queue_state``)."""
+
+    owner: str | None  # the lock row's owner: None without a row, "" once released
+    expires_at: datetime | None  # the lock row's expiry, None without a row
+    now: datetime  # the database's time of the look
+    ahead: int  # live waiters queued before the ticket
+
+
+class LockBackend:
+    """The SQL of the lock operations on one database alias.
+
+    ``select_for_update``, ``insert`` and ``update`` run inside the lock
+    transaction the caller opened with ``transaction()`` (see
+    ``django_dlock.transactions.lock_transaction``); ``purge_batch`` too;
+    ``queue_state`` runs alone, in autocommit.
+    """
+
+    vendor: ClassVar[str]
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self.model: type[DistributedLock] = apps.get_model("django_dlock", "DistributedLock")
+        self.floor_model = apps.get_model("django_dlock", "FencingFloor")
+        self.waiter_model = apps.get_model("django_dlock", "LockWaiter")
+        connection = connections[using]
+        fields = self.model._meta.concrete_fields
+        self.attnames = [field.attname for field in fields]
+        self.fields = {field.attname: field for field in fields}
+        qn = connection.ops.quote_name
+        self.qn = qn
+        self.table = qn(self.model._meta.db_table)
+        self.floor_table = qn(self.floor_model._meta.db_table)
+        self.columns = [qn(field.column) for field in fields]
+        self.pk_column = qn(self.model._meta.pk.column)
+
+        queryset = (
+            self.model._default_manager.using(using)
+            .select_for_update()
+            .filter(resource=_PLACEHOLDER)
+            .annotate(db_now=DatabaseNow())
+            .order_by()
+        )
+        compiler = queryset.query.get_compiler(using=using)
+        self.select_sql, params = compiler.as_sql()
+        selected = [expression for expression, _, _ in compiler.select]
+        if list(params) != [_PLACEHOLDER] or len(selected) != len(fields) + 1:
+            raise AssertionError(f"unexpected SELECT for {using!r}: {self.select_sql}")
+        # {column index: (converters, expression)}; called with the caller's
+        # connection, since a connection belongs to one thread.
+        self.converters = compiler.get_converters(selected)
+        self.queue_state_sql = self._queue_state_sql()
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        return connections[self.using]
+
+    # -- the transaction -----------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Wrap the start of a lock transaction (a vendor may change how it begins)."""
+        yield
+
+    # -- acquire, renew, release -------------------------------------------------
+
+    def select_for_update(self, resource: str) -> DistributedLock | None:
+        """The resource's row, locked until commit, with ``db_now`` set to the
+        database's time; ``None`` if there is no row."""
+        connection = self.connection
+        with connection.cursor() as cursor:
+            cursor.execute(self.select_sql, [resource])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        values = self._convert(row, connection)
+        lock = self.model.from_db(self.using, self.attnames, values[:-1])
+        lock.db_now = values[-1]  # type: ignore[attr-defined]
+        return lock
+
+    def insert(self, resource: str, owner: str, duration: timedelta) -> DistributedLock | None:
+        """Insert the first row of ``resource``; ``None`` if another process won.
+
+        ``ON CONFLICT DO NOTHING`` makes a lost race an empty result rather than
+        an IntegrityError that would abort the transaction (a savepoint around
+        it would cost two more round trips). The token starts above the largest
+        one ever purged.
+        """
+        connection = self.connection
+        qn = self.qn
+        now_sql, now_params = compile_expression(self.using, DatabaseNow())
+        expires_sql, expires_params = compile_expression(self.using, now_plus(duration))
+        # Each column named with its value: the model's field order does not matter.
+        values: dict[str, tuple[str, list[Any]]] = {
+            "resource": ("%s", [resource]),
+            "owner": ("%s", [owner]),
+            "acquired_at": (now_sql, now_params),
+            "expires_at": (expires_sql, expires_params),
+            "fencing_token": (
+                f"COALESCE((SELECT MAX({qn('value')}) FROM {self.floor_table}), 0) + 1",  # noqa: S608
+                [],
+            ),
+        }
+        columns = ", ".join(qn(self.fields[name].column) for name in values)
+        placeholders = ", ".join(sql for sql, _ in values.values())
+        params = [param for _, value_params in values.values() for param in value_params]
+        # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
+        sql = (
+            f"INSERT INTO {self.table} ({columns}) VALUES ({placeholders}) "  # noqa: S608
+            f"ON CONFLICT ({qn(self.fields['resource'].column)}) DO NOTHING "
+            f"RETURNING {', '.join(self.columns)}"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        lock = self.model.from_db(self.using, self.attnames, self._convert(row, connection))
+        lock.db_now = lock.acquired_at  # type: ignore[attr-defined]
+        return lock
+
+    def update(self, lock: DistributedLock, attnames: Sequence[str]) -> None:
+        """Write ``lock``'s values of ``attnames`` to its row."""
+        connection = self.connection
+        assignments = ", ".join(f"{self.qn(self.fields[name].column)} = %s" for name in attnames)
+        sql = f"UPDATE {self.table} SET {assignments} WHERE {self.pk_column} = %s"  # noqa: S608
+        values = [
+            self.fields[name].get_db_prep_save(getattr(lock, name), connection) for name in attnames
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*values, lock.pk])
+
+    # -- purge ---------------------------------------------------------------------
+
+    def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> int:
+        """Delete at most ``batch_size`` locks that expired at least ``older_than``
+        seconds ago (and whose resource starts with ``prefix``); return how many.
+
+        The ``DELETE`` checks expiry again, so a lock renewed or taken since the
+        batch was chosen survives, and the batch's largest fencing token raises
+        the floor. Runs inside the caller's lock transaction.
+        """
+        raise NotImplementedError
+
+    def _purge_candidates(self, older_than: float, prefix: str) -> DistributedLockQuerySet:
+        candidates: DistributedLockQuerySet = (
+            self.model._default_manager.using(self.using).expired(older_than).order_by()  # type: ignore[attr-defined]
+        )
+        if prefix:
+            candidates = candidates.with_resource_prefix(prefix)
+        return candidates
+
+    def _still_expired_sql(self, older_than: float) -> tuple[str, list[Any]]:
+        """``expires_at <= now - older_than`` as SQL, for the DELETE to check again."""
+        query = Query(self.model)
+        where = query.build_where(models.Q(expires_at__lte=expired_before(older_than)))
+        compiler = query.get_compiler(using=self.using)
+        sql, params = where.as_sql(compiler, self.connection)
+        return sql, list(params)
+
+    def _raise_fencing_floor(self, token: int) -> None:
+        """Raise the floor to at least ``token``, creating its one row if missing
+        (``manage.py flush`` or a test's truncation empties the table)."""
+        floors = self.floor_model._default_manager.using(self.using)
+        raise_to = {"value": Greatest(F("value"), Value(token))}
+        if not floors.filter(pk=1).update(**raise_to):
+            floors.bulk_create([self.floor_model(pk=1, value=token)], ignore_conflicts=True)
+            floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
+
+    # -- the waiter queue ------------------------------------------------------------
+
+    def queue_state(self, resource: str, ticket: int | None) -> QueueRow:
+        """One statement, no transaction: the lock row and how many live waiters
+        are queued before ``ticket`` (all of them when ``ticket`` is None)."""
+        connection = self.connection
+        with connection.cursor() as cursor:
+            cursor.execute(self.queue_state_sql, [resource, ticket or NO_TICKET, resource])
+            owner, expires_at, now, ahead = cursor.fetchone()
+        return QueueRow(
+            owner=owner,
+            expires_at=None if expires_at is None else _to_datetime(expires_at),
+            now=_to_datetime(now),
+            ahead=ahead,
+        )
+
+    def _queue_state_sql(self) -> str:
+        # Waiters run this in a loop, so it is one hand-written SELECT rather than
+        # ORM queries (a third of the cost).
+        qn = self.qn
+        now_sql, now_params = compile_expression(self.using, DatabaseNow())
+        assert not now_params  # noqa: S101 - DatabaseNow() is plain SQL
+        waiters = qn(self.waiter_model._meta.db_table)
+        # A one-row SELECT of the queue count, LEFT JOINed to the lock row (there is
+        # none before the first acquisition of the resource).
+        # Table and column names only; the values are parameters.
+        return (
+            f"SELECT l.{qn('owner')}, l.{qn('expires_at')}, {now_sql}, q.n FROM "  # noqa: S608
+            f"(SELECT COUNT(*) AS n FROM {waiters} w WHERE w.{qn('resource')} = %s "
+            f"AND w.{qn('id')} < %s AND w.{qn('expires_at')} > {now_sql}) q "
+            f"LEFT JOIN {self.table} l ON l.{qn('resource')} = %s"
+        )
+
+    # -- rows --------------------------------------------------------------------------
+
+    def _convert(self, row: Sequence[Any], connection: BaseDatabaseWrapper) -> list[Any]:
+        values = list(row)
+        for index, (converters, expression) in self.converters.items():
+            if index < len(values):
+                for converter in converters:
+                    values[index] = converter(values[index], expression, connection)
+        return values
+
+
+def _to_datetime(value: Any) -> datetime:
+    """A timestamp as the backend returned it (SQLite: text) as an aware datetime."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
