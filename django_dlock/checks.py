@@ -11,6 +11,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
 from django.utils.module_loading import import_string
 
+from django_dlock.backends import BACKENDS
 from django_dlock.conf import Settings, conf
 
 # A ttl beyond this would push expires_at past what a datetime can hold.
@@ -154,17 +155,18 @@ def _check_backoff() -> list[CheckMessage]:
 
 def _check_database(alias: str) -> list[CheckMessage]:
     connection = connections[alias]
-    if connection.vendor == "sqlite":
-        return _check_sqlite(alias, connection.settings_dict)
-    if connection.vendor != "postgresql":
+    if connection.vendor not in BACKENDS:
+        # Its SQL cannot run there: every lock operation would fail.
         return [
-            Warning(
-                f"DLOCK_DATABASE {alias!r} is {connection.vendor}; django-dlock is built "
-                "and tested for PostgreSQL and SQLite only.",
-                hint="Use a PostgreSQL or SQLite database for the locks.",
-                id="django_dlock.W003",
+            Error(
+                f"DLOCK_DATABASE {alias!r} is {connection.vendor}, which django-dlock "
+                f"does not support (it supports {', '.join(sorted(BACKENDS))}).",
+                hint="Point DLOCK_DATABASE at a PostgreSQL or SQLite database.",
+                id="django_dlock.E006",
             )
         ]
+    if connection.vendor == "sqlite":
+        return _check_sqlite(alias, connection.settings_dict)
     return []
 
 

@@ -7,11 +7,15 @@ from django.db import connection
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from django.conf import settings
 
-    on_postgres = settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
-    skip = pytest.mark.skip(reason="needs PostgreSQL (DATABASE_URL=postgres://...)")
+    engine = settings.DATABASES["default"]["ENGINE"]
+    on_postgres, on_sqlite = engine.endswith("postgresql"), engine.endswith("sqlite3")
+    needs_postgres = pytest.mark.skip(reason="needs PostgreSQL (DATABASE_URL=postgres://...)")
+    needs_sqlite = pytest.mark.skip(reason="needs SQLite (run without DATABASE_URL)")
     for item in items:
         if "requires_postgres" in item.keywords and not on_postgres:
-            item.add_marker(skip)
+            item.add_marker(needs_postgres)
+        if "requires_sqlite" in item.keywords and not on_sqlite:
+            item.add_marker(needs_sqlite)
 
 
 @pytest.fixture

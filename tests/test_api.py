@@ -28,6 +28,7 @@ from django_dlock.api.views import LockViewSet  # noqa: E402
 from django_dlock.backends.clock import DatabaseNow  # noqa: E402
 from django_dlock.models import DistributedLock  # noqa: E402
 from tests.api_utils import PROBLEM, CheckedClient, problem  # noqa: E402
+from tests.utils import expire  # noqa: E402
 
 pytestmark = pytest.mark.django_db
 
@@ -69,13 +70,6 @@ def _send(client: CheckedClient, method: str, path: str, body: Any) -> Any:
         return client.generic(method, path)
     # json.dumps escapes what UTF-8 cannot carry (a lone surrogate is valid JSON).
     return client.generic(method, path, json.dumps(body), content_type="application/json")
-
-
-def expire(resource: str, seconds_ago: float = 1) -> None:
-    """Make the lock on ``resource`` expired by the database's clock."""
-    DistributedLock.objects.filter(resource=resource).update(
-        expires_at=DatabaseNow() - timedelta(seconds=seconds_ago)
-    )
 
 
 def as_time(value: str) -> Any:

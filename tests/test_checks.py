@@ -53,12 +53,15 @@ def test_database_must_be_a_configured_alias(settings: Any) -> None:
     assert "'default'" in (messages[0].hint or "")
 
 
-class TestSqlite:
-    @pytest.fixture(autouse=True)
-    def sqlite_only(self, vendor: str) -> None:
-        if vendor != "sqlite":
-            pytest.skip("SQLite only")
+def test_an_unsupported_database_is_an_error(monkeypatch: Any) -> None:
+    monkeypatch.setattr(connections["default"], "vendor", "oracle")
+    messages = check_settings()
+    assert [m.id for m in messages] == ["django_dlock.E006"]
+    assert "oracle" in messages[0].msg
 
+
+@pytest.mark.requires_sqlite
+class TestSqlite:
     def test_deferred_transactions_and_short_timeout_warn(self, monkeypatch: Any) -> None:
         settings_dict = connections["default"].settings_dict
         monkeypatch.setitem(settings_dict, "OPTIONS", {"timeout": 1})

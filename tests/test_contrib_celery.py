@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,20 +26,12 @@ redis = pytest.importorskip("redis")
 from django.db import connection  # noqa: E402
 
 from django_dlock.models import DistributedLock  # noqa: E402
+from tests.utils import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 Locks = DistributedLock.objects
-
-
-def wait_for(condition: Callable[[], Any], seconds: float = 30.0, what: str = "") -> Any:
-    deadline = time.monotonic() + seconds
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {seconds} s waiting for {what or condition}")
-        time.sleep(0.05)
-    return value
 
 
 def free_port() -> int:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection
 
 from django_dlock.models import DistributedLock
+from tests.utils import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,7 +53,7 @@ def test_backend_terminated_while_waiting_raises() -> None:
             return DistributedLock.objects.acquire("job:42", owner="waiter", ttl=30)
 
         outcome = run_in_thread(acquire)
-        _wait_until(lambda: _is_waiting_on_a_lock(admin, outcome.get("pid")))
+        wait_for(lambda: _is_waiting_on_a_lock(admin, outcome.get("pid")), 20)
         admin.execute("SELECT pg_terminate_backend(%s)", [outcome["pid"]])
         outcome["thread"].join(timeout=30)
         holder.rollback()
@@ -98,9 +98,8 @@ def test_server_unreachable_raises(settings: Any) -> None:
         connections["locks"].settings_dict = original
 
 
-def test_sqlite_write_lock_held_too_long_raises(vendor: str) -> None:
-    if vendor != "sqlite":
-        pytest.skip("SQLite only")
+@pytest.mark.requires_sqlite
+def test_sqlite_write_lock_held_too_long_raises() -> None:
     other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process holds SQLite's write lock
     try:
@@ -137,10 +136,3 @@ def _is_waiting_on_a_lock(admin: Any, pid: int | None) -> bool:
         "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid]
     ).fetchone()
     return row is not None and row[0] == "Lock"
-
-
-def _wait_until(condition: Any, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)

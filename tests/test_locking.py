@@ -20,21 +20,12 @@ from django_dlock.locking.handle import EXPIRED_LOCALLY
 from django_dlock.managers import DistributedLockManager
 from django_dlock.models import DistributedLock, LockWaiter
 from django_dlock.signals import lock_lost
-from tests.utils import database_settings, run_in_processes, spawn
+from tests.utils import database_settings, run_in_processes, spawn, wait_for
 from tests.workers_waiting import take_turns
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 Locks = DistributedLock.objects
-
-
-def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
-    """Poll ``condition`` until it holds; fail the test after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still not true after {seconds} s: {condition}")
-        time.sleep(0.01)
 
 
 def in_thread(function: Callable[[], Any]) -> threading.Thread:

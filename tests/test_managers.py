@@ -1,4 +1,4 @@
-"""The Python API of CONTRACT.md: acquire, renew, release, expiry, fencing."""
+"""The manager's Python API: acquire, renew, release, expiry, fencing."""
 
 from __future__ import annotations
 
@@ -14,18 +14,11 @@ from django_dlock import signals
 from django_dlock.exceptions import LockTransactionError
 from django_dlock.models import DistributedLock, FencingFloor, ReleaseResult
 from django_dlock.transactions import lock_transaction
+from tests.utils import expire
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 Locks = DistributedLock.objects
-
-
-def expire(resource: str) -> None:
-    """Make the lock on ``resource`` expired by moving its expiry an hour back."""
-    lock = DistributedLock.objects.get(resource=resource)
-    DistributedLock.objects.filter(pk=lock.pk).update(
-        expires_at=lock.expires_at - timedelta(hours=1)
-    )
 
 
 class TestAcquire:
@@ -345,7 +338,7 @@ class TestFencing:
     def test_purge_keeps_valid_and_recently_expired_locks(self) -> None:
         Locks.acquire("job:valid", owner="w", ttl=30)
         Locks.acquire("job:old", owner="w", ttl=30)
-        expire("job:old")  # an hour ago
+        expire("job:old", seconds_ago=3600)
         Locks.acquire("job:recent", owner="w", ttl=30)
         Locks.release("job:recent", owner="w")  # just now
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -35,6 +36,25 @@ def make_lock(resource: str, owner: str = "worker-1", *, expires_in: float = 60)
     )
     lock.refresh_from_db()
     return lock
+
+
+def expire(resource: str, seconds_ago: float = 1) -> None:
+    """Make the lock on ``resource`` expired ``seconds_ago`` by the database's clock."""
+    from django_dlock.backends.clock import expired_before
+    from django_dlock.models import DistributedLock
+
+    DistributedLock.objects.filter(resource=resource).update(expires_at=expired_before(seconds_ago))
+
+
+def wait_for(condition: Callable[[], Any], seconds: float = 10.0, what: str = "") -> Any:
+    """Poll ``condition`` until it returns something true, and return that; fail
+    the test after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {seconds} s waiting for {what or condition}")
+        time.sleep(0.02)
+    return value
 
 
 def database_settings() -> dict[str, Any]:
