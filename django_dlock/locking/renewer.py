@@ -39,11 +39,10 @@ class Renewer(threading.Thread):
                     outcome = f"renewing it failed with a database error: {error}"
                 if self.stopped.is_set():
                     return  # the holder released it meanwhile; its outcome is the holder's
+                if isinstance(outcome, RenewalFailure):
+                    outcome = outcome.value
                 if isinstance(outcome, str):
                     handle.mark_lost(outcome)
-                    return
-                if isinstance(outcome, RenewalFailure):
-                    handle.mark_lost(outcome.value)
                     return
                 handle.record_renewal(outcome, started, handle.ttl)
         finally:
