@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.apps import apps
@@ -74,23 +75,27 @@ class LockBackend:
         self.floor_table = qn(self.floor_model._meta.db_table)
         self.columns = [qn(field.column) for field in fields]
         self.pk_column = qn(self.model._meta.pk.column)
+        self.queue_state_sql = self._queue_state_sql()
 
+    @cached_property
+    def _select(self) -> tuple[str, dict[int, tuple[list[Any], Any]]]:
+        """The SELECT ... FOR UPDATE and the converters of its columns, compiled on
+        first use: Django compiles ``select_for_update()`` only inside a transaction."""
         queryset = (
-            self.model._default_manager.using(using)
+            self.model._default_manager.using(self.using)
             .select_for_update()
             .filter(resource=_PLACEHOLDER)
             .annotate(db_now=DatabaseNow())
             .order_by()
         )
-        compiler = queryset.query.get_compiler(using=using)
-        self.select_sql, params = compiler.as_sql()
+        compiler = queryset.query.get_compiler(using=self.using)
+        sql, params = compiler.as_sql()
         selected = [expression for expression, _, _ in compiler.select]
-        if list(params) != [_PLACEHOLDER] or len(selected) != len(fields) + 1:
-            raise AssertionError(f"unexpected SELECT for {using!r}: {self.select_sql}")
+        if list(params) != [_PLACEHOLDER] or len(selected) != len(self.attnames) + 1:
+            raise AssertionError(f"unexpected SELECT for {self.using!r}: {sql}")
         # {column index: (converters, expression)}; called with the caller's
         # connection, since a connection belongs to one thread.
-        self.converters = compiler.get_converters(selected)
-        self.queue_state_sql = self._queue_state_sql()
+        return sql, compiler.get_converters(selected)
 
     @property
     def connection(self) -> BaseDatabaseWrapper:
@@ -110,7 +115,7 @@ class LockBackend:
         database's time; ``None`` if there is no row."""
         connection = self.connection
         with connection.cursor() as cursor:
-            cursor.execute(self.select_sql, [resource])
+            cursor.execute(self._select[0], [resource])
             row = cursor.fetchone()
         if row is None:
             return None
@@ -245,7 +250,7 @@ class LockBackend:
 
     def _convert(self, row: Sequence[Any], connection: BaseDatabaseWrapper) -> list[Any]:
         values = list(row)
-        for index, (converters, expression) in self.converters.items():
+        for index, (converters, expression) in self._select[1].items():
             if index < len(values):
                 for converter in converters:
                     values[index] = converter(values[index], expression, connection)
