@@ -73,8 +73,12 @@ class LockBackend:
         self.qn = qn
         self.table = qn(self.model._meta.db_table)
         self.floor_table = qn(self.floor_model._meta.db_table)
-        self.columns = [qn(field.column) for field in fields]
-        self.pk_column = qn(self.model._meta.pk.column)
+        # {attname: quoted column}, in the model's field order
+        self.column_sql = {
+            field.attname: qn(field.column) for field in fields if field.column is not None
+        }
+        self.columns = list(self.column_sql.values())
+        self.pk_column = self.column_sql[self.model._meta.pk.attname]
         self.queue_state_sql = self._queue_state_sql()
 
     @cached_property
@@ -147,13 +151,13 @@ class LockBackend:
                 [],
             ),
         }
-        columns = ", ".join(qn(self.fields[name].column) for name in values)
+        columns = ", ".join(self.column_sql[name] for name in values)
         placeholders = ", ".join(sql for sql, _ in values.values())
         params = [param for _, value_params in values.values() for param in value_params]
         # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
         sql = (
             f"INSERT INTO {self.table} ({columns}) VALUES ({placeholders}) "  # noqa: S608
-            f"ON CONFLICT ({qn(self.fields['resource'].column)}) DO NOTHING "
+            f"ON CONFLICT ({self.column_sql['resource']}) DO NOTHING "
             f"RETURNING {', '.join(self.columns)}"
         )
         with connection.cursor() as cursor:
@@ -168,7 +172,7 @@ class LockBackend:
     def update(self, lock: DistributedLock, attnames: Sequence[str]) -> None:
         """Write ``lock``'s values of ``attnames`` to its row."""
         connection = self.connection
-        assignments = ", ".join(f"{self.qn(self.fields[name].column)} = %s" for name in attnames)
+        assignments = ", ".join(f"{self.column_sql[name]} = %s" for name in attnames)
         sql = f"UPDATE {self.table} SET {assignments} WHERE {self.pk_column} = %s"  # noqa: S608
         values = [
             self.fields[name].get_db_prep_save(getattr(lock, name), connection) for name in attnames
@@ -190,7 +194,7 @@ class LockBackend:
 
     def _purge_candidates(self, older_than: float, prefix: str) -> DistributedLockQuerySet:
         candidates: DistributedLockQuerySet = (
-            self.model._default_manager.using(self.using).expired(older_than).order_by()  # type: ignore[attr-defined]
+            self.model._default_manager.using(self.using).expired(older_than).order_by()
         )
         if prefix:
             candidates = candidates.with_resource_prefix(prefix)

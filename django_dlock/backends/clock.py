@@ -29,7 +29,7 @@ class DatabaseNow(Now):
 
     def as_sqlite(
         self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
-    ) -> tuple[str, list[Any]]:
+    ) -> tuple[str, tuple[str | int, ...]]:
         return self.as_sql(
             compiler,
             connection,
@@ -40,7 +40,7 @@ class DatabaseNow(Now):
 
 def now_plus(duration: timedelta) -> Expression:
     """The database's now plus ``duration``: an expiry ``duration`` from now."""
-    return DatabaseNow() + Value(duration, output_field=DurationField())  # type: ignore[no-any-return]
+    return DatabaseNow() + Value(duration, output_field=DurationField())
 
 
 def expired_before(older_than: float = 0) -> Expression:
@@ -48,7 +48,7 @@ def expired_before(older_than: float = 0) -> Expression:
     is at or before it expired at least that long ago."""
     if not older_than:
         return DatabaseNow()
-    return DatabaseNow() - Value(timedelta(seconds=older_than), output_field=DurationField())  # type: ignore[no-any-return]
+    return DatabaseNow() - Value(timedelta(seconds=older_than), output_field=DurationField())
 
 
 def time_left(expires_at: datetime, now: datetime) -> float:

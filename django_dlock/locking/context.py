@@ -202,6 +202,7 @@ class lock:  # noqa: N801 - used like a function, as contextlib's are
         if result is ReleaseResult.RELEASED:
             handle.mark_released()
             return
+        exception: type[LockExpired | LockNotOwned]
         if result is ReleaseResult.FORBIDDEN:
             reason, exception = "another owner held it when it was released", LockNotOwned
         else:
