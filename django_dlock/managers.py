@@ -15,6 +15,7 @@ from django_dlock import signals
 from django_dlock.backends import backend_for
 from django_dlock.backends.clock import DatabaseNow, expired_before
 from django_dlock.conf import conf
+from django_dlock.prefix import resource_prefix_q
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.transactions import after_commit, lock_transaction
 from django_dlock.validators import validate_owner, validate_resource, validate_ttl
@@ -52,7 +53,7 @@ class DistributedLockQuerySet(models.QuerySet["DistributedLock"]):
 
     def with_resource_prefix(self, prefix: str) -> DistributedLockQuerySet:
         """Locks whose resource starts with ``prefix`` (case-sensitive)."""
-        return self.filter(resource__startswith=prefix)
+        return self.filter(resource_prefix_q(prefix))
 
 
 class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySet)):  # type: ignore[misc]

@@ -1,21 +1,29 @@
 """Validation of what callers pass in: one function per value, shared by the
-manager, the model fields and the HTTP API."""
+manager, the model fields, ``purge_locks`` and the HTTP API."""
 
 from __future__ import annotations
 
 import math
-import re
+import unicodedata
 
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from django_dlock.conf import conf
 
 MAX_LENGTH = 255
 
-# Whitespace (including the Unicode kinds), control characters and "/" are refused:
-# a resource travels in a URL path segment and is read by people in logs.
-_FORBIDDEN_IN_RESOURCE = re.compile(r"[\s\x00-\x1f\x7f-\x9f/]")
+# Unicode general categories refused in a resource name: control characters,
+# invisible format characters (zero-width space, bidirectional overrides, the
+# byte order mark) and line and paragraph separators. Names that differ only by
+# them look identical in the admin and in logs.
+FORBIDDEN_CATEGORIES = {
+    "Cc": gettext_noop("control characters"),
+    "Cf": gettext_noop("invisible formatting characters"),
+    "Zl": gettext_noop("line separators"),
+    "Zp": gettext_noop("paragraph separators"),
+}
 
 
 def _storable(value: str, what: str) -> None:
@@ -33,23 +41,75 @@ def _storable(value: str, what: str) -> None:
         ) from None
 
 
-def validate_resource(value: object) -> str:
-    """Return ``value`` if it is a valid resource name, else raise ``ValidationError``."""
+def _describe(char: str) -> str:
+    """``U+200B ZERO WIDTH SPACE``: how a message names a character."""
+    return f"U+{ord(char):04X} {unicodedata.name(char, 'unnamed character')}"
+
+
+def _check_name(value: object, what: str) -> str:
+    """The rules of a resource name, for a resource or the start of one (a prefix).
+
+    ``what`` is the subject of the messages ("A resource", "A prefix").
+    """
     if not isinstance(value, str):
-        raise ValidationError(_("A resource must be a string."), code="invalid")
-    _storable(value, _("A resource"))
+        raise ValidationError(_("%(what)s must be a string."), code="invalid", params={"what": what})
+    _storable(value, what)
     if not 1 <= len(value) <= MAX_LENGTH:
         raise ValidationError(
-            _("A resource must be 1 to %(max)d characters long."),
+            _("%(what)s must be 1 to %(max)d characters long."),
             code="length",
-            params={"max": MAX_LENGTH},
+            params={"what": what, "max": MAX_LENGTH},
         )
-    if _FORBIDDEN_IN_RESOURCE.search(value):
+    for char in value:
+        kind = FORBIDDEN_CATEGORIES.get(unicodedata.category(char))
+        if kind is not None:
+            raise ValidationError(
+                _(
+                    "%(what)s may not contain %(kind)s (%(char)s): names that differ only "
+                    "by them look the same."
+                ),
+                code="invisible_characters",
+                params={"what": what, "kind": _(kind), "char": _describe(char)},
+            )
+        if char.isspace():
+            raise ValidationError(
+                _("%(what)s may not contain whitespace (%(char)s)."),
+                code="whitespace",
+                params={"what": what, "char": _describe(char)},
+            )
+        if char == "/":
+            raise ValidationError(
+                _("%(what)s may not contain '/': it travels in one URL path segment."),
+                code="slash",
+                params={"what": what},
+            )
+    if not unicodedata.is_normalized("NFC", value):
         raise ValidationError(
-            _("A resource may not contain whitespace, control characters or '/'."),
-            code="invalid_characters",
+            _(
+                "%(what)s must be in Unicode normal form NFC (for example 'é' as one "
+                "character, not 'e' and a combining accent), so that names that look the "
+                "same are the same name: pass unicodedata.normalize('NFC', name)."
+            ),
+            code="not_nfc",
+            params={"what": what},
         )
     return value
+
+
+def validate_resource(value: object) -> str:
+    """Return ``value`` if it is a valid resource name, else raise ``ValidationError``.
+
+    1 to 255 characters; no whitespace, control characters, invisible
+    formatting characters (Unicode Cf), line or paragraph separators, nor "/";
+    in Unicode normal form NFC.
+    """
+    return _check_name(value, _("A resource"))
+
+
+def validate_resource_prefix(value: object) -> str:
+    """Return ``value`` if it can start a resource name, else raise
+    ``ValidationError``: the rules of a resource, in messages that name the prefix."""
+    return _check_name(value, _("A prefix"))
 
 
 def validate_owner(value: object) -> str:

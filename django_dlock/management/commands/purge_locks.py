@@ -10,12 +10,11 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.utils.translation import gettext as _
 
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockTransactionError
 from django_dlock.models import DistributedLock
-from django_dlock.validators import validate_resource
+from django_dlock.validators import validate_resource_prefix
 
 logger = logging.getLogger("django_dlock.purge_locks")
 
@@ -47,29 +46,13 @@ def batch_size(value: str) -> int:
     return number
 
 
-def _prefix_messages() -> dict[str | None, str]:
-    """What ``--prefix`` says for each ``ValidationError.code`` of ``validate_resource``."""
-    return {
-        "null": _("A prefix may not contain NUL characters."),
-        "encoding": _("A prefix must be valid Unicode text."),
-        "length": _("A prefix must be 1 to %(max)d characters long."),
-        "invalid_characters": _("A prefix may not contain whitespace, control characters or '/'."),
-    }
-
-
 def resource_prefix(value: str) -> str:
     """``--prefix``: the start of a resource name, so it follows the same rules."""
     try:
-        return validate_resource(value)
+        return validate_resource_prefix(value)
     except ValidationError as error:
-        messages = _prefix_messages()
-        sentences = [
-            messages[e.code] % (e.params or {})
-            if e.code in messages
-            else e.message % (e.params or {})
-            for e in error.error_list
-        ]
-        raise ArgumentTypeError(f"{' '.join(sentences)} Got {value!r}.") from error
+        message = " ".join(error.messages)
+        raise ArgumentTypeError(f"{message} Got {value!r}.") from error
 
 
 class Command(BaseCommand):
