@@ -52,7 +52,9 @@ def _check_name(value: object, what: str) -> str:
     ``what`` is the subject of the messages ("A resource", "A prefix").
     """
     if not isinstance(value, str):
-        raise ValidationError(_("%(what)s must be a string."), code="invalid", params={"what": what})
+        raise ValidationError(
+            _("%(what)s must be a string."), code="invalid", params={"what": what}
+        )
     _storable(value, what)
     if not 1 <= len(value) <= MAX_LENGTH:
         raise ValidationError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from django.utils.translation import gettext_lazy as _
 from rest_framework import exceptions, status
@@ -47,6 +48,14 @@ class LockOwnerMismatch(exceptions.APIException):
     default_code = "lock_owner_mismatch"
 
 
+class RequestTooLarge(exceptions.APIException):
+    """The body is over Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = _("The request body is larger than the server accepts.")
+    default_code = "request_too_large"
+
+
 class RouteNotFound(exceptions.NotFound):
     default_detail = _("There is no such route in the lock API.")
     default_code = "not_found"
@@ -65,6 +74,7 @@ PROBLEM_TYPES: list[tuple[type[exceptions.APIException], str, str]] = [
     (exceptions.MethodNotAllowed, "method-not-allowed", "Method not allowed"),
     (exceptions.NotAcceptable, "not-acceptable", "Not acceptable"),
     (LockNotHeld, "lock-not-held", "Lock not held"),
+    (RequestTooLarge, "request-too-large", "Request body too large"),
     (exceptions.UnsupportedMediaType, "unsupported-media-type", "Unsupported media type"),
     (exceptions.Throttled, "throttled", "Too many requests"),
 ]
@@ -82,6 +92,8 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
     API exceptions. Anything else (a database failure) is left to Django, as DRF
     leaves it.
     """
+    if isinstance(exc, RequestDataTooBig):  # request.body read past Django's limit
+        exc = RequestTooLarge()
     response = exception_handler(exc, context)
     if response is None:
         return None

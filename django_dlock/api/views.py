@@ -1,25 +1,28 @@
-"""The lock API: one viewset whose routes are the HTTP table of CONTRACT.md."""
+"""The lock API: one viewset whose routes are acquire, read, renew, release and list."""
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
+from django.utils.html import escape
 from django.utils.module_loading import import_string
-from rest_framework import pagination, serializers, viewsets
-from rest_framework.exceptions import NotFound
-from rest_framework.parsers import JSONParser
+from rest_framework import serializers, viewsets
 from rest_framework.permissions import BasePermission
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
+from django_dlock.api.encoding import path_is_utf8, query_parameters_not_utf8
+from django_dlock.api.pagination import LockCursorPagination
+from django_dlock.api.parsers import LockJSONParser
+from django_dlock.api.permissions import filter_resources, may_see_owners
 from django_dlock.api.problems import (
     LockNotFound,
     LockNotHeld,
@@ -36,71 +39,42 @@ from django_dlock.api.serializers import (
     ReleaseRequestSerializer,
     RenewRequestSerializer,
 )
+from django_dlock.api.throttling import LockCallThrottle, OwnerFailureThrottle
 from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock, ReleaseResult
-from django_dlock.validators import validate_resource
+from django_dlock.validators import validate_resource, validate_resource_prefix
 
 # How often acquire is tried again when it lost to a holder that was gone by the
 # time its expiry was read (released or expired in between).
 ACQUIRE_ATTEMPTS = 3
 
+# The routes that check an owner, and the refusals that count as failed checks.
+OWNER_CHECKED_ACTIONS = {"renew", "release"}
+OWNER_CHECK_FAILURES = (LockNotHeld, LockOwnerMismatch)
 
-class LockCursorPagination(pagination.CursorPagination):
-    """Pages of locks ordered by resource: stable while locks come and go, and no
-    ``COUNT(*)`` over a large table."""
-
-    ordering = "resource"
-    page_size = 100
-    page_size_query_param = "page_size"
-    max_page_size = 1000
-
-    def get_page_size(self, request: Request) -> int:
-        # DRF silently ignores a page_size it cannot read; it is bad input.
-        raw = request.query_params.get(self.page_size_query_param)
-        if raw is None:
-            return self.page_size
-        # Digits only: int() would also take " 5", "+5" and "5_0" (and refuse
-        # more than 4300 digits).
-        if not re.fullmatch(r"[0-9]+", raw):
-            size = 0
-        else:
-            size = self.max_page_size if len(raw.lstrip("0")) > 9 else int(raw)
-        if size < 1:
-            raise serializers.ValidationError(
-                {self.page_size_query_param: ["A page size must be a whole number of 1 or more."]}
-            )
-        return min(size, self.max_page_size)
-
-    def decode_cursor(self, request: Request) -> Any:
-        invalid = serializers.ValidationError({self.cursor_query_param: ["Invalid cursor."]})
-        try:
-            cursor = super().decode_cursor(request)
-        except NotFound:  # DRF answers a bad cursor with 404; it is bad input
-            raise invalid from None
-        # The position is a resource (the list is ordered by it); a forged one
-        # could carry what the database cannot compare with (NUL on PostgreSQL).
-        if cursor is not None and cursor.position is not None:
-            try:
-                validate_resource(cursor.position)
-            except DjangoValidationError:
-                raise invalid from None
-        return cursor
+# What OPTIONS shows as the API's description (instead of a docstring's markup).
+DESCRIPTION = (
+    "Distributed locks: acquire, read, renew and release a lock by its resource name, "
+    "and list the locks held now. The OpenAPI schema describes every route."
+)
 
 
 class LockViewSet(viewsets.ViewSet):
     """Acquire, read, renew, release and list locks.
 
     Authentication classes are the host's DRF defaults; permission classes come
-    from ``DLOCK_API_PERMISSION_CLASSES``. Every error is an RFC 9457 problem
-    (``django_dlock.api.problems``).
+    from ``DLOCK_API_PERMISSION_CLASSES`` and are asked about each resource
+    (``check_object_permissions`` with the name); throttles add the scopes of
+    ``django_dlock.api.throttling`` to the host's. Every error is an RFC 9457
+    problem (``django_dlock.api.problems``).
     """
 
     lookup_field = "resource"
     # Any resource a URL path segment can carry (periods included): the view
     # validates it, so a bad one is a 400 that names it rather than a 404.
     lookup_value_regex = "[^/]+"
-    parser_classes = [JSONParser]
+    parser_classes = [LockJSONParser]
     renderer_classes = [JSONRenderer]
     pagination_class = LockCursorPagination
 
@@ -116,25 +90,51 @@ class LockViewSet(viewsets.ViewSet):
     def get_permissions(self) -> list[BasePermission]:
         return [import_string(path)() for path in conf.API_PERMISSION_CLASSES]
 
+    def get_throttles(self) -> list[BaseThrottle]:
+        throttles: list[BaseThrottle] = [*super().get_throttles(), LockCallThrottle()]
+        if self.action in OWNER_CHECKED_ACTIONS:
+            throttles.append(OwnerFailureThrottle())
+        return throttles
+
     def get_exception_handler(self) -> Callable[..., Response | None]:
         return problem_exception_handler
+
+    def get_view_description(self, html: bool = False) -> str:
+        return escape(DESCRIPTION) if html else DESCRIPTION
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        if not path_is_utf8(request):
+            raise serializers.ValidationError(
+                {"resource": ["The path is not UTF-8 once percent-decoded."]}
+            )
+        bad = query_parameters_not_utf8(request)
+        if bad:
+            raise serializers.ValidationError(
+                {name: ["Not UTF-8 once percent-decoded."] for name in bad}
+            )
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, OWNER_CHECK_FAILURES):
+            OwnerFailureThrottle().record_failure(self.request, self)
+        return super().handle_exception(exc)
 
     # -- helpers ----------------------------------------------------------------
 
     def _resource(self) -> str:
+        """The route's resource, valid and one the permission classes allow."""
         resource = self.kwargs[self.lookup_field]
         try:
-            return validate_resource(resource)
+            validate_resource(resource)
         except DjangoValidationError as error:
             raise serializers.ValidationError({"resource": error.messages}) from None
+        self.check_object_permissions(self.request, resource)
+        return str(resource)
 
     def _body(self, serializer_class: type[serializers.Serializer[Any]]) -> dict[str, Any]:
         serializer = serializer_class(data=self.request.data)
         serializer.is_valid(raise_exception=True)
         return dict(serializer.validated_data)
-
-    def _show_owner(self) -> bool:
-        return bool(getattr(self.request.user, "is_staff", False))
 
     def _locks(self) -> Any:
         return DistributedLock.objects.using(conf.DATABASE)
@@ -145,13 +145,14 @@ class LockViewSet(viewsets.ViewSet):
         prefix = request.query_params.get("prefix", "")
         if prefix:
             try:
-                validate_resource(prefix)
+                validate_resource_prefix(prefix)
             except DjangoValidationError as error:
                 raise serializers.ValidationError({"prefix": error.messages}) from None
         locks = self._locks().active().with_resource_prefix(prefix)
+        locks = filter_resources(request, self, self.get_permissions(), locks)
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(locks, request, view=self)
-        data = LockSerializer(page, many=True, show_owner=self._show_owner()).data
+        data = LockSerializer(page, many=True, show_owner=may_see_owners(request)).data
         return paginator.get_paginated_response(data)
 
     def retrieve(self, request: Request, resource: str) -> Response:
@@ -159,7 +160,7 @@ class LockViewSet(viewsets.ViewSet):
         lock = self._locks().active().filter(resource=resource).first()
         if lock is None:
             raise LockNotFound()
-        return Response(LockSerializer(lock, show_owner=self._show_owner()).data)
+        return Response(LockSerializer(lock, show_owner=may_see_owners(request)).data)
 
     def acquire(self, request: Request, resource: str) -> Response:
         resource = self._resource()
@@ -216,7 +217,7 @@ class RouteNotFoundView(APIView):
     authentication_classes: list[Any] = []
     permission_classes: list[Any] = []
     schema = None  # not an operation of the schema
-    parser_classes = [JSONParser]
+    parser_classes = [LockJSONParser]
     renderer_classes = [JSONRenderer]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
