@@ -5,11 +5,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from django.apps import AppConfig, apps
+from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
-from django.utils.module_loading import import_string
 
 from django_dlock.backends import BACKENDS
 from django_dlock.conf import Settings, conf
@@ -64,7 +63,6 @@ def check_settings(
                 id="django_dlock.E003",
             )
         )
-    errors.extend(_check_api_permission_classes())
     errors.extend(_check_backoff())
     known = {
         f"DLOCK_{name}" for name, value in vars(Settings).items() if isinstance(value, property)
@@ -89,48 +87,6 @@ def check_settings(
         )
         return errors
     errors.extend(_check_database(alias))
-    return errors
-
-
-def _check_api_permission_classes() -> list[CheckMessage]:
-    paths = conf.API_PERMISSION_CLASSES
-    if not isinstance(paths, list | tuple) or not all(isinstance(p, str) for p in paths):
-        return [
-            Error(
-                f"DLOCK_API_PERMISSION_CLASSES must be a list of dotted paths, not {paths!r}.",
-                hint='For example ["rest_framework.permissions.IsAuthenticated"].',
-                id="django_dlock.E101",
-            )
-        ]
-    if not apps.is_installed("rest_framework"):
-        return []  # no API in use: nothing to import
-    from rest_framework.permissions import BasePermission, OperandHolder
-
-    errors: list[CheckMessage] = []
-    for path in paths:
-        try:
-            permission = import_string(path)
-        except ImportError as error:
-            errors.append(
-                Error(
-                    f"DLOCK_API_PERMISSION_CLASSES names {path!r}, which cannot be imported: {error}",
-                    hint="Name a DRF permission class by its dotted path.",
-                    id="django_dlock.E102",
-                )
-            )
-            continue
-        # OperandHolder: a class composed with &, | or ~ (IsAuthenticated & IsAdminUser).
-        if not isinstance(permission, OperandHolder) and not (
-            isinstance(permission, type) and issubclass(permission, BasePermission)
-        ):
-            errors.append(
-                Error(
-                    f"DLOCK_API_PERMISSION_CLASSES names {path!r}, which is not a DRF "
-                    "permission class.",
-                    hint="Name subclasses of rest_framework.permissions.BasePermission.",
-                    id="django_dlock.E103",
-                )
-            )
     return errors
 
 

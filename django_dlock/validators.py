@@ -4,7 +4,9 @@ manager, the model fields, ``purge_locks`` and the HTTP API."""
 from __future__ import annotations
 
 import math
+import sys
 import unicodedata
+from functools import cache
 
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
@@ -112,6 +114,34 @@ def validate_resource_prefix(value: object) -> str:
     """Return ``value`` if it can start a resource name, else raise
     ``ValidationError``: the rules of a resource, in messages that name the prefix."""
     return _check_name(value, _("A prefix"))
+
+
+@cache
+def resource_character_class() -> str:
+    """A regular expression class (``[^...]``) of the characters a resource may
+    contain, for the OpenAPI schema: Python's ``re`` and ECMAScript read it
+    alike (astral characters are written as themselves). NFC is a rule about
+    whole names, which no character class can express."""
+    refused = [
+        code
+        for code in range(sys.maxunicode + 1)
+        if 0xD800 <= code <= 0xDFFF  # surrogates: no UTF-8 form
+        or unicodedata.category(chr(code)) in FORBIDDEN_CATEGORIES
+        or chr(code).isspace()
+        or chr(code) == "/"
+    ]
+    ranges: list[tuple[int, int]] = []
+    for code in refused:
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1] = (ranges[-1][0], code)
+        else:
+            ranges.append((code, code))
+
+    def char(code: int) -> str:
+        return f"\\u{code:04x}" if code <= 0xFFFF else chr(code)
+
+    parts = [char(a) if a == b else f"{char(a)}-{char(b)}" for a, b in ranges]
+    return "[^" + "".join(parts) + "]"
 
 
 def validate_owner(value: object) -> str:

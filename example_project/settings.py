@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_dlock",
+    "django_dlock.api",
 ]
 
 MIDDLEWARE = [

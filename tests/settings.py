@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "django_dlock",
+    "django_dlock.api",
     "tests.testapp",
 ]
 

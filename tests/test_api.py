@@ -18,7 +18,7 @@ pytest.importorskip("rest_framework")
 from django.contrib.auth.models import Permission, User  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import override_settings  # noqa: E402
-from django.urls import resolve, reverse  # noqa: E402
+from django.urls import reverse  # noqa: E402
 from django.utils.dateparse import parse_datetime  # noqa: E402
 from rest_framework.authentication import SessionAuthentication  # noqa: E402
 from rest_framework.authtoken.models import Token  # noqa: E402

@@ -1,4 +1,5 @@
-"""``manage.py check`` and the conf property of DLOCK_API_PERMISSION_CLASSES."""
+"""``manage.py check`` of the lock API (``django_dlock.api.checks``) and the conf
+property of DLOCK_API_PERMISSION_CLASSES."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from django_dlock.checks import check_settings
+from django_dlock.api.checks import check_api_settings
 from django_dlock.conf import conf
 
 
 def error_ids() -> list[str]:
-    return [message.id for message in check_settings() if message.id]
+    return [message.id for message in check_api_settings() if message.id]
 
 
 def test_default_permission_classes(settings: Any) -> None:

@@ -22,13 +22,13 @@ OPERATIONS = {
     ("/api/locks", "get"): {"200", "400", "401", "403", "404", "405", "406", "429"},
     ("/api/locks/{resource}", "get"): {"200", "400", "401", "403", "404", "405", "406", "429"},
     ("/api/locks/{resource}", "post"): {
-        *("200", "400", "401", "403", "404", "405", "406", "415", "429"),
+        *("200", "400", "401", "403", "404", "405", "406", "413", "415", "429"),
     },
     ("/api/locks/{resource}", "delete"): {
-        *("204", "400", "401", "403", "404", "405", "406", "415", "429"),
+        *("204", "400", "401", "403", "404", "405", "406", "413", "415", "429"),
     },
     ("/api/locks/{resource}/renew", "post"): {
-        *("200", "400", "401", "403", "404", "405", "406", "409", "415", "429"),
+        *("200", "400", "401", "403", "404", "405", "406", "409", "413", "415", "429"),
     },
 }
 
@@ -81,6 +81,29 @@ def test_bodies_and_parameters_are_documented() -> None:
     assert listing == {"prefix", "cursor", "page_size"}
     ttl = components["AcquireRequest"]["properties"]["ttl"]
     assert ttl["type"] == "number" and ttl["maximum"] == 86400
+
+
+def test_acquire_and_renew_link_to_the_calls_that_use_the_lock() -> None:
+    paths = served_schema()["paths"]
+    for path, method in [
+        ("/api/locks/{resource}", "post"),
+        ("/api/locks/{resource}/renew", "post"),
+    ]:
+        links = paths[path][method]["responses"]["200"]["links"]
+        assert {name: link["operationId"] for name, link in links.items()} == {
+            "ReadLock": "locks_retrieve",
+            "RenewLock": "locks_renew",
+            "ReleaseLock": "locks_release",
+        }
+        assert links["ReleaseLock"]["requestBody"] == {"owner": "$response.body#/owner"}
+        assert links["ReadLock"]["parameters"] == {"resource": "$request.path.resource"}
+
+
+def test_throttled_answers_document_retry_after() -> None:
+    for path, item in served_schema()["paths"].items():
+        if path.startswith("/api/locks"):
+            for operation in item.values():
+                assert "Retry-After" in operation["responses"]["429"]["headers"], path
 
 
 def test_example_project_serves_schema_and_offline_docs() -> None:

@@ -16,6 +16,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers
 
+from django_dlock.api.pagination import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 from django_dlock.api.problems import PROBLEM_CONTENT_TYPE, problem_type
 from django_dlock.api.serializers import (
     AcquiredSerializer,
@@ -29,24 +30,59 @@ from django_dlock.api.serializers import (
     RenewRequestSerializer,
 )
 from django_dlock.conf import conf
-from django_dlock.validators import MAX_LENGTH
+from django_dlock.validators import MAX_LENGTH, resource_character_class
 
 TAG = "locks"
 
 
 class LockAutoSchema(AutoSchema):
-    """drf-spectacular's schema, plus the JSON body of DELETE (release takes the
-    owner in it), which drf-spectacular leaves out for methods other than
-    POST, PUT and PATCH."""
+    """drf-spectacular's schema, plus what it has no decorator for: the JSON
+    body of DELETE (release takes the owner in it; drf-spectacular describes
+    bodies of POST, PUT and PATCH only) and the OpenAPI links from acquire and
+    renew to the calls that use the lock they return. Both are added through
+    ``get_operation``, drf-spectacular's public override point."""
 
-    def _get_request_body(self, direction: str = "request") -> Any:
-        if self.method != "DELETE":
-            return super()._get_request_body(direction)
-        self.method = "POST"
-        try:
-            return super()._get_request_body(direction)
-        finally:
-            self.method = "DELETE"
+    def get_operation(
+        self, path: str, path_regex: str, path_prefix: str, method: str, registry: Any
+    ) -> dict[str, Any] | None:
+        operation: dict[str, Any] | None = super().get_operation(
+            path, path_regex, path_prefix, method, registry
+        )
+        if operation is None:
+            return None
+        if method.upper() == "DELETE" and "requestBody" not in operation:
+            serializer = self.get_request_serializer()
+            if serializer is not None:
+                component = self.resolve_serializer(serializer, "request")
+                operation["requestBody"] = {
+                    "content": {"application/json": {"schema": component.ref}},
+                    "required": True,
+                }
+        links = LINKS.get(operation.get("operationId", ""))
+        if links:
+            operation["responses"]["200"]["links"] = links
+        return operation
+
+
+def _link(operation_id: str, description: str, with_owner: bool) -> dict[str, Any]:
+    link: dict[str, Any] = {
+        "operationId": operation_id,
+        "parameters": {"resource": "$request.path.resource"},
+        "description": description,
+    }
+    if with_owner:
+        link["requestBody"] = {"owner": "$response.body#/owner"}
+    return link
+
+
+# From a call that returns a held lock to the calls that use it: the resource
+# of the request, the owner of the answer.
+_USE_THE_LOCK = {
+    "ReadLock": _link("locks_retrieve", "Read the lock.", with_owner=False),
+    "RenewLock": _link("locks_renew", "Renew the lock, as its owner.", with_owner=True),
+    "ReleaseLock": _link("locks_release", "Release the lock, as its owner.", with_owner=True),
+}
+LINKS = {"locks_acquire": _USE_THE_LOCK, "locks_renew": _USE_THE_LOCK}
 
 
 class TtlFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
@@ -76,29 +112,30 @@ class FlagFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-un
         return {"type": "boolean", "enum": [self.target.value]}
 
 
-# Python's \s, as django_dlock.validators uses it.
-_RESOURCE_CHARS = r"[^\s/\x00-\x1f\x7f-\x9f]"
+_RESOURCE_CHARS = resource_character_class()
 RESOURCE = OpenApiParameter(
     "resource",
     OpenApiTypes.STR,
     OpenApiParameter.PATH,
-    description="The name of what is locked: 1 to 255 characters, no whitespace, no "
-    "control characters, no '/'.",
+    description="The name of what is locked: 1 to 255 characters; no whitespace, "
+    "control characters, invisible formatting characters (Unicode Cf), line or paragraph "
+    "separators, nor '/'; in Unicode normal form NFC (which a pattern cannot express).",
     pattern=rf"^{_RESOURCE_CHARS}{{1,255}}$",
 )
 PREFIX = OpenApiParameter(
     "prefix",
     OpenApiTypes.STR,
     OpenApiParameter.QUERY,
-    description="Only locks whose resource starts with this (case-sensitive); it obeys "
-    "the rules of a resource.",
+    description="Only locks whose resource starts with this (case-sensitive, on every "
+    "database); it obeys the rules of a resource. Empty: every lock.",
     pattern=rf"^{_RESOURCE_CHARS}{{0,255}}$",
 )
 PAGE_SIZE = OpenApiParameter(
     "page_size",
-    {"type": "integer", "minimum": 1},
+    {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE},
     OpenApiParameter.QUERY,
-    description="Locks per page: 100 unless given, at most 1000 (larger asks get 1000).",
+    description=f"Locks per page: {DEFAULT_PAGE_SIZE} unless given; 1 to {MAX_PAGE_SIZE}, "
+    "anything else is a 400.",
 )
 CURSOR = OpenApiParameter(
     "cursor",
@@ -113,6 +150,13 @@ RETRY_AFTER = OpenApiParameter(
     response=[200],
     description="With acquired false: whole seconds until the holder's lock expires "
     "(rounded up, by the database's clock).",
+)
+THROTTLED_RETRY_AFTER = OpenApiParameter(
+    "Retry-After",
+    {"type": "integer", "minimum": 1},
+    OpenApiParameter.HEADER,
+    response=[429],
+    description="Whole seconds until the throttle lets the next call through.",
 )
 
 
@@ -134,14 +178,24 @@ def _problems(*statuses: int) -> dict[Any, Any]:
         ),
         401: _problem("Not authenticated.", ["not-authenticated"]),
         403: _problem(
-            "Not authenticated (with session authentication only) or not permitted.",
+            "Not authenticated (with session authentication only), or not permitted (by "
+            "the permission classes, for this resource).",
             ["not-authenticated", "permission-denied"],
         ),
         404: _problem("No such route under locks/.", ["not-found"]),
         405: _problem("Method not allowed.", ["method-not-allowed"]),
         406: _problem("The Accept header allows no JSON.", ["not-acceptable"]),
         415: _problem("The body is not JSON.", ["unsupported-media-type"]),
-        429: _problem("Throttled (when the host configures throttling).", ["throttled"]),
+        413: _problem(
+            "The body is larger than Django's DATA_UPLOAD_MAX_MEMORY_SIZE.",
+            ["request-too-large"],
+        ),
+        429: _problem(
+            "Throttled: the scope `dlock` (every call) or `dlock-owner-failure` (failed owner "
+            "checks of renew and release) of DRF's DEFAULT_THROTTLE_RATES is used up; "
+            "`Retry-After` says when to try again.",
+            ["throttled"],
+        ),
     }
     common = [401, 403, 404, 405, 406, 429]
     return {(code, PROBLEM_CONTENT_TYPE): known[code] for code in sorted({*common, *statuses})}
@@ -159,9 +213,11 @@ def document(viewset: type) -> None:
             operation_id="locks_list",
             summary="List unexpired locks",
             description="Locks held now, ordered by resource, one page at a time (cursor "
-            "pagination: follow `next`). `owner` is shown to staff users only.",
+            "pagination: follow `next`), narrowed to those the permission classes let the caller "
+            "see. `owner` is shown only to users with the `django_dlock.change_distributedlock` "
+            "permission.",
             tags=[TAG],
-            parameters=[PREFIX, CURSOR, PAGE_SIZE],
+            parameters=[PREFIX, CURSOR, PAGE_SIZE, THROTTLED_RETRY_AFTER],
             responses={
                 **_json(200, LockSerializer(many=True)),
                 **_problems(400),
@@ -170,10 +226,10 @@ def document(viewset: type) -> None:
         retrieve=extend_schema(
             operation_id="locks_retrieve",
             summary="Read a lock",
-            description="The lock on `resource` if one is held now. `owner` is shown to "
-            "staff users only.",
+            description="The lock on `resource` if one is held now. `owner` is shown only to "
+            "users with the `django_dlock.change_distributedlock` permission.",
             tags=[TAG],
-            parameters=[RESOURCE],
+            parameters=[RESOURCE, THROTTLED_RETRY_AFTER],
             responses={
                 **_json(200, LockSerializer),
                 **_problems(400),
@@ -191,7 +247,7 @@ def document(viewset: type) -> None:
             "The owner that holds it gets it again with a new `expires_at` and the same "
             "fencing token. Without `owner` a random 128-bit token is generated and returned.",
             tags=[TAG],
-            parameters=[RESOURCE, RETRY_AFTER],
+            parameters=[RESOURCE, RETRY_AFTER, THROTTLED_RETRY_AFTER],
             request=AcquireRequestSerializer,
             responses={
                 **_json(
@@ -202,7 +258,7 @@ def document(viewset: type) -> None:
                         "with the holder's `expires_at` and a `Retry-After` header.",
                     ),
                 ),
-                **_problems(400, 415),
+                **_problems(400, 413, 415),
             },
             examples=[
                 OpenApiExample(
@@ -215,11 +271,11 @@ def document(viewset: type) -> None:
             summary="Renew a lock",
             description="Extends the lock that `owner` validly holds to `ttl` seconds from now.",
             tags=[TAG],
-            parameters=[RESOURCE],
+            parameters=[RESOURCE, THROTTLED_RETRY_AFTER],
             request=RenewRequestSerializer,
             responses={
                 **_json(200, OwnedLockSerializer),
-                **_problems(400, 415),
+                **_problems(400, 413, 415),
                 (404, PROBLEM_CONTENT_TYPE): _problem(
                     "There is no lock (never acquired, released or purged), or no such route.",
                     ["lock-not-found", "not-found"],
@@ -234,11 +290,11 @@ def document(viewset: type) -> None:
             summary="Release a lock",
             description="Gives up the lock that `owner` holds.",
             tags=[TAG],
-            parameters=[RESOURCE],
+            parameters=[RESOURCE, THROTTLED_RETRY_AFTER],
             request=ReleaseRequestSerializer,
             responses={
                 204: OpenApiResponse(description="Released."),
-                **_problems(400, 415),
+                **_problems(400, 413, 415),
                 (403, PROBLEM_CONTENT_TYPE): _problem(
                     "Another owner holds the lock; or not authenticated / not permitted.",
                     ["lock-owner-mismatch", "not-authenticated", "permission-denied"],
@@ -270,9 +326,6 @@ def _extend_schema_view(**schemas: Any) -> Any:
     def decorate(viewset: type) -> type:
         for name, schema in schemas.items():
             method = getattr(viewset, name)
-            # The base of the schema extend_schema builds: ours, whatever the
-            # host's DEFAULT_SCHEMA_CLASS.
-            method.kwargs = {"schema": LockAutoSchema}
             setattr(viewset, name, schema(method))
         return viewset
 

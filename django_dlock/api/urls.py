@@ -5,10 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 from django.urls import re_path
 from rest_framework.routers import Route, SimpleRouter
 
 from django_dlock.api.views import LockViewSet, RouteNotFoundView
+
+if not apps.is_installed("django_dlock.api"):
+    # Its AppConfig registers the API's system checks; without it a wrong
+    # DLOCK_API_PERMISSION_CLASSES or throttle rate would surface as a 500.
+    raise ImproperlyConfigured(
+        'The lock API needs "django_dlock.api" in INSTALLED_APPS (after "rest_framework" '
+        'and "django_dlock").'
+    )
 
 app_name = "django_dlock"
 
