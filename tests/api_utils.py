@@ -6,12 +6,15 @@ from __future__ import annotations
 import copy
 import json
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.test import Client
 from django.urls import resolve
 from openapi_schema_validator import OAS30Validator, validate
 from rest_framework.test import APIClient
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 PROBLEM = "application/problem+json"
 SCHEMA_URL = "/api/schema/?format=json"
@@ -103,3 +106,40 @@ def problem(response: Any, status: int, slug: str) -> dict[str, Any]:
     assert body["title"]
     assert body["detail"]
     return body
+
+
+def client_for(user: User | None) -> CheckedClient:
+    """A checked client, authenticated with a token of ``user`` (anonymous for None)."""
+    from rest_framework.authtoken.models import Token
+
+    client = CheckedClient()
+    if user is not None:
+        token = Token.objects.create(user=user)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+def user_with_permissions(username: str, *codenames: str, **fields: Any) -> User:
+    """A user holding the named permissions (codenames of django_dlock's model)."""
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user(username, **fields)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="django_dlock", codename__in=codenames)
+    )
+    return user
+
+
+def post(client: APIClient, path: str, body: Any = None) -> Any:
+    return send(client, "POST", path, body)
+
+
+def delete(client: APIClient, path: str, body: Any) -> Any:
+    return send(client, "DELETE", path, body)
+
+
+def send(client: APIClient, method: str, path: str, body: Any) -> Any:
+    if body is None:
+        return client.generic(method, path)
+    # json.dumps escapes what UTF-8 cannot carry (a lone surrogate is valid JSON).
+    return client.generic(method, path, json.dumps(body), content_type="application/json")

@@ -15,73 +15,51 @@ import pytest
 
 pytest.importorskip("rest_framework")
 
-from django.contrib.auth.models import Permission, User  # noqa: E402
+from django.contrib.auth.models import User  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from django.urls import reverse  # noqa: E402
 from django.utils.dateparse import parse_datetime  # noqa: E402
 from rest_framework.authentication import SessionAuthentication  # noqa: E402
-from rest_framework.authtoken.models import Token  # noqa: E402
 from rest_framework.throttling import UserRateThrottle  # noqa: E402
 
 from django_dlock.api.views import LockViewSet  # noqa: E402
 from django_dlock.backends.clock import DatabaseNow  # noqa: E402
 from django_dlock.models import DistributedLock  # noqa: E402
-from tests.api_utils import PROBLEM, CheckedClient, problem  # noqa: E402
+from tests.api_utils import (  # noqa: E402
+    PROBLEM,
+    CheckedClient,
+    client_for,
+    delete,
+    post,
+    problem,
+    user_with_permissions,
+)
 from tests.utils import expire  # noqa: E402
 
 pytestmark = pytest.mark.django_db
 
 
-def _client(user: User | None) -> CheckedClient:
-    client = CheckedClient()
-    if user is not None:
-        token = Token.objects.create(user=user)
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-    return client
-
-
 @pytest.fixture
 def api() -> CheckedClient:
     """An authenticated client of a user who is not staff."""
-    return _client(User.objects.create_user("alice"))
+    return client_for(User.objects.create_user("alice"))
 
 
 @pytest.fixture
 def staff_api() -> CheckedClient:
-    return _client(User.objects.create_user("root", is_staff=True))
+    return client_for(User.objects.create_user("root", is_staff=True))
 
 
 @pytest.fixture
 def operator_api() -> CheckedClient:
     """A user who may force-release locks, and so may see owners."""
-    return _client(user_with_permissions("operator", "change_distributedlock"))
-
-
-def user_with_permissions(username: str, *codenames: str, **fields: Any) -> User:
-    user = User.objects.create_user(username, **fields)
-    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
-    return user
+    return client_for(user_with_permissions("operator", "change_distributedlock"))
 
 
 @pytest.fixture
 def anonymous() -> CheckedClient:
     return CheckedClient()
-
-
-def post(client: CheckedClient, path: str, body: Any = None) -> Any:
-    return _send(client, "POST", path, body)
-
-
-def delete(client: CheckedClient, path: str, body: Any) -> Any:
-    return _send(client, "DELETE", path, body)
-
-
-def _send(client: CheckedClient, method: str, path: str, body: Any) -> Any:
-    if body is None:
-        return client.generic(method, path)
-    # json.dumps escapes what UTF-8 cannot carry (a lone surrogate is valid JSON).
-    return client.generic(method, path, json.dumps(body), content_type="application/json")
 
 
 def as_time(value: str) -> Any:
