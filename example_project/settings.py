@@ -55,7 +55,7 @@ ROOT_URLCONF = "example_project.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -85,6 +85,9 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # The lock API's throttle scopes: every call, and (stricter) renewals and
+    # releases refused for a wrong owner, per user (per address when anonymous).
+    "DEFAULT_THROTTLE_RATES": {"dlock": "600/min", "dlock-owner-failure": "20/hour"},
 }
 DLOCK_API_PERMISSION_CLASSES = ["rest_framework.permissions.IsAuthenticated"]
 # The OpenAPI schema at /api/schema/ and Swagger UI at /api/docs/, with its
