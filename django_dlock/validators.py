@@ -119,14 +119,15 @@ def validate_resource_prefix(value: object) -> str:
 @cache
 def resource_character_class() -> str:
     """A regular expression class (``[^...]``) of the characters a resource may
-    contain, for the OpenAPI schema: Python's ``re`` and ECMAScript read it
-    alike (astral characters are written as themselves). NFC is a rule about
-    whole names, which no character class can express."""
+    contain, for the OpenAPI schema: Python's ``re``, ECMAScript and Rust's
+    ``regex`` read it alike (astral characters are written as themselves;
+    surrogates, which no valid UTF-8 carries, are left out because an escaped
+    one is an error to Rust). NFC is a rule about whole names, which no
+    character class can express."""
     refused = [
         code
         for code in range(sys.maxunicode + 1)
-        if 0xD800 <= code <= 0xDFFF  # surrogates: no UTF-8 form
-        or unicodedata.category(chr(code)) in FORBIDDEN_CATEGORIES
+        if unicodedata.category(chr(code)) in FORBIDDEN_CATEGORIES
         or chr(code).isspace()
         or chr(code) == "/"
     ]
