@@ -3,6 +3,10 @@ property of DLOCK_API_PERMISSION_CLASSES."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
+import textwrap
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -73,3 +77,80 @@ def test_setting_and_problem_types_are_documented_in_readme() -> None:
     assert "### `DLOCK_API_PERMISSION_CLASSES`" in readme
     for _exception, slug, _title in PROBLEM_TYPES:
         assert f"`{problem_type(slug)}`" in readme, slug
+
+
+def test_the_core_runs_its_checks_without_drf() -> None:
+    """Without DRF importable, the core (model, manager, lock(), admin, purge_locks,
+    checks) loads and ``manage.py check`` passes: only django_dlock.api needs DRF."""
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["rest_framework"] = None  # any import of DRF raises ImportError
+        import django
+        from django.conf import settings
+        settings.configure(
+            INSTALLED_APPS=["django.contrib.auth", "django.contrib.contenttypes",
+                            "django.contrib.admin", "django.contrib.messages",
+                            "django.contrib.sessions", "django_dlock"],
+            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": sys.argv[1],
+                                   "OPTIONS": {"transaction_mode": "IMMEDIATE"}}},
+            USE_TZ=True,
+        )
+        django.setup()
+        import django_dlock.admin, django_dlock.checks, django_dlock.managers, django_dlock.models
+        from django_dlock import lock
+        from django_dlock.checks import check_settings
+        assert not [m for m in check_settings() if m.is_serious()], check_settings()
+        print("ok")
+        """
+    )
+    with tempfile.TemporaryDirectory() as directory:
+        result = subprocess.run(
+            [sys.executable, "-c", script, str(Path(directory) / "db.sqlite3")],
+            cwd=Path(__file__).resolve().parent.parent,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("ok")
+
+
+def test_throttle_rate_drf_cannot_read_is_e104(settings: Any) -> None:
+    for rate in ["10/fortnight", "ten/min", "10", 10]:
+        settings.REST_FRAMEWORK = {
+            **settings.REST_FRAMEWORK,
+            "DEFAULT_THROTTLE_RATES": {"dlock": rate},
+        }
+        assert "django_dlock.E104" in error_ids(), rate
+    settings.REST_FRAMEWORK = {
+        **settings.REST_FRAMEWORK,
+        "DEFAULT_THROTTLE_RATES": {"dlock": "100/min", "dlock-owner-failure": "5/hour"},
+    }
+    assert "django_dlock.E104" not in error_ids()
+
+
+def test_including_the_urls_without_the_api_app_names_the_fix() -> None:
+    script = textwrap.dedent(
+        """
+        import django, os
+        os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+        from django.conf import settings
+        settings.INSTALLED_APPS  # load
+        settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a != "django_dlock.api"]
+        django.setup()
+        from django.core.exceptions import ImproperlyConfigured
+        try:
+            import django_dlock.urls
+        except ImproperlyConfigured as error:
+            print(error)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert '"django_dlock.api" in INSTALLED_APPS' in result.stdout, result.stderr
