@@ -57,7 +57,7 @@ class LockCursorPagination(pagination.CursorPagination):
         # a lone surrogate). Only that is checked: a name stored before today's
         # rules must still work as a position.
         position = None if cursor is None else cursor.position
-        if position is not None and not _comparable(position):
+        if position is not None and not (isinstance(position, str) and _comparable(position)):
             raise invalid
         return cursor
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from typing import IO, Any
 
 from django.conf import settings
@@ -22,7 +23,7 @@ class LockJSONParser(JSONParser):
         self,
         stream: IO[bytes],
         media_type: str | None = None,
-        parser_context: dict[str, Any] | None = None,
+        parser_context: Mapping[str, Any] | None = None,
     ) -> Any:
         body = read_limited(stream)
         try:

@@ -33,7 +33,7 @@ class OwnerField(serializers.CharField):
             raise _drf_error(error) from None
 
 
-class TtlField(serializers.Field):
+class TtlField(serializers.Field[float, Any, float, Any]):
     """Seconds as a JSON number: never a string or a boolean, finite, within
     ``0 < ttl <= DLOCK_MAX_TTL``."""
 
@@ -156,7 +156,9 @@ class ProblemSerializer(serializers.Serializer[Any]):
 
 
 class InvalidInputProblemSerializer(ProblemSerializer):
-    errors = serializers.DictField(
+    # A declared field: DRF's metaclass takes it off the class, so it does not
+    # hide Serializer.errors at run time.
+    errors = serializers.DictField(  # type: ignore[assignment]
         child=serializers.ListField(child=serializers.CharField()),
         help_text='The offending fields ("resource", "owner", "ttl", "prefix", "cursor", '
         'or "body" for the body as a whole) and their messages.',

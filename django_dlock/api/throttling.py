@@ -25,11 +25,18 @@ OWNER_FAILURE_SCOPE = "dlock-owner-failure"
 class LockScopeThrottle(SimpleRateThrottle):
     """A throttle of one scope of the lock API, per user or client address."""
 
+    # Set by SimpleRateThrottle (__init__ and allow_request).
+    num_requests: int | None
+    duration: int | None
+    history: list[float]
+    now: float
+
     def get_rate(self) -> str | None:
         # Read at each request (not at import, as SimpleRateThrottle.THROTTLE_RATES
         # is), so that override_settings and settings changes apply.
-        rates = api_settings.DEFAULT_THROTTLE_RATES or {}
-        return rates.get(self.scope)  # type: ignore[no-any-return]
+        rates: Any = getattr(api_settings, "DEFAULT_THROTTLE_RATES", None) or {}
+        rate = rates.get(self.scope)
+        return None if rate is None else str(rate)
 
     def get_cache_key(self, request: Request, view: Any) -> str:
         user = request.user
@@ -63,7 +70,7 @@ class OwnerFailureThrottle(LockScopeThrottle):
         return True  # a call is not a failure: nothing to record yet
 
     def record_failure(self, request: Request, view: Any) -> None:
-        if self.rate is None:
+        if self.rate is None or self.duration is None:
             return
         key = self.get_cache_key(request, view)
         now = self.timer()

@@ -79,7 +79,9 @@ class LockViewSet(viewsets.ViewSet):
     pagination_class = LockCursorPagination
 
     @classmethod
-    def as_view(cls, actions: Any = None, **initkwargs: Any) -> Callable[..., Any]:
+    def as_view(  # type: ignore[override]
+        cls, actions: dict[str, Any] | None = None, **initkwargs: Any
+    ) -> Callable[..., Any]:
         view = super().as_view(actions, **initkwargs)
         # Lock operations refuse to run inside a caller's transaction, which
         # ATOMIC_REQUESTS would open around the view.
