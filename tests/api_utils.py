@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
+import textwrap
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.test import Client
@@ -146,3 +151,29 @@ def send(client: APIClient, method: str, path: str, body: Any) -> Any:
         return client.generic(method, path)
     # json.dumps escapes what UTF-8 cannot carry (a lone surrogate is valid JSON).
     return client.generic(method, path, json.dumps(body), content_type="application/json")
+
+
+EXAMPLE_SETUP = """
+import django, os
+os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
+django.setup()
+from django.test import Client
+from django.test.utils import setup_test_environment
+setup_test_environment()
+client = Client()
+"""
+
+
+def run_in_example_project(script: str, **env: str) -> str:
+    """Run ``script`` in a process of its own, under the example project's settings
+    (after ``django.setup()``, with a test ``client``); return what it printed."""
+    result = subprocess.run(
+        [sys.executable, "-c", EXAMPLE_SETUP + textwrap.dedent(script)],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -13,23 +10,15 @@ pytest.importorskip("rest_framework")
 
 from django.contrib.auth.models import User  # noqa: E402
 
-from tests.api_utils import client_for  # noqa: E402
+from tests.api_utils import client_for, run_in_example_project  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_example_front_page_links_admin_docs_and_schema() -> None:
-    """In a process of its own: the example project has its own settings."""
-    script = textwrap.dedent(
+    output = run_in_example_project(
         """
-        import django, os
-        os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
-        django.setup()
         from django.contrib import admin
-        from django.test import Client
-        from django.test.utils import setup_test_environment
-        setup_test_environment()
-        client = Client()
         page = client.get("/")
         assert page.status_code == 200, page.status_code
         html = page.content.decode()
@@ -43,11 +32,7 @@ def test_example_front_page_links_admin_docs_and_schema() -> None:
         print("ok")
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    assert output.strip() == "ok"
 
 
 @pytest.mark.django_db

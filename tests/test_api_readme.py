@@ -5,10 +5,7 @@ owners aside)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -16,24 +13,20 @@ import pytest
 
 pytest.importorskip("drf_spectacular")
 
+from tests.api_utils import run_in_example_project  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 
-# Runs in the example project's own process: it parses the README's console
+# Runs in the example project's own process (``client`` is its test client): it parses the README's console
 # block, sends each curl command through Django's test client and prints, per
 # command, the README's answer and the real one, as JSON.
 REPLAY = textwrap.dedent(
     r"""
-    import json, os, re, shlex, sys
-    import django
-    os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
-    django.setup()
+    import json, re, shlex
     from django.contrib.auth.models import User
     from django.core.management import call_command
-    from django.test import Client
-    from django.test.utils import setup_test_environment
     from rest_framework.authtoken.models import Token
 
-    setup_test_environment()
     call_command("migrate", verbosity=0)
     tokens = {
         "ADMIN_TOKEN": Token.objects.create(user=User.objects.create_superuser("admin")).key,
@@ -42,7 +35,6 @@ REPLAY = textwrap.dedent(
     readme = open("README.md").read()
     section = readme[readme.index("### Try it with curl"):]
     block = re.search(r"```console\n(.*?)```", section, re.S).group(1)
-    client = Client()
     results = []
     for chunk in block.strip().split("\n\n$ "):
         command, _, expected = chunk.removeprefix("$ ").partition("\n")
@@ -94,17 +86,10 @@ def masked(text: str) -> str:
 
 
 def test_curl_walkthrough_matches_a_fresh_database(tmp_path: Path) -> None:
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'example.sqlite3'}"}
-    result = subprocess.run(
-        [sys.executable, "-c", REPLAY],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    output = run_in_example_project(
+        REPLAY, DATABASE_URL=f"sqlite:///{tmp_path / 'example.sqlite3'}"
     )
-    assert result.returncode == 0, result.stderr
-    steps = json.loads(result.stdout.strip().splitlines()[-1])
+    steps = json.loads(output.strip().splitlines()[-1])
     assert len(steps) >= 10
     for step in steps:
         assert masked(step["actual"]) == masked(step["expected"]), step["command"]

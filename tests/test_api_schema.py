@@ -4,9 +4,6 @@ with a Swagger UI page whose assets ship with the install."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,7 +12,7 @@ pytest.importorskip("drf_spectacular")
 
 from openapi_spec_validator import validate  # noqa: E402
 
-from tests.api_utils import PROBLEM, served_schema  # noqa: E402
+from tests.api_utils import PROBLEM, run_in_example_project, served_schema  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 OPERATIONS = {
@@ -107,17 +104,9 @@ def test_throttled_answers_document_retry_after() -> None:
 
 
 def test_example_project_serves_schema_and_offline_docs() -> None:
-    """In a process of its own: the example project has its own settings."""
-    script = textwrap.dedent(
+    output = run_in_example_project(
         """
-        import django, os
-        os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
-        django.setup()
         from django.contrib.staticfiles import finders
-        from django.test import Client
-        from django.test.utils import setup_test_environment
-        setup_test_environment()
-        client = Client()
         schema = client.get("/api/schema/", HTTP_ACCEPT="application/json")
         assert schema.status_code == 200, schema.status_code
         assert "/api/locks/{resource}/renew" in schema.json()["paths"]
@@ -130,8 +119,4 @@ def test_example_project_serves_schema_and_offline_docs() -> None:
         print("ok")
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    assert output.strip() == "ok"
