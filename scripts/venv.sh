@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The project's virtualenv (.venv) and the Debian packages the scripts need.
 # Sourced by the other scripts:
 #   source scripts/venv.sh
