@@ -43,6 +43,11 @@ step_postgres() {
     DATABASE_URL="$DLOCK_PG_URL" python -m pytest "$@"
 }
 
+step_wheel() {
+    # The sdist and the wheel build and pass twine; the wheel runs the example project.
+    bash scripts/check-wheel.sh
+}
+
 step_base() {
     # Django alone, without DRF or Celery (nox makes the environment).
     nox -s base-3.11
@@ -54,7 +59,7 @@ step_corners() {
     nox -t oldest newest -k "${DLOCK_CORNER_DATABASES:-sqlite}" ${1+-- "$@"}
 }
 
-STEPS=(lint typing django sqlite postgres base corners)
+STEPS=(lint typing django sqlite postgres wheel base corners)
 
 # -- setup ---------------------------------------------------------------------------------------
 
