@@ -75,8 +75,8 @@ dlock_venv_create() {
 }
 
 # dlock_venv PIP_INSTALL_ARGS...: makes .venv (once), upgrades its pip to one that knows
-# dependency groups, installs the arguments (skipped when neither they nor pyproject.toml
-# changed since the last install), and puts .venv/bin first on PATH.
+# dependency groups, installs the arguments (skipped when they were installed since
+# pyproject.toml last changed), and puts .venv/bin first on PATH.
 dlock_venv() {
     local python stamp
     if ! [ -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
@@ -94,11 +94,14 @@ sys.exit(have < want)
 EOF
         .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade "pip>=$DLOCK_PIP_MIN" || return 1
     fi
-    stamp="$* $(cksum <pyproject.toml)"
-    if [ "$(cat .venv/.dlock-installed 2>/dev/null)" != "$stamp" ]; then
+    # One line per set of arguments installed since pyproject.toml last changed.
+    stamp="$(cksum <pyproject.toml) $*"
+    if ! grep -qxF "$stamp" .venv/.dlock-installed 2>/dev/null; then
         dlock_say "installing into .venv: $*"
         .venv/bin/python -m pip install --quiet --disable-pip-version-check "$@" || return 1
-        printf '%s' "$stamp" >.venv/.dlock-installed
+        grep -sF "$(cksum <pyproject.toml) " .venv/.dlock-installed >.venv/.dlock-installed.new || true
+        echo "$stamp" >>.venv/.dlock-installed.new
+        mv .venv/.dlock-installed.new .venv/.dlock-installed
     fi
     PATH="$PWD/.venv/bin:$PATH"
     VIRTUAL_ENV="$PWD/.venv"
