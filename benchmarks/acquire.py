@@ -84,13 +84,13 @@ def floor_cycle_factory() -> Callable[[int], None]:
         raw.execute("PRAGMA journal_mode=WAL")
         now, plus = "datetime('now')", "datetime('now', '+30 seconds')"
     acquire = (
-        f"INSERT INTO {FLOOR_TABLE} (resource, owner, expires_at, fencing_token) "  # noqa: S608
+        f"INSERT INTO {FLOOR_TABLE} (resource, owner, expires_at, fencing_token) "
         f"VALUES (%s, %s, {plus}, 1) ON CONFLICT (resource) DO UPDATE SET owner = excluded.owner, "
         f"expires_at = excluded.expires_at, fencing_token = {FLOOR_TABLE}.fencing_token + 1 "
         f"WHERE {FLOOR_TABLE}.expires_at <= {now} OR {FLOOR_TABLE}.owner = excluded.owner "
         "RETURNING fencing_token"
     )
-    release = f"DELETE FROM {FLOOR_TABLE} WHERE resource = %s AND owner = %s"  # noqa: S608
+    release = f"DELETE FROM {FLOOR_TABLE} WHERE resource = %s AND owner = %s"
     if vendor == "sqlite":
         acquire, release = acquire.replace("%s", "?"), release.replace("%s", "?")
 
@@ -112,16 +112,16 @@ def four_statement_cycle_factory() -> Callable[[int], None]:
         return lambda n: None
     raw = psycopg_connection(autocommit=False)
     select = (
-        f"SELECT owner, expires_at, fencing_token, statement_timestamp() FROM {FLOOR_TABLE} "  # noqa: S608
+        f"SELECT owner, expires_at, fencing_token, statement_timestamp() FROM {FLOOR_TABLE} "
         "WHERE resource = %s FOR UPDATE"
     )
-    update = f"UPDATE {FLOOR_TABLE} SET owner = %s, expires_at = %s WHERE resource = %s"  # noqa: S608
+    update = f"UPDATE {FLOOR_TABLE} SET owner = %s, expires_at = %s WHERE resource = %s"
 
     def operation(resource: str, owner: str, ttl: int) -> None:
         row = raw.execute(select, (resource,)).fetchone()
         if row is None:
             raw.execute(
-                f"INSERT INTO {FLOOR_TABLE} VALUES (%s, %s, now(), 1)",  # noqa: S608
+                f"INSERT INTO {FLOOR_TABLE} VALUES (%s, %s, now(), 1)",
                 (resource, owner),
             )
         else:

@@ -8,8 +8,9 @@ database's clock, never by this server's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -25,6 +26,26 @@ from django.utils.translation import gettext_lazy as _
 from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+    from django_dlock.managers import DistributedLockQuerySet
+
+    _LockAdminBase = admin.ModelAdmin[DistributedLock]
+else:
+    _LockAdminBase = admin.ModelAdmin
+
+
+class _ListAnnotations(TypedDict):
+    """What ``LockAdmin.get_queryset`` adds to each lock."""
+
+    lock_status: str
+    database_now: datetime
+
+
+# A lock as the list shows it (annotated by ``LockAdmin.get_queryset``).
+_ListedLock: TypeAlias = "WithAnnotations[DistributedLock, _ListAnnotations]"
 
 ACTIVE = "active"
 EXPIRED = "expired"
@@ -65,15 +86,16 @@ class StatusFilter(admin.SimpleListFilter):
         return [(ACTIVE, _("Active")), (EXPIRED, _("Expired or released"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        locks = cast("DistributedLockQuerySet", queryset)  # LockAdmin's, from the manager
         if self.value() == ACTIVE:
-            return queryset.active()  # type: ignore[attr-defined,no-any-return]
+            return locks.active()
         if self.value() == EXPIRED:
-            return queryset.expired()  # type: ignore[attr-defined,no-any-return]
+            return locks.expired()
         return queryset
 
 
 @admin.register(DistributedLock)
-class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class LockAdmin(_LockAdminBase):
     list_display = (
         "resource",
         "owner",
@@ -140,23 +162,23 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         )
 
     @admin.display(description=_("status"))
-    def status(self, lock: DistributedLock) -> str:
+    def status(self, lock: _ListedLock) -> str:
         labels = {
             ACTIVE: gettext("active"),
             EXPIRED: gettext("expired"),
             RELEASED: gettext("released"),
         }
-        return labels[lock.lock_status]  # type: ignore[attr-defined]
+        return labels[lock.lock_status]
 
     @admin.display(description=_("time left"), ordering="expires_at")
-    def time_left(self, lock: DistributedLock) -> str:
-        return time_left_in_words(lock.lock_status, lock.expires_at, lock.database_now)  # type: ignore[attr-defined]
+    def time_left(self, lock: _ListedLock) -> str:
+        return time_left_in_words(lock.lock_status, lock.expires_at, lock.database_now)
 
     # -- actions -----------------------------------------------------------------
 
     @admin.action(description=_("Force-release the selected locks"), permissions=["force_release"])
     def force_release_selected(
-        self, request: HttpRequest, queryset: QuerySet[DistributedLock]
+        self, request: HttpRequest, queryset: QuerySet[_ListedLock]
     ) -> HttpResponse | None:
         """Ask for confirmation, then release each selected lock whoever holds it.
 
@@ -195,7 +217,7 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "subtitle": None,
             "opts": self.opts,
             "locks": locks,
-            "active_count": sum(lock.lock_status == ACTIVE for lock in locks),  # type: ignore[attr-defined]
+            "active_count": sum(lock.lock_status == ACTIVE for lock in locks),
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "media": self.media,
         }
@@ -263,7 +285,10 @@ class LockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         )
 
 
-def _non_atomic(view: Any) -> Any:
+_View = TypeVar("_View", bound=Callable[..., Any])
+
+
+def _non_atomic(view: _View) -> _View:
     """Keep ``view`` out of ``ATOMIC_REQUESTS`` on the locks' database: a lock
     operation refuses to run inside a transaction the caller has open."""
     return transaction.non_atomic_requests(using=conf.DATABASE)(view)

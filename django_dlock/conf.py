@@ -11,38 +11,38 @@ class Settings:
     """One property per setting; README.md documents each of them."""
 
     @property
-    def DEFAULT_TTL(self) -> float:  # noqa: N802 - named after the setting
+    def DEFAULT_TTL(self) -> float:
         """Seconds a lock lives when the caller names no ttl."""
-        return getattr(settings, "DLOCK_DEFAULT_TTL", 60)  # type: ignore[no-any-return]
+        return getattr(settings, "DLOCK_DEFAULT_TTL", 60)
 
     @property
-    def MAX_TTL(self) -> float:  # noqa: N802
+    def MAX_TTL(self) -> float:
         """The largest ttl a caller may ask for, in seconds."""
-        return getattr(settings, "DLOCK_MAX_TTL", 86400)  # type: ignore[no-any-return]
+        return getattr(settings, "DLOCK_MAX_TTL", 86400)
 
     @property
-    def DATABASE(self) -> str:  # noqa: N802
+    def DATABASE(self) -> str:
         """The database alias whose connection every lock operation uses."""
-        return getattr(settings, "DLOCK_DATABASE", "default")  # type: ignore[no-any-return]
+        return getattr(settings, "DLOCK_DATABASE", "default")
 
     @property
-    def API_PERMISSION_CLASSES(self) -> list[str]:  # noqa: N802
+    def API_PERMISSION_CLASSES(self) -> list[str]:
         """Dotted paths of the DRF permission classes of the lock API."""
-        return getattr(  # type: ignore[no-any-return]
+        return getattr(
             settings,
             "DLOCK_API_PERMISSION_CLASSES",
             ["rest_framework.permissions.IsAuthenticated"],
         )
 
     @property
-    def BACKOFF_BASE(self) -> float:  # noqa: N802
+    def BACKOFF_BASE(self) -> float:
         """First wait between two tries of a blocking acquire, in seconds."""
-        return getattr(settings, "DLOCK_BACKOFF_BASE", 0.002)  # type: ignore[no-any-return]
+        return getattr(settings, "DLOCK_BACKOFF_BASE", 0.002)
 
     @property
-    def BACKOFF_MAX(self) -> float:  # noqa: N802
+    def BACKOFF_MAX(self) -> float:
         """The longest wait between two tries of a blocking acquire, in seconds."""
-        return getattr(settings, "DLOCK_BACKOFF_MAX", 0.5)  # type: ignore[no-any-return]
+        return getattr(settings, "DLOCK_BACKOFF_MAX", 0.5)
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"django-dlock has no setting DLOCK_{name}")

@@ -56,7 +56,11 @@ class DistributedLockQuerySet(models.QuerySet["DistributedLock"]):
         return self.filter(resource_prefix_q(prefix))
 
 
-class DistributedLockManager(models.Manager.from_queryset(DistributedLockQuerySet)):  # type: ignore[misc]
+# A module-level name, so that django-stubs' plugin can type the generated class.
+_DistributedLockManagerBase = models.Manager.from_queryset(DistributedLockQuerySet)
+
+
+class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
     """Owns the lock operations. Each runs in one transaction of its own on the
     ``DLOCK_DATABASE`` connection (or the one named with ``db_manager()``),
     starting with ``SELECT ... FOR UPDATE`` of the resource's row, and decides

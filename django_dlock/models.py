@@ -17,12 +17,19 @@ class DistributedLock(models.Model):
     released (empty owner, expired) rather than deleting it, so the next holder
     takes it over by UPDATE and its fencing token keeps counting up."""
 
+    # Django ignores what a validator returns; these also return the cleaned
+    # value, for the manager, so they are not the `-> None` that the stubs expect.
     resource = models.CharField(
-        _("resource"), max_length=MAX_LENGTH, validators=[validate_resource]
+        _("resource"),
+        max_length=MAX_LENGTH,
+        validators=[validate_resource],  # type: ignore[list-item]
     )
     # Empty once released: no valid owner token is empty.
     owner = models.CharField(
-        _("owner"), max_length=MAX_LENGTH, blank=True, validators=[validate_owner]
+        _("owner"),
+        max_length=MAX_LENGTH,
+        blank=True,
+        validators=[validate_owner],  # type: ignore[list-item]
     )
     acquired_at = models.DateTimeField(_("acquired at"))
     expires_at = models.DateTimeField(_("expires at"))

@@ -79,7 +79,7 @@ def lock_transaction(using: str) -> Iterator[None]:
         with atomic:
             yield
         return
-    callbacks: list[Callable[[], None]] = []
+    callbacks: list[Callable[[], object]] = []
     setattr(atomic, _AFTER_COMMIT, callbacks)
     with backend_for(using).transaction(), atomic:
         yield
@@ -91,7 +91,7 @@ def lock_transaction(using: str) -> Iterator[None]:
 _AFTER_COMMIT = "_django_dlock_after_commit"
 
 
-def after_commit(using: str, callback: Callable[[], None]) -> None:
+def after_commit(using: str, callback: Callable[[], object]) -> None:
     """Call ``callback`` once the lock transaction on ``using`` has committed:
     now, or, inside a lock_transaction that another one joined, after the
     outermost commits. (Unlike ``transaction.on_commit`` this also works inside

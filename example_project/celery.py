@@ -14,5 +14,5 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
 
 app = Celery("example_project")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.conf.broker_url = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+app.conf["broker_url"] = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 app.autodiscover_tasks(["example_project"])

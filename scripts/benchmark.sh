@@ -3,7 +3,9 @@
 # PostgreSQL cluster (default durability settings) and on a SQLite file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install --quiet --disable-pip-version-check -e ".[benchmark]"
+# shellcheck source=scripts/venv.sh
+source scripts/venv.sh
+dlock_venv -e ".[postgres]" --group benchmark
 # shellcheck source=scripts/pg-cluster.sh
 source scripts/pg-cluster.sh
 trap pg_cluster_stop EXIT

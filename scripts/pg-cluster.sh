@@ -13,7 +13,7 @@ pg_cluster_bin() {
             return 0
         fi
     done
-    echo "pg-cluster: no PostgreSQL server binaries (initdb, pg_ctl) found" >&2
+    echo "pg-cluster: no PostgreSQL server binaries (initdb, pg_ctl) found on PATH or in /usr/lib/postgresql/*/bin (Debian: apt-get install postgresql)" >&2
     return 1
 }
 
@@ -31,7 +31,8 @@ pg_cluster_start() {
     PG_CLUSTER_DIR=$(mktemp -d /tmp/dlock-pg.XXXXXX)
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     if [ "$(id -u)" = 0 ]; then
-        id postgres >/dev/null 2>&1 || useradd --system --no-create-home --shell /bin/sh postgres
+        # useradd lives in /usr/sbin, which a non-login PATH (/usr/bin:/bin) lacks.
+        id postgres >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" useradd --system --no-create-home --shell /bin/sh postgres
         chown postgres "$PG_CLUSTER_DIR"
     fi
     pg_cluster_as_owner "'$bin/initdb' -D '$PG_CLUSTER_DIR/data' -U postgres -A trust -E UTF8 --locale=C.UTF-8 >'$PG_CLUSTER_DIR/initdb.log' 2>&1" || {

@@ -37,7 +37,8 @@ def served_schema() -> dict[str, Any]:
     """The OpenAPI document the test project serves (fetched once)."""
     response = Client().get(SCHEMA_URL)
     assert response.status_code == 200, response.content
-    return json.loads(response.content)
+    schema: dict[str, Any] = json.loads(response.content)
+    return schema
 
 
 def _inline_refs(node: Any, components: dict[str, Any]) -> Any:
@@ -108,7 +109,7 @@ def problem(response: Any, status: int, slug: str) -> dict[str, Any]:
     """The response's problem body, after checking that it is one of ``slug``."""
     assert response.status_code == status, response.content
     assert response["Content-Type"] == PROBLEM
-    body = json.loads(response.content)
+    body: dict[str, Any] = json.loads(response.content)
     assert body["type"] == f"urn:django-dlock:problem:{slug}", body
     assert body["status"] == status
     assert body["title"]

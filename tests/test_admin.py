@@ -4,7 +4,7 @@ with a confirmation page, and purge of expired locks."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 import pytest
@@ -19,13 +19,16 @@ from django_dlock.admin import duration_in_words, time_left_in_words
 from django_dlock.models import DistributedLock, FencingFloor
 from tests.utils import make_lock
 
+if TYPE_CHECKING:
+    from django_dlock.admin import _ListedLock
+
 pytestmark = pytest.mark.django_db
 
 CHANGELIST = reverse("admin:django_dlock_distributedlock_changelist")
 PURGE = reverse("admin:django_dlock_distributedlock_purge")
 
 
-def results(response: Any) -> list[DistributedLock]:
+def results(response: Any) -> list[_ListedLock]:
     return list(response.context["cl"].result_list)
 
 

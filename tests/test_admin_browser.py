@@ -18,7 +18,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from django_dlock.models import DistributedLock
-from tests.test_admin import make_lock
+from tests.utils import make_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

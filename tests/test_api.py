@@ -15,18 +15,18 @@ import pytest
 
 pytest.importorskip("rest_framework")
 
-from django.contrib.auth.models import User  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test import override_settings  # noqa: E402
-from django.urls import reverse  # noqa: E402
-from django.utils.dateparse import parse_datetime  # noqa: E402
-from rest_framework.authentication import SessionAuthentication  # noqa: E402
-from rest_framework.throttling import UserRateThrottle  # noqa: E402
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import override_settings
+from django.urls import reverse
+from django.utils.dateparse import parse_datetime
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.throttling import UserRateThrottle
 
-from django_dlock.api.views import LockViewSet  # noqa: E402
-from django_dlock.backends.clock import DatabaseNow  # noqa: E402
-from django_dlock.models import DistributedLock  # noqa: E402
-from tests.api_utils import (  # noqa: E402
+from django_dlock.api.views import LockViewSet
+from django_dlock.backends.clock import DatabaseNow
+from django_dlock.models import DistributedLock
+from tests.api_utils import (
     PROBLEM,
     CheckedClient,
     client_for,
@@ -35,7 +35,7 @@ from tests.api_utils import (  # noqa: E402
     problem,
     user_with_permissions,
 )
-from tests.utils import expire  # noqa: E402
+from tests.utils import expire
 
 pytestmark = pytest.mark.django_db
 
@@ -410,7 +410,10 @@ def test_non_finite_ttl(api: CheckedClient, text: str) -> None:
 @pytest.mark.parametrize("text", ["{bad", '{"owner": ', "[", '"\\x"', "\xff"])
 def test_malformed_json_is_400_naming_the_body(api: CheckedClient, text: str) -> None:
     response = api.generic(
-        "POST", "/api/locks/job", text.encode("latin-1"), content_type="application/json"
+        "POST",
+        "/api/locks/job",
+        text.encode("latin-1"),  # type: ignore[arg-type]  # Django takes bytes; the stubs say str
+        content_type="application/json",
     )
     body = problem(response, 400, "invalid-input")
     assert list(body["errors"]) == ["body"]

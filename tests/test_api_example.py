@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("rest_framework")
 
-from django.contrib.auth.models import User  # noqa: E402
+from django.contrib.auth.models import User
 
-from tests.api_utils import client_for, run_in_example_project  # noqa: E402
+from tests.api_utils import client_for, run_in_example_project
 
 ROOT = Path(__file__).resolve().parent.parent
 

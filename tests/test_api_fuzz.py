@@ -21,18 +21,19 @@ from urllib.parse import unquote
 
 import pytest
 
-schemathesis = pytest.importorskip("schemathesis")
+pytest.importorskip("schemathesis")
 
-from django.contrib.auth.models import User  # noqa: E402
-from django.core.handlers.wsgi import WSGIHandler  # noqa: E402
-from django.core.signals import request_finished, request_started  # noqa: E402
-from django.db import close_old_connections  # noqa: E402
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
-from rest_framework.authtoken.models import Token  # noqa: E402
-from schemathesis.checks import positive_data_acceptance  # noqa: E402
+import schemathesis
+from django.contrib.auth.models import User
+from django.core.handlers.wsgi import WSGIHandler
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, Phase, given, settings
+from rest_framework.authtoken.models import Token
+from schemathesis.checks import positive_data_acceptance
 
-from django_dlock.models import DistributedLock  # noqa: E402
-from tests.api_utils import served_schema, user_with_permissions  # noqa: E402
+from django_dlock.models import DistributedLock
+from tests.api_utils import served_schema, user_with_permissions
 
 # Examples per operation and generation mode: 5 operations x 2 modes x 60 x 2 users
 # (plus the requests schemathesis's checks make) is well over 1,000 requests.
@@ -76,7 +77,7 @@ class LockApi:
             document.pop("security", None)
         schema = schemathesis.openapi.from_dict(document)
         schema.app = app
-        self.schema = schema.include(path_regex="^/api/locks")
+        self.schema: Any = schema.include(path_regex="^/api/locks")
 
     @property
     def total(self) -> int:

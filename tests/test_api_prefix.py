@@ -9,13 +9,13 @@ import pytest
 
 pytest.importorskip("rest_framework")
 
-from django.contrib.auth.models import User  # noqa: E402
-from django.core.management import call_command  # noqa: E402
+from django.contrib.auth.models import User
+from django.core.management import call_command
 
-from django_dlock.models import DistributedLock  # noqa: E402
-from django_dlock.prefix import successor  # noqa: E402
-from tests.api_utils import client_for  # noqa: E402
-from tests.utils import make_lock  # noqa: E402
+from django_dlock.models import DistributedLock
+from django_dlock.prefix import successor
+from tests.api_utils import client_for
+from tests.utils import make_lock
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("drf_spectacular")
 
-from tests.api_utils import run_in_example_project  # noqa: E402
+from tests.api_utils import run_in_example_project
 
 ROOT = Path(__file__).resolve().parent.parent
 

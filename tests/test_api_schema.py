@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("drf_spectacular")
 
-from openapi_spec_validator import validate  # noqa: E402
+from openapi_spec_validator import validate
 
-from tests.api_utils import PROBLEM, run_in_example_project, served_schema  # noqa: E402
+from tests.api_utils import PROBLEM, run_in_example_project, served_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 OPERATIONS = {
@@ -64,7 +64,8 @@ def test_bodies_and_parameters_are_documented() -> None:
 
     def body(path: str, method: str) -> str:
         ref = paths[path][method]["requestBody"]["content"]["application/json"]["schema"]
-        return ref["$ref"].rsplit("/", 1)[-1]
+        name: str = ref["$ref"].rsplit("/", 1)[-1]
+        return name
 
     assert set(components[body("/api/locks/{resource}", "post")]["properties"]) == {
         "owner",

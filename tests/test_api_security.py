@@ -12,15 +12,15 @@ import pytest
 
 pytest.importorskip("rest_framework")
 
-from django.conf import settings as django_settings  # noqa: E402
-from django.contrib.auth.models import User  # noqa: E402
-from django.core.cache import cache  # noqa: E402
-from django.test import override_settings  # noqa: E402
-from rest_framework.permissions import BasePermission  # noqa: E402
+from django.conf import settings as django_settings
+from django.contrib.auth.models import User
+from django.core.cache import cache
+from django.test import override_settings
+from rest_framework.permissions import BasePermission
 
-from django_dlock.api.permissions import ResourcePrefixPermission  # noqa: E402
-from django_dlock.models import DistributedLock  # noqa: E402
-from tests.api_utils import (  # noqa: E402
+from django_dlock.api.permissions import ResourcePrefixPermission
+from django_dlock.models import DistributedLock
+from tests.api_utils import (
     CheckedClient,
     client_for,
     delete,

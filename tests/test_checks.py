@@ -13,7 +13,7 @@ from django.db import connections
 from django_dlock.checks import check_settings
 
 
-def ids(settings: Any = None) -> list[str]:
+def ids(settings: Any = None) -> list[str | None]:
     return [message.id for message in check_settings()]
 
 

@@ -404,4 +404,4 @@ def test_manual_renew_extends_and_reports_loss() -> None:
 def test_backoff_settings_are_checked(settings: Any, base: Any, cap: Any, ids: list[str]) -> None:
     settings.DLOCK_BACKOFF_BASE, settings.DLOCK_BACKOFF_MAX = base, cap
     errors = [message for message in check_settings() if isinstance(message, Error)]
-    assert [error.id for error in errors if error.id.startswith("django_dlock.E3")] == ids
+    assert [error.id for error in errors if (error.id or "").startswith("django_dlock.E3")] == ids

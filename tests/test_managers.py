@@ -116,7 +116,7 @@ class TestAcquire:
     def test_takeover_and_acquire_send_signals(self) -> None:
         seen: list[tuple[str, dict[str, object]]] = []
 
-        def record(signal_name: str):  # type: ignore[no-untyped-def]
+        def record(signal_name: str):
             def receiver(sender: object, **kwargs: object) -> None:
                 seen.append((signal_name, kwargs))
 
@@ -367,7 +367,7 @@ class TestFencing:
 class TestStatements:
     """Each operation is BEGIN, SELECT ... FOR UPDATE, at most one write, COMMIT."""
 
-    def count(self, operation):  # type: ignore[no-untyped-def]
+    def count(self, operation):
         with CaptureQueriesContext(connection) as queries:
             operation()
         return [q["sql"].split()[0].upper() for q in queries.captured_queries]

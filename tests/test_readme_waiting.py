@@ -52,9 +52,14 @@ def test_script_example_does_nothing_when_another_host_is_at_it(
 ) -> None:
     Locks.acquire("export:nightly", "other-host", ttl=60)
     called: list[str] = []
+
+    def export_batches() -> list[str]:
+        called.append("export")
+        return []
+
     namespace = example(
         "script",
-        export_batches=lambda: called.append("export") or [],
+        export_batches=export_batches,
         write_batch=None,
         logger=logging.getLogger("readme"),
     )

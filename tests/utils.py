@@ -68,7 +68,8 @@ def setup_worker(db: dict[str, Any]) -> None:
     import django
     from django.conf import settings
 
-    settings.DATABASES["default"].update(db)
+    # The settings type DATABASES as dj-database-url's TypedDict; ``db`` holds some of its keys.
+    settings.DATABASES["default"].update(db)  # type: ignore[typeddict-item]
     django.setup()
 
 

@@ -23,7 +23,7 @@ import logging
 import math
 import random
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from celery import current_task
 
@@ -32,6 +32,9 @@ from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.locking import lock
 from django_dlock.models import DistributedLock
+
+if TYPE_CHECKING:
+    from celery import Task
 
 __all__ = ["locked_task"]
 
@@ -120,8 +123,13 @@ def _resource(
 def _on_locked(
     policy: OnLocked, resource: str, error: LockNotAcquired, min_countdown: float
 ) -> Any:
-    # current_task is a proxy: falsy outside a task, never None.
-    task = current_task._get_current_object() if current_task else None
+    # current_task is a proxy: falsy outside a task, never None. (celery-types
+    # types it as the Task itself, without the proxy's methods.)
+    task: Task[Any, Any] | None = (
+        current_task._get_current_object()  # type: ignore[attr-defined]
+        if current_task
+        else None
+    )
     name = task.name if task is not None else "(not a task)"
     if policy == "skip":
         logger.info("Skipped task %s: the lock on %r is held by another owner.", name, resource)

@@ -30,7 +30,7 @@ __all__ = ["lock"]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class lock:  # noqa: N801 - used like a function, as contextlib's are
+class lock:
     """Hold the lock on ``resource`` for a block or a function call.
 
     ``with lock("report:2026-05", ttl=60, timeout=10) as held:`` (or ``async

@@ -1,0 +1,68 @@
+"""A Django-only install works and never imports DRF, drf-spectacular or Celery.
+
+The work runs in a new interpreter, so that nothing the rest of the suite imported can hide an
+import the core makes. The `base` nox session runs this file with only Django installed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+OPTIONAL_MODULES = ("rest_framework", "drf_spectacular", "celery", "kombu")
+
+SCRIPT = f"""
+import sys
+from io import StringIO
+
+import django
+
+django.setup()
+
+from django.contrib import admin
+from django.core.management import call_command
+
+import django_dlock
+import django_dlock.admin
+import django_dlock.signals
+from django_dlock import lock
+from django_dlock.models import DistributedLock
+
+call_command("migrate", verbosity=0)
+call_command("check", fail_level="WARNING")
+assert admin.site.is_registered(DistributedLock)
+
+with lock("base:install", ttl=30) as held:
+    assert DistributedLock.objects.active().filter(resource="base:install").exists()
+assert not DistributedLock.objects.active().filter(resource="base:install").exists()
+
+assert DistributedLock.objects.acquire("base:expired", owner="w", ttl=0.001) is not None
+out = StringIO()
+call_command("purge_locks", stdout=out)
+assert not DistributedLock.objects.exists(), out.getvalue()
+
+imported = sorted(name for name in {OPTIONAL_MODULES!r} if name in sys.modules)
+assert not imported, f"the core imported {{imported}}"
+"""
+
+
+def test_core_works_without_drf_or_celery(tmp_path: Path) -> None:
+    database = tmp_path / "base.sqlite3"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings_base",
+        "DATABASE_URL": f"sqlite:///{database}",
+        "DLOCK_TEST_SQLITE_FILE": str(database),
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
