@@ -131,7 +131,7 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         now: datetime = lock.db_now  # type: ignore[attr-defined]
         previous_owner = lock.owner
         if _holds(lock, now):
-            if lock.owner != owner:
+            if not same_owner(lock.owner, owner):
                 return None, previous_owner, False
             lock.expires_at = now + duration  # re-acquire: same token, same acquired_at
             self._write(lock, using, ["expires_at"])
@@ -159,7 +159,7 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
             if lock is None or lock.is_released:
                 raise self.model.DoesNotExist(f"There is no lock on {resource!r}.")
             now: datetime = lock.db_now  # type: ignore[attr-defined]
-            if lock.owner != owner or not _holds(lock, now):
+            if not same_owner(lock.owner, owner) or not _holds(lock, now):
                 return None
             lock.expires_at = now + duration
             self._write(lock, using, ["expires_at"])
@@ -180,7 +180,7 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
             lock = self._select_for_update(resource, using)
             if lock is None or not _holds(lock, lock.db_now):  # type: ignore[attr-defined]
                 return ReleaseResult.NOT_FOUND
-            if lock.owner != owner:
+            if not same_owner(lock.owner, owner):
                 return ReleaseResult.FORBIDDEN
             self._mark_released(lock, using)
         after_commit(
@@ -290,6 +290,12 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
     async def arelease(self, resource: str, owner: str) -> ReleaseResult:
         """``release()`` for async code."""
         return await run_in_lock_thread(self._alias(), self.release, resource, owner)
+
+
+def same_owner(held_by: str, owner: str) -> bool:
+    """Whether ``owner`` is ``held_by``, compared in constant time: an owner
+    token is a secret, and its prefix must not leak through timing."""
+    return secrets.compare_digest(held_by.encode(), owner.encode())
 
 
 def _holds(lock: DistributedLock, now: datetime) -> bool:

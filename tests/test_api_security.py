@@ -283,11 +283,6 @@ def _logged_names(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the handle's 'lost' warning logs the owner (django_dlock/locking/handle.py); "
-    "remove this mark once it no longer does",
-)
 def test_no_logging_call_of_the_package_mentions_an_owner() -> None:
     package = Path(__file__).resolve().parent.parent / "django_dlock"
     offenders = {

@@ -121,7 +121,7 @@ class LockHandle:
                 return
             self._lost_reason = reason
             self.lost.set()
-        logger.warning("Lost the lock on %r (owner %s): %s", self.resource, self.owner, reason)
+        logger.warning("Lost the lock on %r: %s", self.resource, reason)
         signals.lock_lost.send(
             sender=DistributedLock, resource=self.resource, owner=self.owner, reason=reason
         )
