@@ -1,0 +1,260 @@
+"""Waiting that scales: waiters woken by the release, one listener, one waiting
+thread and one renewer per process. The tests count looks, connections and
+threads; the speed figures come from ``python -m benchmarks.waiting``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.core.checks import Error
+from django.db import connection, connections
+
+from django_dlock import LockNotAcquired, lock
+from django_dlock.checks import check_settings
+from django_dlock.locking.listener import channel_for, listener_for
+from django_dlock.locking.waiting import QueueState
+from django_dlock.models import DistributedLock, LockWaiter
+from tests.pgbouncer import pgbouncer
+from tests.utils import run_in_processes, wait_for
+from tests.workers_listening import wait_for_lock
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Locks = DistributedLock.objects
+
+
+@pytest.fixture
+def looks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads that looked at a queue, one entry per look."""
+    seen: list[str] = []
+    read = QueueState.read
+
+    def counted(*args: Any) -> QueueState:
+        seen.append(threading.current_thread().name)
+        return read(*args)
+
+    monkeypatch.setattr(QueueState, "read", counted)
+    return seen
+
+
+def in_thread(function: Callable[[], Any], name: str = "waiter") -> threading.Thread:
+    def run() -> None:
+        try:
+            function()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def client_backends() -> set[int]:
+    """Process ids of the other client connections to the test database."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        )
+        return {pid for (pid,) in cursor.fetchall()}
+
+
+# -- PostgreSQL: the release wakes the head ----------------------------------------------
+
+
+@pytest.mark.requires_postgres
+def test_a_release_wakes_the_head_without_polling(settings: Any, looks: list[str]) -> None:
+    # Safety looks every 4 x 5 s: within the test's time only a release wakes it.
+    settings.DLOCK_BACKOFF_MAX = 5
+    Locks.acquire("listen:1", "holder", ttl=60)
+    got: list[str] = []
+
+    def wait() -> None:
+        with lock("listen:1", timeout=15) as held:
+            got.append(held.owner)
+
+    waiter = in_thread(wait)
+    wait_for(lambda: LockWaiter.objects.filter(resource="listen:1").exists())
+    queued_looks = len(looks)
+    Locks.release("listen:1", "holder")
+    waiter.join(15)
+    assert got, "the release did not wake the waiter"
+    assert queued_looks <= 2  # before queuing, and once queued
+    assert len(looks) == queued_looks  # woken as the head, it took the lock without looking
+
+
+@pytest.mark.requires_postgres
+def test_a_release_notifies_only_when_someone_waits() -> None:
+    import psycopg
+
+    params = connection.get_connection_params()
+    for django_only in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(django_only, None)
+    with psycopg.connect(**params, autocommit=True) as spy:
+        spy.execute(f'LISTEN "{channel_for("listen:2")}"')
+        Locks.acquire("listen:2", "holder", ttl=60)
+        Locks.release("listen:2", "holder")
+        assert list(spy.notifies(timeout=0.5)) == []  # nobody waits: no NOTIFY
+
+        Locks.acquire("listen:2", "holder", ttl=60)
+        ticket = LockWaiter.objects.create(
+            resource="listen:2", owner="w", expires_at=Locks.get(resource="listen:2").expires_at
+        ).pk
+        LockWaiter.objects.create(
+            resource="listen:2", owner="w2", expires_at=Locks.get(resource="listen:2").expires_at
+        )
+        assert Locks.force_release("listen:2")
+        [notify] = list(spy.notifies(timeout=2, stop_after=1))
+        assert notify.payload == str(ticket)  # the head alone is named
+
+
+@pytest.mark.requires_postgres
+def test_the_listener_reconnects_and_a_release_still_wakes_the_waiter(
+    settings: Any, looks: list[str]
+) -> None:
+    settings.DLOCK_BACKOFF_MAX = 5  # safety looks every 20 s
+    Locks.acquire("listen:3", "holder", ttl=60)
+    got: list[str] = []
+
+    def wait() -> None:
+        with lock("listen:3", timeout=15) as held:
+            got.append(held.owner)
+
+    waiter = in_thread(wait)
+    wait_for(lambda: LockWaiter.objects.filter(resource="listen:3").exists())
+    listener = listener_for("default")
+    assert listener is not None
+    wait_for(lambda: listener.backend_pid is not None)
+    killed, connects = listener.backend_pid, listener.connects
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [killed])
+    wait_for(lambda: listener.connects > connects and listener.backend_pid not in (None, killed))
+    wait_for(lambda: listener._wait_listening(channel_for("listen:3"), 0))
+    Locks.release("listen:3", "holder")
+    waiter.join(15)
+    assert got, "after the reconnect, the release did not wake the waiter"
+    assert len(looks) <= 4  # queuing (2), once after the reconnect, maybe once more
+
+
+@pytest.mark.requires_postgres
+@pytest.mark.parametrize("pool_mode", ["transaction"])
+def test_behind_pgbouncer_waiters_poll(pool_mode: str) -> None:
+    with pgbouncer(pool_mode) as bouncer:
+        Locks.acquire("bounce:1", "holder", ttl=60)
+        connection.close()
+        start = threading.Event()
+
+        def release_once_queued() -> None:
+            wait_for(lambda: LockWaiter.objects.filter(resource="bounce:1").exists(), 60)
+            Locks.release("bounce:1", "holder")
+            start.set()
+
+        releaser = in_thread(release_once_queued, name="releaser")
+        [result] = run_in_processes(wait_for_lock, [(bouncer, "bounce:1", 30, "auto")])
+        releaser.join(30)
+    assert start.is_set()
+    assert result["acquired"]
+    assert not result["listening"]  # the pooler was told apart: it polled
+
+
+def test_listen_setting_is_checked(settings: Any) -> None:
+    for value, ids in [("auto", []), (True, []), (False, []), ("yes", ["django_dlock.E304"])]:
+        settings.DLOCK_LISTEN = value
+        errors = [message for message in check_settings() if isinstance(message, Error)]
+        assert [error.id for error in errors if error.id == "django_dlock.E304"] == ids
+
+
+# -- one process, many waiters -------------------------------------------------------------
+
+
+@pytest.mark.requires_postgres
+def test_a_thousand_async_waiters_use_few_connections() -> None:
+    Locks.acquire("crowd:1", "holder", ttl=120)
+    connection.close()
+    before = client_backends()
+    most_connections, most_threads = 0, threading.active_count()
+    ends: dict[str, int] = {}
+
+    async def wait() -> None:
+        try:
+            async with lock("crowd:1", ttl=10, timeout=8):
+                outcome = "acquired"
+        except LockNotAcquired:
+            outcome = "LockNotAcquired"
+        ends[outcome] = ends.get(outcome, 0) + 1
+
+    async def crowd() -> None:
+        nonlocal most_connections, most_threads
+        tasks = [asyncio.create_task(wait()) for _ in range(1000)]
+        released = False
+        while not all(task.done() for task in tasks):
+            others = await sync_to_async(client_backends)()
+            most_connections = max(most_connections, len(others - before))
+            most_threads = max(most_threads, threading.active_count())
+            if not released and await LockWaiter.objects.filter(resource="crowd:1").acount() > 900:
+                await Locks.arelease("crowd:1", "holder")
+                released = True
+            await asyncio.sleep(0.05)
+        await sync_to_async(connections.close_all)()
+
+    asyncio.run(crowd())
+    assert sum(ends.values()) == 1000
+    assert set(ends) <= {"acquired", "LockNotAcquired"}, ends
+    assert ends.get("acquired", 0) >= 1
+    assert most_connections <= 5, most_connections
+    assert most_threads <= threading.active_count() + 8
+    assert not LockWaiter.objects.filter(resource="crowd:1").exists()
+
+
+def test_waiters_of_one_process_look_one_at_a_time(looks: list[str]) -> None:
+    Locks.acquire("crowd:2", "holder", ttl=60)
+    got: list[str] = []
+
+    def wait(name: str) -> Callable[[], None]:
+        def run() -> None:
+            with contextlib.suppress(LockNotAcquired), lock("crowd:2", owner=name, timeout=1.5):
+                got.append(name)
+
+        return run
+
+    waiters = [in_thread(wait(f"w{n}"), name=f"w{n}") for n in range(5)]
+    for waiter in waiters:
+        waiter.join(20)
+    # Each queued (two looks at most), then only the first of them kept looking.
+    looked_after_queuing = {name: looks.count(name) - 2 for name in set(looks)}
+    assert sorted(count > 0 for count in looked_after_queuing.values()).count(True) <= 1, looks
+    assert got == []
+
+
+# -- renewals ----------------------------------------------------------------------------------
+
+
+def test_a_hundred_renewed_locks_share_one_thread_and_connection() -> None:
+    connection.close()
+    on_postgres = connection.vendor == "postgresql"
+    before = client_backends() if on_postgres else set()
+    connection.close()
+    threads_before = threading.active_count()
+    most_threads, most_connections = 0, 0
+    with contextlib.ExitStack() as stack:
+        handles = [
+            stack.enter_context(lock(f"renewed:{n}", ttl=1, auto_renew=True)) for n in range(100)
+        ]
+        connection.close()
+        for _ in range(30):  # 3 s: three times the ttl
+            most_threads = max(most_threads, threading.active_count() - threads_before)
+            if on_postgres:
+                most_connections = max(most_connections, len(client_backends() - before))
+                connection.close()
+            time.sleep(0.1)  # sampling, not waiting for anything
+        assert not [handle for handle in handles if handle.is_lost]
+        assert Locks.active().filter(resource__startswith="renewed:").count() == 100
+    assert most_threads <= 2, most_threads
+    assert most_connections <= 2, most_connections
