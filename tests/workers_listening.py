@@ -7,7 +7,9 @@ from typing import Any
 from tests.utils import setup_worker
 
 
-def wait_for_lock(db: dict[str, Any], resource: str, timeout: float, listen: object) -> dict[str, Any]:
+def wait_for_lock(
+    db: dict[str, Any], resource: str, timeout: float, listen: object
+) -> dict[str, Any]:
     """Block in ``lock(resource)`` with ``DLOCK_LISTEN = listen``; whether it got
     the lock, whether a listener served it, and how many looks it took."""
     setup_worker(db)

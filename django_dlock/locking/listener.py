@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import logging
 import os
 import select
@@ -30,12 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from django_dlock.backends.postgresql import channel_for
 from django_dlock.conf import conf
 
 if TYPE_CHECKING:
     import psycopg
 
-    from django_dlock._waiting_new.wakeup import Wakeup
+    from django_dlock.locking.wakeup import Wakeup
 
 logger = logging.getLogger("django_dlock")
 
@@ -47,13 +47,6 @@ LINGER = 5.0
 RECONNECT_MAX = 2.0
 # How often the thread looks at its state when nothing happens, in seconds.
 IDLE_TICK = 1.0
-
-
-def channel_for(resource: str) -> str:
-    """The ``LISTEN`` channel of ``resource``: a hash, since channel names are
-    identifiers of at most 63 bytes; the payload (a ticket) tells resources
-    that share one apart."""
-    return "dlock_" + hashlib.sha256(resource.encode()).hexdigest()[:32]
 
 
 class Watch:
@@ -200,7 +193,7 @@ class Listener:
         connection = psycopg.connect(**params, autocommit=True)
         self.connects += 1
         (pid,) = connection.execute("SELECT pg_backend_pid()").fetchone() or (None,)
-        if _listen_setting() == "auto" and pid != connection.info.backend_pid:
+        if conf.LISTEN == "auto" and pid != connection.info.backend_pid:
             logger.info(
                 "django-dlock: database %r is reached through a connection pooler; "
                 "waiters poll instead of listening (set DLOCK_LISTEN = True if it "
@@ -299,7 +292,7 @@ _listeners_lock = threading.Lock()
 def listener_for(using: str) -> Listener | None:
     """This process's listener for ``using``, or ``None`` where waiters poll
     (not PostgreSQL, no psycopg 3, ``DLOCK_LISTEN = False``, or a pooler)."""
-    if _listen_setting() is False or connections[using].vendor != "postgresql":
+    if conf.LISTEN is False or connections[using].vendor != "postgresql":
         return None
     try:
         import psycopg  # noqa: F401 - psycopg2 has no notify handlers: poll
@@ -323,9 +316,3 @@ def stop_listeners() -> None:
 
 
 atexit.register(stop_listeners)
-
-
-def _listen_setting() -> object:
-    from django.conf import settings
-
-    return getattr(settings, "DLOCK_LISTEN", "auto")
