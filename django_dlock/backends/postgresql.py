@@ -72,7 +72,7 @@ class PostgreSQLBackend(LockBackend):
             f"INSERT INTO {self.waiters_table} ({qn('resource')}, {qn('owner')}, "  # noqa: S608
             f"{qn('expires_at')}) SELECT %s, %s, {expires_sql} FROM (SELECT COUNT(*) FROM "
             f"(SELECT 1 FROM {self.table} WHERE {qn('resource')} = %s FOR KEY SHARE) held) "
-            f"locked RETURNING {qn('id')}"
+            f"locked, {ASYNC_COMMIT} RETURNING {qn('id')}"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [resource, owner, *expires_params, resource])
@@ -86,7 +86,7 @@ class PostgreSQLBackend(LockBackend):
             for name in ("owner", "expires_at")
         ]
         sql = (
-            f"WITH head AS ({self._head_sql}) UPDATE {self.table} "  # noqa: S608
+            f"WITH head AS ({self._head_sql()}) UPDATE {self.table} "  # noqa: S608
             f"SET {qn('owner')} = %s, {qn('expires_at')} = %s WHERE {self.pk_column} = %s "
             f"RETURNING (SELECT COUNT(*) FROM head, LATERAL pg_notify(%s, head.id::text))"
         )
@@ -106,23 +106,24 @@ class PostgreSQLBackend(LockBackend):
             f"AND l.{qn('owner')} <> '' AND l.{qn('expires_at')} > {now_sql}"
         )
         sql = (
-            f"WITH gone AS (DELETE FROM {self.waiters_table} WHERE {qn('id')} = %s), "  # noqa: S608
-            f"head AS ({self._head_sql} AND NOT EXISTS ({held})) "
+            f"WITH gone AS (DELETE FROM {self.waiters_table} WHERE {qn('id')} = %s "  # noqa: S608
+            f"AND {ASYNC_COMMIT_CONDITION}), "
+            f"head AS ({self._head_sql(f'AND NOT EXISTS ({held})')}) "
             f"SELECT COUNT(*) FROM head, LATERAL pg_notify(%s, head.id::text)"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [ticket, resource, ticket, resource, channel_for(resource)])
 
-    @cached_property
-    def _head_sql(self) -> str:
-        """The live waiter first in line for ``%s`` (a resource), other than ``%s`` (a ticket)."""
+    def _head_sql(self, condition: str = "") -> str:
+        """The live waiter first in line for ``%s`` (a resource), other than ``%s``
+        (a ticket), if ``condition`` (SQL) holds."""
         qn = self.qn
         now_sql, now_params = compile_expression(self.using, DatabaseNow())
         assert not now_params  # noqa: S101 - DatabaseNow() is plain SQL
         return (
             f"SELECT w.{qn('id')} AS id FROM {self.waiters_table} w "  # noqa: S608
             f"WHERE w.{qn('resource')} = %s AND w.{qn('id')} <> %s "
-            f"AND w.{qn('expires_at')} > {now_sql} ORDER BY w.{qn('id')} LIMIT 1"
+            f"AND w.{qn('expires_at')} > {now_sql} {condition} ORDER BY w.{qn('id')} LIMIT 1"
         )
 
     @cached_property
@@ -132,3 +133,9 @@ class PostgreSQLBackend(LockBackend):
 
 # No waiter has this ticket: mark_released() excludes none from the head.
 NO_TICKET_EXCLUDED = 0
+# A FROM item that makes the statement's own transaction (autocommit) commit
+# without waiting for its WAL to reach the disk. For the waiter queue only: a
+# ticket lost in a crash costs nothing (its waiter is gone too), and waiting for
+# the flush of each ticket would cost the queue a disk write per turn.
+ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) AS commit_mode"
+ASYNC_COMMIT_CONDITION = "set_config('synchronous_commit', 'off', true) IS NOT NULL"

@@ -89,7 +89,15 @@ class Wait:
 
     def step(self) -> DistributedLock | float:
         as_head = self.wakeup.clear()
-        if self.ticket is None:
+        if self.ticket is None and _local_queues.busy(self):
+            # Another waiter of this process is queued for it: queue behind it
+            # without looking, and sleep until it leaves (unless it left already).
+            self._watch()
+            self._enqueue()
+            if not _local_queues.first(self):
+                return self._remaining()
+            state = QueueState.read(self.using, self.resource, self.ticket)
+        elif self.ticket is None:
             state = QueueState.read(self.using, self.resource, None)
             if state.free and state.ahead == 0:
                 # Nobody queued and the lock free: take it straight away.
@@ -268,6 +276,11 @@ class _LocalQueues:
         with self._lock:
             queue = self._queues.setdefault((wait.using, wait.resource), [])
             bisect.insort(queue, (wait.ticket, id(wait), wait))
+
+    def busy(self, wait: Wait) -> bool:
+        """Whether other waiters of this process are queued for ``wait``'s resource."""
+        with self._lock:
+            return bool(self._queues.get((wait.using, wait.resource)))
 
     def first(self, wait: Wait) -> bool:
         with self._lock:

@@ -42,8 +42,11 @@ class WaitingThread:
                 return
             executor, self._executor = self._executor, None
         # The last waiter is gone: close the connection, and the thread ends.
-        executor.submit(connections[self.using].close)
+        executor.submit(self._close)
         executor.shutdown(wait=False)
+
+    def _close(self) -> None:
+        connections[self.using].close()  # looked up in the thread: its own connection
 
     async def run(self, function: Callable[..., _T], *args: Any) -> _T:
         """``function(*args)`` in the thread, on its connection (kept between calls)."""
