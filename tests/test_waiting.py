@@ -83,13 +83,35 @@ def test_a_release_wakes_the_head_without_polling(settings: Any, looks: list[str
             got.append(held.owner)
 
     waiter = in_thread(wait)
-    wait_for(lambda: LockWaiter.objects.filter(resource="listen:1").exists())
-    queued_looks = len(looks)
+    wait_for(lambda: len(looks) == 2)  # before queuing, and once queued: then it sleeps
     Locks.release("listen:1", "holder")
     waiter.join(15)
     assert got, "the release did not wake the waiter"
-    assert queued_looks <= 2  # before queuing, and once queued
-    assert len(looks) == queued_looks  # woken as the head, it took the lock without looking
+    assert len(looks) == 2  # woken as the head, it took the lock without looking
+
+
+@pytest.mark.requires_postgres
+def test_an_idle_waiter_makes_at_most_a_query_a_second() -> None:
+    Locks.acquire("listen:4", "holder", ttl=60)
+    statements: list[str] = []
+    seconds = 6.0
+
+    def counted(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    def wait() -> None:
+        with (
+            connection.execute_wrapper(counted),
+            contextlib.suppress(LockNotAcquired),
+            lock("listen:4", timeout=seconds),
+        ):
+            pytest.fail("the lock stays held")
+
+    in_thread(wait).join(seconds + 10)
+    # Queuing takes three (look, queue, look) and leaving one; in between at
+    # most one a second: a look now and then, and keeping the ticket alive.
+    assert len(statements) <= 3 + seconds + 1, [sql[:40] for sql in statements]
 
 
 @pytest.mark.requires_postgres

@@ -68,7 +68,7 @@ class Wait:
     wakeup: Wakeup = field(default_factory=Wakeup)
     deadline: float = 0.0
     ticket: int | None = None
-    ticket_refreshed: float = 0.0
+    ticket_until: float = 0.0  # monotonic time until which the ticket counts
     attempt: int = 0
     ahead: int | None = None
     holder: str | None = None
@@ -193,8 +193,9 @@ class Wait:
             # Now and then, drop the rows of waiters that crashed (they no
             # longer count anyway) so that the table stays small.
             backend.drop_dead_waiters(self.resource)
-        self.ticket = backend.enqueue_waiter(self.resource, self.owner, self._ticket_ttl())
-        self.ticket_refreshed = time.monotonic()
+        seconds = self._ticket_ttl()
+        self.ticket = backend.enqueue_waiter(self.resource, self.owner, seconds)
+        self.ticket_until = time.monotonic() + seconds
         if self.watch is not None:
             self.watch.claim(self.ticket)
         _local_queues.join(self)
@@ -222,14 +223,14 @@ class Wait:
 
     def _refresh_tickets(self) -> None:
         """Keep this process's tickets for the resource alive: one statement for all."""
-        if time.monotonic() - self.ticket_refreshed > self._ticket_ttl() / 3:
+        if _local_queues.refresh_in(self) <= 0:
             tickets = _local_queues.tickets(self)
             backend_for(self.using).refresh_waiters(tickets, WAITER_TTL)
-            _local_queues.refreshed(self)
+            _local_queues.refreshed(self, time.monotonic() + WAITER_TTL)
 
     def _sleep(self, state: QueueState) -> float:
         now = time.monotonic()
-        refresh_in = self.ticket_refreshed + self._ticket_ttl() / 3 - now
+        refresh_in = _local_queues.refresh_in(self)
         if self._listening() and (state.ahead == 0 or not state.free):
             # A release wakes us; the timer covers an expiry and the ticket.
             sleep = min(LISTENING_LOOKS * conf.BACKOFF_MAX, max(refresh_in, 0.0))
@@ -258,6 +259,13 @@ class Wait:
 
     def _remaining(self) -> float:
         return max(self.deadline - time.monotonic(), 0.0)
+
+    def _refresh_in(self) -> float:
+        """Seconds until the ticket needs refreshing: when it has less than half
+        of ``WAITER_TTL`` left, unless it outlives the wait anyway."""
+        if self.ticket_until >= self.deadline + 1.0:
+            return self._remaining() + 1.0
+        return self.ticket_until - WAITER_TTL / 2 - time.monotonic()
 
     def _ticket_ttl(self) -> float:
         return min(WAITER_TTL, self._remaining() + 1.0)
@@ -291,11 +299,16 @@ class _LocalQueues:
         with self._lock:
             return [ticket for ticket, _, _ in self._queues.get((wait.using, wait.resource), [])]
 
-    def refreshed(self, wait: Wait) -> None:
-        now = time.monotonic()
+    def refresh_in(self, wait: Wait) -> float:
+        """Seconds until a ticket of this process for ``wait``'s resource needs refreshing."""
+        with self._lock:
+            queue = self._queues.get((wait.using, wait.resource)) or [(0, 0, wait)]
+            return min(waiting._refresh_in() for _, _, waiting in queue)
+
+    def refreshed(self, wait: Wait, until: float) -> None:
         with self._lock:
             for _, _, waiting in self._queues.get((wait.using, wait.resource), []):
-                waiting.ticket_refreshed = now
+                waiting.ticket_until = max(waiting.ticket_until, until)
 
     def leave(self, wait: Wait) -> None:
         key = (wait.using, wait.resource)
