@@ -31,6 +31,7 @@ from django.db import connections
 
 from django_dlock.backends.postgresql import channel_for
 from django_dlock.conf import conf
+from django_dlock.locking.per_alias import PerAlias
 
 if TYPE_CHECKING:
     import psycopg
@@ -285,8 +286,7 @@ class Listener:
                 watch.wakeup.set()
 
 
-_listeners: dict[str, Listener] = {}
-_listeners_lock = threading.Lock()
+_listeners = PerAlias(Listener)
 
 
 def listener_for(using: str) -> Listener | None:
@@ -298,20 +298,14 @@ def listener_for(using: str) -> Listener | None:
         import psycopg  # noqa: F401 - psycopg2 has no notify handlers: poll
     except ImportError:
         return None
-    with _listeners_lock:
-        listener = _listeners.get(using)
-        if listener is None:
-            listener = _listeners[using] = Listener(using)
+    listener = _listeners(using)
     return listener if listener.usable else None
 
 
 def stop_listeners() -> None:
     """Close every listening connection of this process (at exit; tests call it
     before the test database is dropped). Waiters that need one reopen it."""
-    with _listeners_lock:
-        listeners = list(_listeners.values())
-        _listeners.clear()
-    for listener in listeners:
+    for listener in _listeners.pop_all():
         listener.stop()
 
 

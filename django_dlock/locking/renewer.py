@@ -21,6 +21,7 @@ from django.db import DatabaseError, connections
 
 from django_dlock import signals
 from django_dlock.backends import backend_for
+from django_dlock.locking.per_alias import PerAlias
 from django_dlock.locking.renewal import RenewalFailure, failure_of, renew_lock
 from django_dlock.models import DistributedLock
 
@@ -195,14 +196,5 @@ def _failures(
     }
 
 
-_threads: dict[str, RenewalThread] = {}
-_threads_lock = threading.Lock()
-
-
-def renewal_thread(using: str) -> RenewalThread:
-    """The renewer of ``using`` in this process (its thread runs only while needed)."""
-    with _threads_lock:
-        thread = _threads.get(using)
-        if thread is None:
-            thread = _threads[using] = RenewalThread(using, renew_batch)
-        return thread
+# The renewer of each alias in this process (its thread runs only while needed).
+renewal_thread = PerAlias(lambda using: RenewalThread(using, renew_batch))

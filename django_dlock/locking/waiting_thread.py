@@ -15,6 +15,8 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections
 
+from django_dlock.locking.per_alias import PerAlias
+
 _T = TypeVar("_T")
 
 
@@ -65,13 +67,5 @@ class WaitingThread:
             raise
 
 
-_threads: dict[str, WaitingThread] = {}
-_threads_lock = threading.Lock()
-
-
-def waiting_thread(using: str) -> WaitingThread:
-    with _threads_lock:
-        thread = _threads.get(using)
-        if thread is None:
-            thread = _threads[using] = WaitingThread(using)
-        return thread
+# The waiting thread of each alias in this process.
+waiting_thread = PerAlias(WaitingThread)
