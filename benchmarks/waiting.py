@@ -15,6 +15,8 @@ hosts would use it:
   waiter is blocked on a held lock (``pg_stat_database.xact_commit``).
 - async crowd: N ``async with lock(...)`` waiters in one process on a held lock:
   the most connections (``pg_stat_activity``) and threads seen, and how each ended.
+- release (PostgreSQL): what looking for a waiter to wake costs a release that
+  has none, beside the plain release, interleaved in one process.
 - renewals: 100 ``auto_renew=True`` locks in one process held 4x their ttl: the
   extra connections and threads, and how many were lost.
 """
@@ -159,10 +161,14 @@ def server_commits() -> int:
     return int(row[0])
 
 
-def idle_load() -> float:
-    """Transactions per second the server commits while one waiter waits."""
+def idle_load() -> tuple[float, float]:
+    """Transactions per second the server commits while one waiter waits, and
+    in as long a time before it, with nobody waiting (the baseline)."""
     from django_dlock.models import DistributedLock, LockWaiter
 
+    before = server_commits()
+    time.sleep(IDLE_SECONDS)
+    baseline = (server_commits() - before) / IDLE_SECONDS
     DistributedLock.objects.acquire("idle", "holder", ttl=120)
     waiter = run(idle_waiter, "idle", IDLE_SECONDS + 6)
     while not LockWaiter.objects.filter(resource="idle").exists():
@@ -172,10 +178,10 @@ def idle_load() -> float:
     time.sleep(IDLE_SECONDS)
     # Each server_commits() is one transaction of its own; statistics reach the
     # view up to a second late, so the window is long.
-    per_second = (server_commits() - before - 1) / IDLE_SECONDS
+    per_second = (server_commits() - before) / IDLE_SECONDS
     result(waiter)
     DistributedLock.objects.release("idle", "holder")
-    return per_second
+    return per_second, baseline
 
 
 # -- async crowd -------------------------------------------------------------------
@@ -296,6 +302,65 @@ def renewals(vendor: str) -> dict[str, int]:
     return {**result(handle), "extra connections": most}
 
 
+# -- what a release without waiters costs ------------------------------------------
+
+
+def release_cost(rounds: int = 7, cycles: int = 200) -> tuple[float, float]:
+    """Acquire + release cycles per second with nobody waiting: the release's
+    plain UPDATE beside the one that also looks for a head to wake (PostgreSQL),
+    interleaved in rounds in this process; the medians."""
+    from django_dlock.backends import LockBackend, backend_for
+    from django_dlock.models import DistributedLock
+
+    backend = backend_for("default")
+    locks = DistributedLock.objects
+
+    def per_second(plain: bool) -> float:
+        if plain:  # the base class's release: an UPDATE of the row, nothing else
+            backend.mark_released = lambda lock: LockBackend.mark_released(backend, lock)  # type: ignore[method-assign]
+        try:
+            started = time.perf_counter()
+            for n in range(cycles):
+                locks.acquire(f"release:{n % 20}", "me", ttl=30)
+                locks.release(f"release:{n % 20}", "me")
+            return cycles / (time.perf_counter() - started)
+        finally:
+            vars(backend).pop("mark_released", None)
+
+    plain, waking = [], []
+    for _ in range(rounds):
+        plain.append(per_second(plain=True))
+        waking.append(per_second(plain=False))
+    return statistics.median(plain), statistics.median(waking)
+
+
+def acquire_floor(rounds: int = 50) -> float:
+    """Milliseconds an uncontended queued acquire takes (take the lock, leave the
+    queue): the part of a wake-up that is the acquisition itself."""
+    from django_dlock.models import DistributedLock, LockWaiter
+    from django_dlock.transactions import lock_transaction
+
+    times = []
+    for n in range(rounds):
+        ticket = LockWaiter.objects.create(
+            resource=f"floor:{n}", owner="me", expires_at=_in_a_minute()
+        ).pk
+        started = time.monotonic()
+        with lock_transaction("default"):
+            DistributedLock.objects.acquire(f"floor:{n}", "me", ttl=30)
+            LockWaiter.objects.filter(pk=ticket).delete()
+        times.append((time.monotonic() - started) * 1000)
+    return statistics.median(times)
+
+
+def _in_a_minute() -> Any:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    return timezone.now() + timedelta(minutes=1)
+
+
 # -- main --------------------------------------------------------------------------
 
 
@@ -314,14 +379,15 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     vendor = connection.vendor
-    sections = (os.environ.get("BENCH_SECTIONS") or "wake,fair,idle,crowd,renew").split(",")
+    sections = (os.environ.get("BENCH_SECTIONS") or "wake,fair,idle,crowd,release,renew").split(",")
     print(f"django-dlock waiting on {vendor}")  # noqa: T201
     if "wake" in sections:
         latencies = wake_up()
         print(  # noqa: T201
             f"wake-up after release ({WAKE_ROUNDS} rounds): "
             f"p50 {statistics.median(latencies):.1f} ms, p90 {percentile(latencies, 0.9):.1f} ms, "
-            f"max {max(latencies):.1f} ms"
+            f"max {max(latencies):.1f} ms; an uncontended queued acquire alone takes "
+            f"p50 {acquire_floor():.1f} ms"
         )
     if "fair" in sections:
         of_ideal, jain, counts = fairness()
@@ -329,9 +395,19 @@ def main() -> None:
             f"8 acquirers, 1 ms hold: {of_ideal:.0%} of ideal, Jain {jain:.3f}, turns {counts}"
         )
     if "idle" in sections and vendor == "postgresql":
-        print(f"one idle waiter: {idle_load():.2f} transactions/s on the server")  # noqa: T201
+        waiting, baseline = idle_load()
+        print(  # noqa: T201
+            f"one idle waiter: {waiting:.2f} transactions/s on the server, "
+            f"{baseline:.2f}/s with nobody waiting: {waiting - baseline:.2f}/s for the waiter"
+        )
     if "crowd" in sections:
         print(f"{WAITERS} async waiters in one process: {crowd(vendor)}")  # noqa: T201
+    if "release" in sections and vendor == "postgresql":
+        plain, waking = release_cost()
+        print(  # noqa: T201
+            f"acquire + release without waiters: {plain:.0f}/s with a plain UPDATE, "
+            f"{waking:.0f}/s with the head check ({waking / plain:.0%})"
+        )
     if "renew" in sections:
         print(f"{RENEWED} auto-renewed locks in one process: {renewals(vendor)}")  # noqa: T201
 
