@@ -58,7 +58,7 @@ def _call(results: Any, target: Callable[..., Any], args: tuple[Any, ...]) -> No
     configure()
     try:
         results.put((True, target(*args)))
-    except BaseException as error:  # noqa: BLE001 - reported to the parent
+    except BaseException as error:
         results.put((False, repr(error)))
 
 
@@ -206,7 +206,7 @@ def async_crowd(resource: str, waiters: int, timeout: float, ready: Any) -> dict
             outcome = "acquired"
         except LockNotAcquired:
             outcome = "LockNotAcquired"
-        except Exception as error:  # noqa: BLE001 - counted: the figure is "none"
+        except Exception as error:
             outcome = type(error).__name__
         ends[outcome] = ends.get(outcome, 0) + 1
 
@@ -300,12 +300,11 @@ class _ExitQuietly:
     def __enter__(self) -> Any:
         return self.context.__enter__()
 
-    def __exit__(self, *exc_info: Any) -> bool:
+    def __exit__(self, *exc_info: Any) -> None:
         from django_dlock import LockExpired, LockNotOwned
 
         with contextlib.suppress(LockExpired, LockNotOwned):
             self.context.__exit__(*exc_info)
-        return False
 
 
 def renewals(vendor: str) -> dict[str, int]:
@@ -402,10 +401,10 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     vendor = connection.vendor
     sections = (os.environ.get("BENCH_SECTIONS") or "wake,fair,idle,crowd,release,renew").split(",")
-    print(f"django-dlock waiting on {vendor}")  # noqa: T201
+    print(f"django-dlock waiting on {vendor}")
     if "wake" in sections:
         latencies = wake_up()
-        print(  # noqa: T201
+        print(
             f"wake-up after release ({WAKE_ROUNDS} rounds): "
             f"p50 {statistics.median(latencies):.1f} ms, p90 {percentile(latencies, 0.9):.1f} ms, "
             f"max {max(latencies):.1f} ms; an uncontended queued acquire alone takes "
@@ -413,25 +412,23 @@ def main() -> None:
         )
     if "fair" in sections:
         of_ideal, jain, counts = fairness()
-        print(  # noqa: T201
-            f"8 acquirers, 1 ms hold: {of_ideal:.0%} of ideal, Jain {jain:.3f}, turns {counts}"
-        )
+        print(f"8 acquirers, 1 ms hold: {of_ideal:.0%} of ideal, Jain {jain:.3f}, turns {counts}")
     if "idle" in sections and vendor == "postgresql":
         waiting, baseline = idle_load()
-        print(  # noqa: T201
+        print(
             f"one idle waiter: {waiting:.2f} transactions/s on the server, "
             f"{baseline:.2f}/s with nobody waiting: {waiting - baseline:.2f}/s for the waiter"
         )
     if "crowd" in sections:
-        print(f"{WAITERS} async waiters in one process: {crowd(vendor)}")  # noqa: T201
+        print(f"{WAITERS} async waiters in one process: {crowd(vendor)}")
     if "release" in sections and vendor == "postgresql":
         plain, waking = release_cost()
-        print(  # noqa: T201
+        print(
             f"acquire + release without waiters: {plain:.0f}/s with a plain UPDATE, "
             f"{waking:.0f}/s with the head check ({waking / plain:.0%})"
         )
     if "renew" in sections:
-        print(f"{RENEWED} auto-renewed locks in one process: {renewals(vendor)}")  # noqa: T201
+        print(f"{RENEWED} auto-renewed locks in one process: {renewals(vendor)}")
 
 
 if __name__ == "__main__":

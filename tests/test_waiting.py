@@ -18,8 +18,9 @@ from django.core.checks import Error
 from django.db import connection, connections
 
 from django_dlock import LockNotAcquired, lock
+from django_dlock.backends.postgresql import channel_for
 from django_dlock.checks import check_settings
-from django_dlock.locking.listener import channel_for, listener_for
+from django_dlock.locking.listener import listener_for
 from django_dlock.locking.waiting import QueueState
 from django_dlock.models import DistributedLock, LockWaiter
 from django_dlock.signals import lock_renewed
@@ -257,13 +258,16 @@ def test_waiters_of_one_process_look_one_at_a_time(settings: Any, looks: list[st
 
         return run
 
+    def queued(count: int) -> Callable[[], bool]:
+        return lambda: LockWaiter.objects.filter(resource="crowd:2").count() == count
+
     waiters = []
     for number in range(5):
         waiters.append(in_thread(wait(f"w{number}"), name=f"w{number}"))
-        wait_for(lambda n=number: LockWaiter.objects.filter(resource="crowd:2").count() == n + 1)
-    queued = Counter(looks)
-    wait_for(lambda: looks.count("w0") >= queued["w0"] + 10)
-    assert set(Counter(looks) - queued) == {"w0"}  # the others sleep
+        wait_for(queued(number + 1))
+    looked = Counter(looks)
+    wait_for(lambda: looks.count("w0") >= looked["w0"] + 10)
+    assert set(Counter(looks) - looked) == {"w0"}  # the others sleep
     Locks.release("crowd:2", "holder")
     for waiter in waiters:
         waiter.join(30)

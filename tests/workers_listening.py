@@ -28,7 +28,7 @@ def wait_for_lock(
         looks += 1
         return read(*args)
 
-    QueueState.read = counted  # type: ignore[method-assign]
+    QueueState.read = counted  # type: ignore[method-assign,assignment]
     try:
         with lock(resource, ttl=30, timeout=timeout):
             acquired = True

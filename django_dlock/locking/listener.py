@@ -162,7 +162,7 @@ class Listener:
                         delay = 0.05
                     self._sync_channels(connection)
                     self._receive(connection)
-                except Exception as error:  # noqa: BLE001 - any failure: reconnect
+                except Exception as error:
                     # (psycopg's errors, and OSError from a socket gone bad.)
                     logger.warning("django-dlock listener on %r: %s", self.using, error)
                     self._lost(connection)

@@ -96,7 +96,7 @@ class RenewalThread:
                 started = time.monotonic()
                 try:
                     outcomes = self._renew(self.using, batch)
-                except Exception as error:  # noqa: BLE001 - the thread must go on for the others
+                except Exception as error:
                     outcomes = [f"renewing it failed: {error!r}"] * len(batch)
                 lost: list[tuple[Renewed, str]] = []
                 with self._condition:
