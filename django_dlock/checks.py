@@ -106,6 +106,15 @@ def _check_backoff() -> list[CheckMessage]:
                 id="django_dlock.E303",
             )
         )
+    listen = conf.LISTEN
+    if listen not in (True, False, "auto"):
+        errors.append(
+            Error(
+                f'DLOCK_LISTEN must be True, False or "auto", not {listen!r}.',
+                hint='Leave it unset ("auto": listen unless behind a connection pooler).',
+                id="django_dlock.E304",
+            )
+        )
     return errors
 
 

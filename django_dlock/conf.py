@@ -44,6 +44,12 @@ class Settings:
         """The longest wait between two tries of a blocking acquire, in seconds."""
         return getattr(settings, "DLOCK_BACKOFF_MAX", 0.5)
 
+    @property
+    def LISTEN(self) -> bool | str:
+        """Whether PostgreSQL waiters are woken by ``LISTEN``/``NOTIFY``: True,
+        False (always poll), or "auto" (listen unless behind a connection pooler)."""
+        return getattr(settings, "DLOCK_LISTEN", "auto")
+
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"django-dlock has no setting DLOCK_{name}")
 

@@ -257,7 +257,8 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         # The row stays, expired and ownerless, to keep the fencing token counting.
         lock.owner = ""
         lock.expires_at = lock.db_now  # type: ignore[attr-defined]
-        self._write(lock, using, ["owner", "expires_at"])
+        # (On PostgreSQL the same statement wakes the head of the resource's waiters.)
+        backend_for(using).mark_released(lock)
 
     def _insert(
         self, resource: str, owner: str, duration: timedelta, using: str

@@ -47,28 +47,6 @@ async def run_in_lock_thread(using: str, function: Callable[..., _T], *args: Any
     return await sync_to_async(call, thread_sensitive=False, executor=_lock_threads)()
 
 
-async def run_in_own_thread(using: str, function: Callable[..., _T], *args: Any) -> _T:
-    """Run ``function(*args)`` in a new thread, with one connection to ``using``
-    for the whole call, closed when it ends.
-
-    For calls that may take long (a blocking acquire waits up to its timeout):
-    in the shared worker threads, a few of them would hold up every other lock
-    operation, the releases they wait for included.
-    """
-    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="django-dlock-wait")
-
-    def call() -> _T:
-        try:
-            return function(*args)
-        finally:
-            connections[using].close()
-
-    try:
-        return await sync_to_async(call, thread_sensitive=False, executor=executor)()
-    finally:
-        executor.shutdown(wait=False)  # the thread ends once the call does
-
-
 async def release_if_cancelled(
     using: str,
     acquiring: Awaitable[_Acquired],

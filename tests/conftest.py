@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from django.db import connection
 
@@ -22,3 +24,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def vendor() -> str:
     """The backend the suite runs on: 'sqlite' or 'postgresql'."""
     return connection.vendor
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_listeners(django_db_setup: None) -> Iterator[None]:
+    """Close the waiters' listening connections before the test database is
+    dropped (PostgreSQL refuses to drop a database that has sessions)."""
+    yield
+    from django_dlock.locking.listener import stop_listeners
+
+    stop_listeners()

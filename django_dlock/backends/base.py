@@ -37,6 +37,8 @@ _PLACEHOLDER = "django-dlock:placeholder"
 
 # "No ticket yet" for queue_state(): every queued waiter is ahead.
 NO_TICKET = 2**62
+# Locks per statement of renew_many(): well under every database's parameter limit.
+RENEW_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class LockBackend:
     """
 
     vendor: ClassVar[str]
+    #: Whether every process that waits runs on the database's host (SQLite):
+    #: then the head of a queue may look often, each look costing microseconds.
+    waiters_share_host: ClassVar[bool] = False
 
     def __init__(self, using: str) -> None:
         self.using = using
@@ -232,6 +237,65 @@ class LockBackend:
             now=_to_datetime(now),
             ahead=ahead,
         )
+
+    def enqueue_waiter(self, resource: str, owner: str, seconds: float) -> int:
+        """Queue a waiter for ``seconds`` (unless refreshed); its ticket. One
+        INSERT in autocommit: no transaction of its own to wait for."""
+        waiter = self.waiter_model._default_manager.using(self.using).create(
+            resource=resource, owner=owner, expires_at=now_plus(timedelta(seconds=seconds))
+        )
+        return int(waiter.pk)
+
+    def refresh_waiters(self, tickets: Sequence[int], seconds: float) -> None:
+        """Keep the waiters of ``tickets`` queued for ``seconds`` more (one UPDATE)."""
+        self.waiter_model._default_manager.using(self.using).filter(pk__in=tickets).update(
+            expires_at=now_plus(timedelta(seconds=seconds))
+        )
+
+    def leave_queue(self, ticket: int) -> None:
+        """Drop the waiter that took the lock (inside its lock transaction)."""
+        self.waiter_model._default_manager.using(self.using).filter(pk=ticket).delete()
+
+    def give_up_waiting(self, resource: str, ticket: int) -> None:
+        """Drop a waiter that leaves without the lock (timed out, cancelled)."""
+        self.leave_queue(ticket)
+
+    def drop_dead_waiters(self, resource: str) -> None:
+        """Delete the rows of waiters of ``resource`` that stopped refreshing them."""
+        self.waiter_model._default_manager.using(self.using).filter(
+            resource=resource, expires_at__lte=DatabaseNow()
+        ).delete()
+
+    def mark_released(self, lock: DistributedLock) -> None:
+        """Write the released ``lock`` (no owner, expired) inside its lock transaction."""
+        self.update(lock, ["owner", "expires_at"])
+
+    def renew_many(
+        self, pairs: Sequence[tuple[str, str]], seconds: float
+    ) -> dict[tuple[str, str], DistributedLock]:
+        """Extend each (resource, owner) lock that owner validly holds to
+        ``seconds`` from now; the renewed locks. One statement per
+        ``RENEW_CHUNK`` locks, in autocommit."""
+        qn = self.qn
+        now_sql, now_params = compile_expression(self.using, DatabaseNow())
+        expires_sql, expires_params = compile_expression(
+            self.using, now_plus(timedelta(seconds=seconds))
+        )
+        manager = self.model._default_manager.db_manager(self.using)
+        renewed: dict[tuple[str, str], DistributedLock] = {}
+        for start in range(0, len(pairs), RENEW_CHUNK):
+            chunk = pairs[start : start + RENEW_CHUNK]
+            values = ", ".join(["(%s, %s)"] * len(chunk))
+            # Only quoted identifiers and Django-compiled SQL are formatted in.
+            sql = (
+                f"UPDATE {self.table} SET {qn('expires_at')} = {expires_sql} "  # noqa: S608
+                f"WHERE ({qn('resource')}, {qn('owner')}) IN (VALUES {values}) "
+                f"AND {qn('expires_at')} > {now_sql} RETURNING {', '.join(self.columns)}"
+            )
+            params = [*expires_params, *(value for pair in chunk for value in pair), *now_params]
+            for lock in manager.raw(sql, params):
+                renewed[(lock.resource, lock.owner)] = lock
+        return renewed
 
     def _queue_state_sql(self) -> str:
         # Waiters run this in a loop, so it is one hand-written SELECT rather than

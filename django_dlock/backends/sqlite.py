@@ -10,6 +10,7 @@ from django_dlock.backends.base import LockBackend
 
 class SQLiteBackend(LockBackend):
     vendor = "sqlite"
+    waiters_share_host = True
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

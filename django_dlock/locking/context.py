@@ -2,14 +2,15 @@
 
 The layer above the manager's non-blocking calls. ``timeout=None`` tries once;
 a number of seconds waits in a queue of waiters kept in the database
-(``LockWaiter``), polling with capped exponential backoff and full jitter.
+(``LockWaiter``), woken by the release where the database can push it, and
+polling with backoff elsewhere (see ``waiting``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
-import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -20,9 +21,11 @@ from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
 from django_dlock.locking.handle import LockHandle
 from django_dlock.locking.renewer import Renewer
 from django_dlock.locking.waiting import Wait
+from django_dlock.locking.waiting_thread import waiting_thread
+from django_dlock.locking.wakeup import Wakeup
 from django_dlock.managers import ReleaseResult, new_owner_token
 from django_dlock.models import DistributedLock
-from django_dlock.threads import release_if_cancelled, run_in_lock_thread, run_in_own_thread
+from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import validate_owner, validate_resource, validate_ttl
 
 __all__ = ["lock"]
@@ -99,20 +102,21 @@ class lock:
                 raise self._held()
             return acquired, started
         wait = Wait(self.resource, owner, self.ttl, self.timeout, self.using)
-        return self._wait(wait, threading.Event()), wait.started
+        return self._wait(wait), wait.started
 
-    def _wait(self, wait: Wait, cancelled: threading.Event) -> DistributedLock:
-        """Look until the lock is taken or the time is up; ``cancelled`` (set
-        when an async caller is cancelled) ends the wait early."""
+    def _wait(self, wait: Wait) -> DistributedLock:
+        """Look until the lock is taken or the time is up, sleeping in this
+        thread between looks (a release may wake it early)."""
         try:
             while True:
                 outcome = wait.step()
                 if not isinstance(outcome, float):
                     return outcome
-                if wait.timed_out() or cancelled.wait(outcome):
+                if wait.timed_out():
                     raise wait.failure()
+                wait.wakeup.wait(outcome)
         finally:
-            wait.leave_queue()
+            wait.finish()
 
     # -- async --------------------------------------------------------------------
 
@@ -140,14 +144,30 @@ class lock:
             if acquired is None:
                 raise self._held()
             return acquired, started
-        wait = Wait(self.resource, owner, self.ttl, self.timeout, self.using)
-        # The whole wait in one thread: one connection for it, not one per look.
-        cancelled = threading.Event()
-        waiting = run_in_own_thread(self.using, self._wait, wait, cancelled)
+        wait = Wait(self.resource, owner, self.ttl, self.timeout, self.using, Wakeup.on_loop())
         acquired = await release_if_cancelled(
-            self.using, waiting, manager.release, stop=cancelled.set
+            self.using, self._await(wait), manager.release, stop=wait.cancel
         )
         return acquired, wait.started
+
+    async def _await(self, wait: Wait) -> DistributedLock:
+        """``_wait()`` on the event loop: it sleeps there, holding no thread and
+        no connection; each look runs in the process's waiting thread."""
+        thread = waiting_thread(self.using)
+        thread.enter()
+        try:
+            while True:
+                outcome = await thread.run(wait.step)
+                if not isinstance(outcome, float):
+                    return outcome
+                if wait.timed_out():
+                    raise wait.failure()
+                await wait.wakeup.sleep(outcome)
+        finally:
+            try:
+                await asyncio.shield(thread.run(wait.finish))
+            finally:
+                thread.exit()
 
     # -- decorator ----------------------------------------------------------------
 

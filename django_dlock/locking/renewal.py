@@ -37,7 +37,15 @@ def renew_lock(
             .values_list("owner", flat=True)
             .first()
         )
-        if holder not in (None, "", owner):
-            return RenewalFailure.TAKEN_OVER
-        return RenewalFailure.EXPIRED
+        return failure_of(owner, holder)
     return renewed
+
+
+def failure_of(owner: str, holder: str | None) -> RenewalFailure:
+    """Why ``owner``'s lock was not renewed, given who holds its row now
+    (``None``: no row; "": released)."""
+    if holder in (None, ""):
+        return RenewalFailure.GONE
+    if holder not in ("", owner):
+        return RenewalFailure.TAKEN_OVER
+    return RenewalFailure.EXPIRED

@@ -1,54 +1,200 @@
-"""``Renewer``: the background thread of ``lock(..., auto_renew=True)``."""
+"""``Renewer``: the automatic renewal of ``lock(..., auto_renew=True)``.
+
+One renewer thread per process and database alias serves every such lock. Each
+lock wants a renewal every ttl/3; the thread sleeps until the first is due, then
+renews every lock that is due (or nearly) together, in one statement per ttl, on
+one connection. The thread and its connection exist only while some lock is
+renewed. Any failed renewal (expired, taken over, released, purged, or a
+database error) marks exactly the locks it concerns lost, and stops renewing
+them: past that point their holders cannot know that they still hold them.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from django.db import DatabaseError, connections
 
-from django_dlock.locking.handle import LockHandle
-from django_dlock.locking.renewal import RenewalFailure, renew_lock
+from django_dlock import signals
+from django_dlock.backends import backend_for
+from django_dlock.locking.per_alias import PerAlias
+from django_dlock.locking.renewal import RenewalFailure, failure_of, renew_lock
 from django_dlock.models import DistributedLock
 
+if TYPE_CHECKING:
+    from django_dlock.locking.handle import LockHandle
 
-class Renewer(threading.Thread):
-    """Renews ``handle``'s lock every ``interval`` seconds until stopped or lost.
 
-    The thread has its own database connection, closed when it ends. Any
-    failed renewal — expired, taken over, released, purged, or a database error
-    — marks the handle lost and ends the thread: past that point the holder
-    cannot know that it still holds the lock.
-    """
+class Renewed(Protocol):
+    """What the renewer needs of a held lock (``LockHandle``)."""
+
+    resource: str
+    owner: str
+    ttl: float
+
+    def record_renewal(self, lock: DistributedLock, started: float, ttl: float) -> None: ...
+
+    def mark_lost(self, reason: str) -> None: ...
+
+
+class Renewer:
+    """The renewals of one held lock: ``start()`` after acquiring, ``stop()``
+    before releasing (a renewal in flight then no longer touches the handle)."""
 
     def __init__(self, handle: LockHandle) -> None:
-        super().__init__(name=f"django-dlock renewer {handle.resource}", daemon=True)
         self.handle = handle
-        self.interval = handle.ttl / 3
-        self.stopped = threading.Event()
 
-    def run(self) -> None:
-        handle = self.handle
-        try:
-            while not self.stopped.wait(self.interval):
-                started = time.monotonic()
-                outcome: DistributedLock | RenewalFailure | str
-                try:
-                    outcome = renew_lock(handle.using, handle.resource, handle.owner, handle.ttl)
-                except DatabaseError as error:
-                    outcome = f"renewing it failed with a database error: {error}"
-                if self.stopped.is_set():
-                    return  # the holder released it meanwhile; its outcome is the holder's
-                if isinstance(outcome, RenewalFailure):
-                    outcome = outcome.value
-                if isinstance(outcome, str):
-                    handle.mark_lost(outcome)
-                    return
-                handle.record_renewal(outcome, started, handle.ttl)
-        finally:
-            connections[handle.using].close()
+    def start(self) -> None:
+        renewal_thread(self.handle.using).add(self.handle)
 
     def stop(self) -> None:
-        self.stopped.set()
-        if self is not threading.current_thread():
-            self.join()
+        renewal_thread(self.handle.using).remove(self.handle)
+
+
+class RenewalThread:
+    """The renewer of one alias: ``add()`` a handle to renew it, ``remove()`` to stop."""
+
+    def __init__(self, using: str, renew: RenewFunction) -> None:
+        self.using = using
+        self._renew = renew
+        self._due: dict[Renewed, float] = {}  # handle -> monotonic time of its next renewal
+        self._condition = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._in_flight: set[Renewed] = set()  # the handles of the batch being renewed
+
+    def add(self, handle: Renewed) -> None:
+        with self._condition:
+            self._due[handle] = time.monotonic() + handle.ttl / 3
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"django-dlock renewer {self.using}", daemon=True
+                )
+                self._thread.start()
+            self._condition.notify()
+
+    def remove(self, handle: Renewed) -> None:
+        """Stop renewing ``handle``. A renewal of it in flight ends first (the
+        loss it may find is announced before this returns); then nothing
+        touches the handle any more."""
+        with self._condition:
+            self._due.pop(handle, None)
+            self._condition.notify_all()
+            if threading.current_thread() is not self._thread:
+                self._condition.wait_for(lambda: handle not in self._in_flight)
+
+    def renews(self, handle: Renewed) -> bool:
+        with self._condition:
+            return handle in self._due
+
+    def _run(self) -> None:
+        try:
+            while (batch := self._next_batch()) is not None:
+                started = time.monotonic()
+                try:
+                    outcomes = self._renew(self.using, batch)
+                except Exception as error:
+                    outcomes = [f"renewing it failed: {error!r}"] * len(batch)
+                lost: list[tuple[Renewed, str]] = []
+                with self._condition:
+                    for handle, outcome in zip(batch, outcomes, strict=True):
+                        if handle not in self._due:
+                            continue  # released meanwhile: the outcome is the holder's
+                        if isinstance(outcome, str):
+                            del self._due[handle]
+                            lost.append((handle, outcome))
+                        else:
+                            handle.record_renewal(outcome, started, handle.ttl)
+                for handle, reason in lost:  # signals go out without the lock held
+                    handle.mark_lost(reason)
+                with self._condition:
+                    self._in_flight.clear()
+                    self._condition.notify_all()
+        finally:
+            connections[self.using].close()
+
+    def _next_batch(self) -> list[Renewed] | None:
+        """Wait until some lock is due; ``None`` (and the thread ends) once none is renewed."""
+        with self._condition:
+            while True:
+                if not self._due:
+                    self._thread = None
+                    return None
+                now = time.monotonic()
+                first = min(self._due.values())
+                if first <= now:
+                    batch = [
+                        handle
+                        for handle, due in self._due.items()
+                        if due <= now + handle.ttl / 12  # nearly due: renew it now too
+                    ]
+                    for handle in batch:
+                        self._due[handle] = now + handle.ttl / 3
+                    self._in_flight.update(batch)
+                    return batch
+                self._condition.wait(first - now)
+
+
+class RenewFunction(Protocol):
+    def __call__(self, using: str, batch: Sequence[Renewed]) -> list[DistributedLock | str]: ...
+
+
+def renew_batch(using: str, batch: Sequence[Renewed]) -> list[DistributedLock | str]:
+    """Renew every lock of ``batch``: the renewed lock, or why it is lost, for each.
+
+    One lock alone is renewed as ``handle.renew()`` would; more, one statement
+    per ttl. A database error loses every lock whose renewal it stopped.
+    """
+    if len(batch) == 1:
+        [handle] = batch
+        try:
+            outcome = renew_lock(using, handle.resource, handle.owner, handle.ttl)
+        except DatabaseError as error:
+            return [_database_error(error)]
+        return [outcome.value if isinstance(outcome, RenewalFailure) else outcome]
+    by_ttl: dict[float, list[Renewed]] = defaultdict(list)
+    for handle in batch:
+        by_ttl[handle.ttl].append(handle)
+    outcomes: dict[Renewed, DistributedLock | str] = {}
+    for ttl, handles in by_ttl.items():
+        pairs = [(handle.resource, handle.owner) for handle in handles]
+        try:
+            renewed = backend_for(using).renew_many(pairs, ttl)
+            failures = _failures(using, [pair for pair in pairs if pair not in renewed])
+        except DatabaseError as error:
+            for handle in handles:
+                outcomes[handle] = _database_error(error)
+            continue
+        for lock in renewed.values():
+            signals.lock_renewed.send(sender=DistributedLock, lock=lock)
+        for handle in handles:
+            pair = (handle.resource, handle.owner)
+            outcomes[handle] = renewed[pair] if pair in renewed else failures[pair].value
+    return [outcomes[handle] for handle in batch]
+
+
+def _database_error(error: DatabaseError) -> str:
+    return f"renewing it failed with a database error: {error}"
+
+
+def _failures(
+    using: str, pairs: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], RenewalFailure]:
+    """Why each (resource, owner) lock could not be renewed: one SELECT for all."""
+    if not pairs:
+        return {}
+    holders = dict(
+        DistributedLock.objects.using(using)
+        .filter(resource__in=[resource for resource, _ in pairs])
+        .values_list("resource", "owner")
+    )
+    return {
+        (resource, owner): failure_of(owner, holders.get(resource)) for resource, owner in pairs
+    }
+
+
+# The renewer of each alias in this process (its thread runs only while needed).
+renewal_thread = PerAlias(lambda using: RenewalThread(using, renew_batch))

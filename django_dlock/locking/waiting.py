@@ -1,24 +1,41 @@
-"""Waiting for a lock: the queue of waiters kept in the database, and the backoff
-between two looks.
+"""Waiting for a lock: the queue of waiters kept in the database, how the head of
+the queue is woken, and the backoff between two looks where nothing wakes it.
 
-Blocking waiters queue in ``LockWaiter`` in ``id`` order; only the first live
-waiter tries to acquire, so a process that just released cannot jump back in
-ahead of those already waiting.
+Blocking waiters queue in ``LockWaiter`` in ``id`` order (the ticket); only the
+first live waiter tries to acquire, so a process that just released cannot jump
+back in ahead of those already waiting.
+
+How the head learns that the lock came free:
+
+- PostgreSQL, connected directly: a release of a resource with waiters sends
+  ``NOTIFY`` naming the head's ticket, and this process's listener wakes that
+  waiter alone. It still looks now and then (``LISTENING_LOOKS`` times the
+  longest backoff), and at the holder's expiry, which no release announces.
+- SQLite: all processes share one host and looking costs microseconds, so the
+  head looks every few milliseconds (slower the longer it has waited).
+- Elsewhere (behind PgBouncer, while the listener is down): capped exponential
+  backoff with full jitter; waiters further back sleep about as long as the
+  turns ahead of them take.
+
+In one process only the first waiter of a resource looks at all: the others
+sleep until it leaves, so that a thousand waiters cost what one does.
 """
 
 from __future__ import annotations
 
+import bisect
 import random
+import threading
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
 
 from django_dlock.backends import backend_for
-from django_dlock.backends.clock import DatabaseNow, now_plus, time_left
+from django_dlock.backends.clock import time_left
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
-from django_dlock.models import DistributedLock, LockWaiter
+from django_dlock.locking.listener import Watch, listener_for
+from django_dlock.locking.wakeup import Wakeup
+from django_dlock.models import DistributedLock
 from django_dlock.transactions import lock_transaction, refuse_callers_transaction
 
 __all__ = ["WAITER_TTL", "QueueState", "Wait"]
@@ -26,14 +43,21 @@ __all__ = ["WAITER_TTL", "QueueState", "Wait"]
 # A waiter's row counts for this long (seconds) unless refreshed, so a waiter
 # that crashed holds up the queue at most this long.
 WAITER_TTL = 10.0
+# A listening waiter still looks every LISTENING_LOOKS x DLOCK_BACKOFF_MAX
+# seconds, in case a wake-up went astray.
+LISTENING_LOOKS = 4
+# How long a waiter waits for the listener to be there before it queues (its
+# first connection, a LISTEN), in seconds; past that it polls.
+LISTEN_WAIT = 2.0
 
 
 @dataclass
 class Wait:
-    """One blocking acquisition: the queue ticket and the backoff state.
+    """One blocking acquisition: the queue ticket, how it is woken, the backoff.
 
     ``step()`` does one round of database work and returns the lock, or how
-    long to sleep before the next round; the sync and async loops share it.
+    long to sleep (on ``wakeup``) before the next round; the sync and async
+    loops share it. ``finish()`` ends the wait, with or without the lock.
     """
 
     resource: str
@@ -41,16 +65,20 @@ class Wait:
     ttl: float
     timeout: float
     using: str
+    wakeup: Wakeup = field(default_factory=Wakeup)
     deadline: float = 0.0
     ticket: int | None = None
-    ticket_refreshed: float = 0.0
+    ticket_until: float = 0.0  # monotonic time until which the ticket counts
     attempt: int = 0
     ahead: int | None = None
     holder: str | None = None
     moved_at: float = 0.0
+    head_since: float | None = None  # when it was first seen at the head
     turn: float | None = None  # seconds per turn of the queue, as observed
     tries: int = 0
     started: float = 0.0  # monotonic time before the last acquire was sent
+    cancelled: bool = False
+    watch: Watch | None = None
     rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
@@ -60,38 +88,122 @@ class Wait:
         refuse_callers_transaction(self.using)
 
     def step(self) -> DistributedLock | float:
-        manager = DistributedLock.objects.db_manager(self.using)
-        if self.ticket is None:
-            # Take the lock straight away only when nobody is queued for it.
+        as_head = self.wakeup.clear()
+        if self.ticket is None and _local_queues.busy(self):
+            # Another waiter of this process is queued for it: queue behind it
+            # without looking, and sleep until it leaves (unless it left already).
+            self._watch()
+            self._enqueue()
+            if not _local_queues.first(self):
+                return self._remaining()
+            state = QueueState.read(self.using, self.resource, self.ticket)
+        elif self.ticket is None:
             state = QueueState.read(self.using, self.resource, None)
             if state.free and state.ahead == 0:
-                self.tries += 1
-                self.started = time.monotonic()
-                acquired = manager.acquire(self.resource, self.owner, self.ttl)
+                # Nobody queued and the lock free: take it straight away.
+                acquired = self._try(queued=False)
                 if acquired is not None:
                     return acquired
-            self.ticket = self._enqueue()
-            if state.free:  # taken meanwhile, or came free: look again, as a waiter
+            listening = self._watch()
+            self._enqueue()
+            if state.free or listening:
+                # Taken meanwhile or came free, or (listening) released before
+                # the ticket existed, so no release will name it: look again.
                 state = QueueState.read(self.using, self.resource, self.ticket)
             # Otherwise we are queued behind those counted just now (or a few
             # more): no need to look again before sleeping.
+        elif as_head and self._listening():
+            # A release named this ticket the head: try at once, without looking.
+            acquired = self._try(queued=True)
+            if acquired is not None:
+                return acquired
+            state = QueueState.read(self.using, self.resource, self.ticket)
+        elif not _local_queues.first(self):
+            return self._remaining()  # the first waiter of this process looks
         else:
             state = QueueState.read(self.using, self.resource, self.ticket)
         if state.free and state.ahead == 0:
-            self.tries += 1
-            self.started = time.monotonic()
-            # Take the lock and leave the queue in one transaction (one commit,
-            # and no moment where the next waiter sees us ahead of it).
-            with lock_transaction(self.using):
-                acquired = manager.acquire(self.resource, self.owner, self.ttl)
-                if acquired is not None:
-                    self.leave_queue()
+            acquired = self._try(queued=True)
             if acquired is not None:
                 return acquired
             self.attempt = 0  # a non-waiting caller took it: poll again soon
+        self._learn(state)
+        self._refresh_tickets()
+        return self._sleep(state)
+
+    def timed_out(self) -> bool:
+        return self.cancelled or time.monotonic() >= self.deadline
+
+    def cancel(self) -> None:
+        """End the wait early (from any thread): its next step or sleep gives up."""
+        self.cancelled = True
+        self.wakeup.set()
+
+    def failure(self) -> LockNotAcquired:
+        return LockNotAcquired(
+            f"Could not acquire the lock on {self.resource!r} within {self.timeout:g} s "
+            f"({self.tries} tries): another owner held it."
+        )
+
+    def finish(self) -> None:
+        """Leave the queue (if still in it) and stop listening; wake the next
+        waiter of this process, which looks from now on."""
+        try:
+            if self.ticket is not None:
+                # Without the lock: if it is free, the next waiter is told.
+                backend_for(self.using).give_up_waiting(self.resource, self.ticket)
+                self.ticket = None
+        finally:
+            _local_queues.leave(self)
+            if self.watch is not None:
+                self.watch.close()
+                self.watch = None
+
+    # -- the steps -----------------------------------------------------------------
+
+    def _try(self, *, queued: bool) -> DistributedLock | None:
+        self.tries += 1
+        self.started = time.monotonic()
+        manager = DistributedLock.objects.db_manager(self.using)
+        if not queued:
+            return manager.acquire(self.resource, self.owner, self.ttl)
+        # Take the lock and leave the queue in one transaction (one commit, and
+        # no moment where the next waiter sees us ahead of it).
+        with lock_transaction(self.using):
+            acquired = manager.acquire(self.resource, self.owner, self.ttl)
+            if acquired is not None and self.ticket is not None:
+                backend_for(self.using).leave_queue(self.ticket)
+                self.ticket = None
+        return acquired
+
+    def _watch(self) -> bool:
+        """Subscribe to the releases of the resource; whether they reach us."""
+        listener = listener_for(self.using)
+        if listener is None:
+            return False
+        self.watch = listener.watch(self.resource, self.wakeup)
+        return self.watch.listening(min(LISTEN_WAIT, self._remaining()))
+
+    def _listening(self) -> bool:
+        return self.watch is not None and self.watch.listening()
+
+    def _enqueue(self) -> None:
+        backend = backend_for(self.using)
+        if self.rng.random() < 0.05:
+            # Now and then, drop the rows of waiters that crashed (they no
+            # longer count anyway) so that the table stays small.
+            backend.drop_dead_waiters(self.resource)
+        seconds = self._ticket_ttl()
+        self.ticket = backend.enqueue_waiter(self.resource, self.owner, seconds)
+        self.ticket_until = time.monotonic() + seconds
+        if self.watch is not None:
+            self.watch.claim(self.ticket)
+        _local_queues.join(self)
+
+    def _learn(self, state: QueueState) -> None:
+        """Learn how long a turn of the queue takes, from how it moved."""
         now = time.monotonic()
         if self.ahead is not None and state.ahead < self.ahead:
-            # The queue moved: learn how long a turn takes, and look again soon.
             per_turn = (now - self.moved_at) / (self.ahead - state.ahead)
             # Observed turns include our own lag in noticing them; lean towards
             # the fastest, so that slow looks cannot make turns seem ever slower.
@@ -105,62 +217,112 @@ class Wait:
             self.moved_at = now
         if state.holder != self.holder:
             self.attempt = 0  # a new holder: its turn may be short
+        if state.ahead == 0 and self.head_since is None:
+            self.head_since = now
         self.ahead, self.holder = state.ahead, state.holder
-        if now - self.ticket_refreshed > self._ticket_ttl() / 3:
-            self._refresh_ticket()
-        window = min(conf.BACKOFF_MAX, conf.BACKOFF_BASE * 2**self.attempt)
-        self.attempt = min(self.attempt + 1, 32)
-        if state.ahead and self.turn is not None:
+
+    def _refresh_tickets(self) -> None:
+        """Keep this process's tickets for the resource alive: one statement for all."""
+        if _local_queues.refresh_in(self) <= 0:
+            tickets = _local_queues.tickets(self)
+            backend_for(self.using).refresh_waiters(tickets, WAITER_TTL)
+            _local_queues.refreshed(self, time.monotonic() + WAITER_TTL)
+
+    def _sleep(self, state: QueueState) -> float:
+        now = time.monotonic()
+        refresh_in = _local_queues.refresh_in(self)
+        if self._listening() and (state.ahead == 0 or not state.free):
+            # A release wakes us; the timer covers an expiry and the ticket.
+            sleep = min(LISTENING_LOOKS * conf.BACKOFF_MAX, max(refresh_in, 0.0))
+        elif state.ahead and self.turn is not None:
             # Nothing to do before those ahead have had their turns: sleep a
             # quarter to half of that, so that looking costs little while the
             # queue moves. (Longer feeds back: turns seem slower, waits grow.)
             sleep = self.rng.uniform(0.25, 0.5) * state.ahead * self.turn
             sleep = min(sleep, conf.BACKOFF_MAX)
             sleep = max(sleep, self.rng.uniform(0, conf.BACKOFF_BASE))
+        elif state.ahead == 0 and backend_for(self.using).waiters_share_host:
+            # The head, where looking costs microseconds: look often, less so
+            # the longer the holder keeps the lock.
+            waited = now - (self.head_since or now)
+            window = min(conf.BACKOFF_MAX, conf.BACKOFF_BASE * max(1.0, waited))
+            sleep = self.rng.uniform(0.5, 1.0) * window
         else:
             # The first in line (or a waiter that has not seen the queue move):
             # capped exponential backoff with full jitter.
+            window = min(conf.BACKOFF_MAX, conf.BACKOFF_BASE * 2**self.attempt)
+            self.attempt = min(self.attempt + 1, 32)
             sleep = self.rng.uniform(0, window)
-        if state.holder_left is not None:
+        if state.holder_left is not None and state.ahead == 0:
             sleep = min(sleep, max(state.holder_left, 0.0))  # never past the holder's expiry
-        return min(sleep, max(self.deadline - now, 0.0))
+        return min(sleep, self._remaining())
 
-    def timed_out(self) -> bool:
-        return time.monotonic() >= self.deadline
+    def _remaining(self) -> float:
+        return max(self.deadline - time.monotonic(), 0.0)
 
-    def failure(self) -> LockNotAcquired:
-        return LockNotAcquired(
-            f"Could not acquire the lock on {self.resource!r} within {self.timeout:g} s "
-            f"({self.tries} tries): another owner held it."
-        )
+    def _refresh_in(self) -> float:
+        """Seconds until the ticket needs refreshing: when it has less than half
+        of ``WAITER_TTL`` left, unless it outlives the wait anyway."""
+        if self.ticket_until >= self.deadline + 1.0:
+            return self._remaining() + 1.0
+        return self.ticket_until - WAITER_TTL / 2 - time.monotonic()
 
     def _ticket_ttl(self) -> float:
-        return min(WAITER_TTL, max(self.deadline - time.monotonic(), 0.0) + 1.0)
+        return min(WAITER_TTL, self._remaining() + 1.0)
 
-    def _expiry(self) -> Any:
-        return now_plus(timedelta(seconds=self._ticket_ttl()))
 
-    def _enqueue(self) -> int:
-        # One INSERT in autocommit: no transaction of its own to wait for.
-        waiters = LockWaiter.objects.using(self.using)
-        if self.rng.random() < 0.05:
-            # Now and then, drop the rows of waiters that crashed (they no
-            # longer count anyway) so that the table stays small.
-            waiters.filter(resource=self.resource, expires_at__lte=DatabaseNow()).delete()
-        waiter = waiters.create(resource=self.resource, owner=self.owner, expires_at=self._expiry())
-        self.ticket_refreshed = time.monotonic()
-        return waiter.pk
+class _LocalQueues:
+    """This process's waiters per (alias, resource), in ticket order. Only the
+    first of each looks at the database; the others sleep until it leaves."""
 
-    def _refresh_ticket(self) -> None:
-        LockWaiter.objects.using(self.using).filter(pk=self.ticket).update(
-            expires_at=self._expiry()
-        )
-        self.ticket_refreshed = time.monotonic()
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queues: dict[tuple[str, str], list[tuple[int, int, Wait]]] = {}
 
-    def leave_queue(self) -> None:
-        if self.ticket is not None:
-            LockWaiter.objects.using(self.using).filter(pk=self.ticket).delete()
-            self.ticket = None
+    def join(self, wait: Wait) -> None:
+        assert wait.ticket is not None  # noqa: S101 - called right after queuing
+        with self._lock:
+            queue = self._queues.setdefault((wait.using, wait.resource), [])
+            bisect.insort(queue, (wait.ticket, id(wait), wait))
+
+    def busy(self, wait: Wait) -> bool:
+        """Whether other waiters of this process are queued for ``wait``'s resource."""
+        with self._lock:
+            return bool(self._queues.get((wait.using, wait.resource)))
+
+    def first(self, wait: Wait) -> bool:
+        with self._lock:
+            queue = self._queues.get((wait.using, wait.resource))
+            return not queue or queue[0][2] is wait
+
+    def tickets(self, wait: Wait) -> list[int]:
+        with self._lock:
+            return [ticket for ticket, _, _ in self._queues.get((wait.using, wait.resource), [])]
+
+    def refresh_in(self, wait: Wait) -> float:
+        """Seconds until a ticket of this process for ``wait``'s resource needs refreshing."""
+        with self._lock:
+            queue = self._queues.get((wait.using, wait.resource)) or [(0, 0, wait)]
+            return min(waiting._refresh_in() for _, _, waiting in queue)
+
+    def refreshed(self, wait: Wait, until: float) -> None:
+        with self._lock:
+            for _, _, waiting in self._queues.get((wait.using, wait.resource), []):
+                waiting.ticket_until = max(waiting.ticket_until, until)
+
+    def leave(self, wait: Wait) -> None:
+        key = (wait.using, wait.resource)
+        with self._lock:
+            queue = self._queues.get(key, [])
+            was_first = bool(queue) and queue[0][2] is wait
+            queue[:] = [entry for entry in queue if entry[2] is not wait]
+            if not queue:
+                self._queues.pop(key, None)
+            elif was_first:
+                queue[0][2].wakeup.set()  # the next one looks from now on
+
+
+_local_queues = _LocalQueues()
 
 
 @dataclass

@@ -1,0 +1,312 @@
+"""The PostgreSQL listener: one connection per process and alias that ``LISTEN``s
+for the releases its waiters wait for.
+
+A release of a resource that has waiters sends ``NOTIFY`` on the resource's
+channel with the ticket of the head of its queue as payload; the listener wakes
+that waiter alone (the others of its process keep sleeping). The connection is
+opened on a thread of its own when the first waiter needs it, reconnects when
+it breaks (waiters poll meanwhile, and all of them look once it is back, since
+notifications may have been missed), and is closed once no waiter has needed it
+for ``LINGER`` seconds, or at exit.
+
+Behind a connection pooler in transaction mode (PgBouncer) a ``LISTEN`` lands
+on some server connection that the next transaction no longer has, so with
+``DLOCK_LISTEN = "auto"`` (the default) the listener tells a pooler apart from
+the server (a pooler reports its own process id to the client, not the
+server's) and does not listen behind one: waiters poll, as with ``False``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import select
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections
+
+from django_dlock.backends.postgresql import channel_for
+from django_dlock.conf import conf
+from django_dlock.locking.per_alias import PerAlias
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from django_dlock.locking.wakeup import Wakeup
+
+logger = logging.getLogger("django_dlock")
+
+# Seconds a channel (and, with none left, the connection and its thread) stays
+# after its last waiter left: a process that takes turns on a lock need not
+# reconnect and LISTEN again for each turn.
+LINGER = 5.0
+# The longest pause between two attempts to reconnect, in seconds.
+RECONNECT_MAX = 2.0
+# How often the thread looks at its state when nothing happens, in seconds.
+IDLE_TICK = 1.0
+
+
+class Watch:
+    """One waiter's subscription to the releases of one resource."""
+
+    def __init__(self, listener: Listener, resource: str, wakeup: Wakeup) -> None:
+        self.listener = listener
+        self.resource = resource
+        self.channel = channel_for(resource)
+        self.wakeup = wakeup
+        self.ticket: int | None = None
+
+    def listening(self, timeout: float = 0.0) -> bool:
+        """Whether a release now reaches this waiter; waits up to ``timeout``
+        seconds for the listener to get there (connecting, ``LISTEN``)."""
+        return self.listener._wait_listening(self.channel, timeout)
+
+    def claim(self, ticket: int) -> None:
+        """Name the waiter's ticket: the payload that wakes it."""
+        self.listener._claim(self, ticket)
+
+    def close(self) -> None:
+        self.listener._unwatch(self)
+
+
+class Listener:
+    """The listening connection of one database alias in this process."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self.usable = True  # False once a pooler was found in between
+        self._lock = threading.Condition()
+        self._watches: dict[str, list[Watch]] = {}  # channel -> watches
+        self._last_used: dict[str, float] = {}  # channel -> when its last waiter left
+        self._listening: set[str] = set()  # channels LISTENed on the live connection
+        self._unclaimed: dict[str, set[int]] = {}  # tickets woken before their claim
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._wake_read, self._wake_write = os.pipe()
+        self.connects = 0  # how many times it connected (for tests and benchmarks)
+        self.backend_pid: int | None = None
+
+    # -- the waiters' side ---------------------------------------------------------
+
+    def watch(self, resource: str, wakeup: Wakeup) -> Watch:
+        watch = Watch(self, resource, wakeup)
+        with self._lock:
+            self._watches.setdefault(watch.channel, []).append(watch)
+            self._start()
+        self._poke()
+        return watch
+
+    def _claim(self, watch: Watch, ticket: int) -> None:
+        with self._lock:
+            watch.ticket = ticket
+            unclaimed = self._unclaimed.get(watch.channel)
+            if unclaimed is not None and ticket in unclaimed:
+                unclaimed.discard(ticket)
+                watch.wakeup.set(as_head=True)
+
+    def _unwatch(self, watch: Watch) -> None:
+        with self._lock:
+            watches = self._watches.get(watch.channel, [])
+            if watch in watches:
+                watches.remove(watch)
+            if not watches:
+                self._watches.pop(watch.channel, None)
+                self._unclaimed.pop(watch.channel, None)
+                self._last_used[watch.channel] = time.monotonic()
+
+    def _wait_listening(self, channel: str, timeout: float) -> bool:
+        with self._lock:
+            return self._lock.wait_for(
+                lambda: not self.usable or channel in self._listening, timeout
+            ) and (self.usable and channel in self._listening)
+
+    def _poke(self) -> None:
+        with contextlib.suppress(OSError):
+            os.write(self._wake_write, b"\0")
+
+    def _start(self) -> None:
+        """Start the thread if it is not running (with ``_lock`` held)."""
+        if self._thread is None and self.usable and not self._stopping:
+            self._thread = threading.Thread(
+                target=self._run, name=f"django-dlock listener {self.using}", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Close the connection and end the thread (at exit, or after tests)."""
+        with self._lock:
+            self._stopping = True
+            thread = self._thread
+        self._poke()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(10)
+        with self._lock:
+            self._stopping = False
+
+    # -- the thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        connection: psycopg.Connection[Any] | None = None
+        delay = 0.05
+        try:
+            while not self._done():
+                try:
+                    if connection is None:
+                        connection = self._connect()
+                        if connection is None:
+                            return  # a pooler: nothing to listen on
+                        delay = 0.05
+                    self._sync_channels(connection)
+                    self._receive(connection)
+                except Exception as error:
+                    # (psycopg's errors, and OSError from a socket gone bad.)
+                    logger.warning("django-dlock listener on %r: %s", self.using, error)
+                    self._lost(connection)
+                    connection = None
+                    with self._lock:
+                        self._lock.wait_for(lambda: self._stopping, delay)
+                    delay = min(delay * 2, RECONNECT_MAX)
+        finally:
+            self._lost(connection)
+
+    def _done(self) -> bool:
+        """Whether the thread should end: stopping, or idle past the linger."""
+        with self._lock:
+            now = time.monotonic()
+            idle = not self._watches and all(
+                now - last > LINGER for last in self._last_used.values()
+            )
+            if self._stopping or idle:
+                self._thread = None
+                return True
+            return False
+
+    def _connect(self) -> psycopg.Connection[Any] | None:
+        import psycopg
+
+        params = connections[self.using].get_connection_params()
+        for django_only in ("cursor_factory", "context", "prepare_threshold"):
+            params.pop(django_only, None)
+        connection = psycopg.connect(**params, autocommit=True)
+        self.connects += 1
+        (pid,) = connection.execute("SELECT pg_backend_pid()").fetchone() or (None,)
+        if conf.LISTEN == "auto" and pid != connection.info.backend_pid:
+            logger.info(
+                "django-dlock: database %r is reached through a connection pooler; "
+                "waiters poll instead of listening (set DLOCK_LISTEN = True if it "
+                "pools sessions).",
+                self.using,
+            )
+            connection.close()
+            with self._lock:
+                self.usable = False
+                self._thread = None
+                self._lock.notify_all()
+                self._wake_all()
+            return None
+        self.backend_pid = pid
+        connection.add_notify_handler(lambda notify: self._dispatch(notify.channel, notify.payload))
+        return connection
+
+    def _sync_channels(self, connection: psycopg.Connection[Any]) -> None:
+        """LISTEN to the channels waiters need; UNLISTEN those idle past the linger."""
+        from psycopg import sql
+
+        with self._lock:
+            now = time.monotonic()
+            for channel, last in list(self._last_used.items()):
+                if channel in self._watches or now - last > LINGER:
+                    del self._last_used[channel]
+            wanted = set(self._watches) | set(self._last_used)
+            to_listen = wanted - self._listening
+            to_unlisten = self._listening - wanted
+        statements = [
+            *(sql.SQL("LISTEN {}").format(sql.Identifier(c)) for c in sorted(to_listen)),
+            *(sql.SQL("UNLISTEN {}").format(sql.Identifier(c)) for c in sorted(to_unlisten)),
+        ]
+        if not statements:
+            return
+        connection.execute(sql.SQL("; ").join(statements))
+        with self._lock:
+            self._listening |= to_listen
+            self._listening -= to_unlisten
+            self._lock.notify_all()
+
+    def _receive(self, connection: psycopg.Connection[Any]) -> None:
+        """Wait for notifications (or a poke) and hand them out."""
+        socket = connection.fileno()
+        ready, _, _ = select.select([socket, self._wake_read], [], [], IDLE_TICK)
+        if self._wake_read in ready:
+            os.read(self._wake_read, 4096)
+        if socket in ready:
+            from psycopg import pq
+
+            pgconn = connection.pgconn
+            # Raises once the server closed the session (pg_terminate_backend).
+            pgconn.consume_input()
+            if pgconn.status != pq.ConnStatus.OK:
+                raise ConnectionError("the listening connection broke")
+            while (notify := pgconn.notifies()) is not None:
+                self._dispatch(notify.relname.decode(), notify.extra.decode())
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        try:
+            ticket = int(payload)
+        except ValueError:
+            return
+        with self._lock:
+            watches = self._watches.get(channel, [])
+            for watch in watches:
+                if watch.ticket == ticket:
+                    watch.wakeup.set(as_head=True)
+                    return
+            if any(watch.ticket is None for watch in watches):
+                # A waiter between queuing and claiming its ticket: keep it.
+                self._unclaimed.setdefault(channel, set()).add(ticket)
+
+    def _lost(self, connection: psycopg.Connection[Any] | None) -> None:
+        """The connection is gone: waiters poll, and all look once (a release may
+        have been missed while it was down)."""
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                connection.close()
+        with self._lock:
+            self._listening.clear()
+            self.backend_pid = None
+            self._lock.notify_all()
+            self._wake_all()
+
+    def _wake_all(self) -> None:
+        for watches in self._watches.values():
+            for watch in watches:
+                watch.wakeup.set()
+
+
+_listeners = PerAlias(Listener)
+
+
+def listener_for(using: str) -> Listener | None:
+    """This process's listener for ``using``, or ``None`` where waiters poll
+    (not PostgreSQL, no psycopg 3, ``DLOCK_LISTEN = False``, or a pooler)."""
+    if conf.LISTEN is False or connections[using].vendor != "postgresql":
+        return None
+    try:
+        import psycopg  # noqa: F401 - psycopg2 has no notify handlers: poll
+    except ImportError:
+        return None
+    listener = _listeners(using)
+    return listener if listener.usable else None
+
+
+def stop_listeners() -> None:
+    """Close every listening connection of this process (at exit; tests call it
+    before the test database is dropped). Waiters that need one reopen it."""
+    for listener in _listeners.pop_all():
+        listener.stop()
+
+
+atexit.register(stop_listeners)

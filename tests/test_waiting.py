@@ -1,0 +1,315 @@
+"""Waiting that scales: waiters woken by the release, one listener, one waiting
+thread and one renewer per process. The tests count looks, connections and
+threads; the speed figures come from ``python -m benchmarks.waiting``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.core.checks import Error
+from django.db import connection, connections
+
+from django_dlock import LockNotAcquired, lock
+from django_dlock.backends.postgresql import channel_for
+from django_dlock.checks import check_settings
+from django_dlock.locking.listener import listener_for
+from django_dlock.locking.waiting import QueueState
+from django_dlock.models import DistributedLock, LockWaiter
+from django_dlock.signals import lock_renewed
+from tests.pgbouncer import pgbouncer
+from tests.utils import run_in_processes, wait_for
+from tests.workers_listening import wait_for_lock
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Locks = DistributedLock.objects
+
+
+@pytest.fixture
+def looks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads that looked at a queue, one entry per look."""
+    seen: list[str] = []
+    read = QueueState.read
+
+    def counted(*args: Any) -> QueueState:
+        seen.append(threading.current_thread().name)
+        return read(*args)
+
+    monkeypatch.setattr(QueueState, "read", counted)
+    return seen
+
+
+def in_thread(function: Callable[[], Any], name: str = "waiter") -> threading.Thread:
+    def run() -> None:
+        try:
+            function()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def client_backends() -> set[int]:
+    """Process ids of the other client connections to the test database."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        )
+        return {pid for (pid,) in cursor.fetchall()}
+
+
+# -- PostgreSQL: the release wakes the head ----------------------------------------------
+
+
+@pytest.mark.requires_postgres
+def test_a_release_wakes_the_head_without_polling(settings: Any, looks: list[str]) -> None:
+    # Safety looks every 4 x 5 s: within the test's time only a release wakes it.
+    settings.DLOCK_BACKOFF_MAX = 5
+    Locks.acquire("listen:1", "holder", ttl=60)
+    got: list[str] = []
+
+    def wait() -> None:
+        with lock("listen:1", timeout=15) as held:
+            got.append(held.owner)
+
+    waiter = in_thread(wait)
+    wait_for(lambda: len(looks) == 2)  # before queuing, and once queued: then it sleeps
+    Locks.release("listen:1", "holder")
+    waiter.join(15)
+    assert got, "the release did not wake the waiter"
+    assert len(looks) == 2  # woken as the head, it took the lock without looking
+
+
+@pytest.mark.requires_postgres
+def test_an_idle_waiter_makes_at_most_a_query_a_second() -> None:
+    Locks.acquire("listen:4", "holder", ttl=60)
+    statements: list[str] = []
+    seconds = 6.0
+
+    def counted(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    def wait() -> None:
+        with (
+            connection.execute_wrapper(counted),
+            contextlib.suppress(LockNotAcquired),
+            lock("listen:4", timeout=seconds),
+        ):
+            pytest.fail("the lock stays held")
+
+    in_thread(wait).join(seconds + 10)
+    # Queuing takes three (look, queue, look) and leaving one; in between at
+    # most one a second: a look now and then, and keeping the ticket alive.
+    assert len(statements) <= 3 + seconds + 1, [sql[:40] for sql in statements]
+
+
+@pytest.mark.requires_postgres
+def test_a_release_notifies_only_when_someone_waits() -> None:
+    import psycopg
+
+    params = connection.get_connection_params()
+    for django_only in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(django_only, None)
+    with psycopg.connect(**params, autocommit=True) as spy:
+        spy.execute(f'LISTEN "{channel_for("listen:2")}"')
+        Locks.acquire("listen:2", "holder", ttl=60)
+        Locks.release("listen:2", "holder")
+        assert list(spy.notifies(timeout=0.5)) == []  # nobody waits: no NOTIFY
+
+        Locks.acquire("listen:2", "holder", ttl=60)
+        ticket = LockWaiter.objects.create(
+            resource="listen:2", owner="w", expires_at=Locks.get(resource="listen:2").expires_at
+        ).pk
+        LockWaiter.objects.create(
+            resource="listen:2", owner="w2", expires_at=Locks.get(resource="listen:2").expires_at
+        )
+        assert Locks.force_release("listen:2")
+        [notify] = list(spy.notifies(timeout=2, stop_after=1))
+        assert notify.payload == str(ticket)  # the head alone is named
+
+
+@pytest.mark.requires_postgres
+def test_the_listener_reconnects_and_a_release_still_wakes_the_waiter(
+    settings: Any, looks: list[str]
+) -> None:
+    settings.DLOCK_BACKOFF_MAX = 5  # safety looks every 20 s
+    Locks.acquire("listen:3", "holder", ttl=60)
+    got: list[str] = []
+
+    def wait() -> None:
+        with lock("listen:3", timeout=15) as held:
+            got.append(held.owner)
+
+    waiter = in_thread(wait)
+    wait_for(lambda: LockWaiter.objects.filter(resource="listen:3").exists())
+    listener = listener_for("default")
+    assert listener is not None
+    wait_for(lambda: listener.backend_pid is not None)
+    killed, connects = listener.backend_pid, listener.connects
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [killed])
+    wait_for(lambda: listener.connects > connects and listener.backend_pid not in (None, killed))
+    wait_for(lambda: listener._wait_listening(channel_for("listen:3"), 0))
+    # While the listener was down the waiter polled; its first look once it is
+    # back sends it to sleep until a release (or 20 s).
+    back = len(looks)
+    wait_for(lambda: len(looks) > back)
+    polled = len(looks)
+    Locks.release("listen:3", "holder")
+    waiter.join(15)
+    assert got, "after the reconnect, the release did not wake the waiter"
+    assert len(looks) == polled  # woken as the head by the release: no look needed
+
+
+@pytest.mark.requires_postgres
+@pytest.mark.parametrize("pool_mode", ["transaction"])
+def test_behind_pgbouncer_waiters_poll(pool_mode: str) -> None:
+    with pgbouncer(pool_mode) as bouncer:
+        Locks.acquire("bounce:1", "holder", ttl=60)
+        connection.close()
+        start = threading.Event()
+
+        def release_once_queued() -> None:
+            wait_for(lambda: LockWaiter.objects.filter(resource="bounce:1").exists(), 60)
+            Locks.release("bounce:1", "holder")
+            start.set()
+
+        releaser = in_thread(release_once_queued, name="releaser")
+        [result] = run_in_processes(wait_for_lock, [(bouncer, "bounce:1", 30, "auto")])
+        releaser.join(30)
+    assert start.is_set()
+    assert result["acquired"]
+    assert not result["listening"]  # the pooler was told apart: it polled
+
+
+def test_listen_setting_is_checked(settings: Any) -> None:
+    for value, ids in [("auto", []), (True, []), (False, []), ("yes", ["django_dlock.E304"])]:
+        settings.DLOCK_LISTEN = value
+        errors = [message for message in check_settings() if isinstance(message, Error)]
+        assert [error.id for error in errors if error.id == "django_dlock.E304"] == ids
+
+
+# -- one process, many waiters -------------------------------------------------------------
+
+
+@pytest.mark.requires_postgres
+def test_a_thousand_async_waiters_use_few_connections() -> None:
+    Locks.acquire("crowd:1", "holder", ttl=120)
+    connection.close()
+    before = client_backends()
+    most_connections, most_threads = 0, threading.active_count()
+    ends: dict[str, int] = {}
+
+    async def wait() -> None:
+        try:
+            async with lock("crowd:1", ttl=10, timeout=15):
+                outcome = "acquired"
+        except LockNotAcquired:
+            outcome = "LockNotAcquired"
+        ends[outcome] = ends.get(outcome, 0) + 1
+
+    async def crowd() -> None:
+        nonlocal most_connections, most_threads
+        tasks = [asyncio.create_task(wait()) for _ in range(1000)]
+        released = False
+        while not all(task.done() for task in tasks):
+            others = await sync_to_async(client_backends)()
+            most_connections = max(most_connections, len(others - before))
+            most_threads = max(most_threads, threading.active_count())
+            if (
+                not released
+                and await LockWaiter.objects.filter(resource="crowd:1").acount() == 1000
+            ):
+                await Locks.arelease("crowd:1", "holder")
+                released = True
+            await asyncio.sleep(0.05)
+        await sync_to_async(connections.close_all)()
+
+    asyncio.run(crowd())
+    assert sum(ends.values()) == 1000
+    assert set(ends) <= {"acquired", "LockNotAcquired"}, ends
+    assert ends.get("acquired", 0) >= 1
+    assert most_connections <= 5, most_connections
+    assert most_threads <= threading.active_count() + 8
+    assert not LockWaiter.objects.filter(resource="crowd:1").exists()
+
+
+def test_waiters_of_one_process_look_one_at_a_time(settings: Any, looks: list[str]) -> None:
+    settings.DLOCK_BACKOFF_MAX = 0.01  # the first of them looks often
+    Locks.acquire("crowd:2", "holder", ttl=60)
+    order: list[str] = []
+
+    def wait(name: str) -> Callable[[], None]:
+        def run() -> None:
+            with lock("crowd:2", owner=name, timeout=60):
+                order.append(name)
+
+        return run
+
+    def queued(count: int) -> Callable[[], bool]:
+        return lambda: LockWaiter.objects.filter(resource="crowd:2").count() == count
+
+    waiters = []
+    for number in range(5):
+        waiters.append(in_thread(wait(f"w{number}"), name=f"w{number}"))
+        wait_for(queued(number + 1))
+    looked = Counter(looks)
+    wait_for(lambda: looks.count("w0") >= looked["w0"] + 10)
+    assert set(Counter(looks) - looked) == {"w0"}  # the others sleep
+    Locks.release("crowd:2", "holder")
+    for waiter in waiters:
+        waiter.join(30)
+    assert order == ["w0", "w1", "w2", "w3", "w4"]
+
+
+# -- renewals ----------------------------------------------------------------------------------
+
+
+def test_a_hundred_renewed_locks_share_one_thread_and_connection() -> None:
+    renewals: Counter[str] = Counter()
+
+    def count(sender: object, lock: DistributedLock, **kwargs: object) -> None:
+        renewals[lock.resource] += 1
+
+    connection.close()
+    on_postgres = connection.vendor == "postgresql"
+    before = client_backends() if on_postgres else set()
+    connection.close()
+    threads_before = threading.active_count()
+    most_threads, most_connections = 0, 0
+    lock_renewed.connect(count)
+    try:
+        with contextlib.ExitStack() as stack:
+            handles = [
+                stack.enter_context(lock(f"renewed:{n}", ttl=3, auto_renew=True))
+                for n in range(100)
+            ]
+            connection.close()
+            # Until every lock was renewed twice (the first ones more often).
+            for _ in range(600):
+                most_threads = max(most_threads, threading.active_count() - threads_before)
+                if on_postgres:
+                    most_connections = max(most_connections, len(client_backends() - before))
+                    connection.close()
+                if len(renewals) == 100 and min(renewals.values()) >= 2:
+                    break
+                time.sleep(0.1)  # sampling the counts, not waiting for anything
+            assert min(renewals.values()) >= 2, renewals
+            assert not [handle.lost_reason for handle in handles if handle.is_lost]
+            assert Locks.active().filter(resource__startswith="renewed:").count() == 100
+    finally:
+        lock_renewed.disconnect(count)
+    assert most_threads <= 2, most_threads
+    assert most_connections <= 2, most_connections

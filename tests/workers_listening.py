@@ -1,0 +1,37 @@
+"""Worker functions run in separate OS processes by tests/test_waiting.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.utils import setup_worker
+
+
+def wait_for_lock(
+    db: dict[str, Any], resource: str, timeout: float, listen: object
+) -> dict[str, Any]:
+    """Block in ``lock(resource)`` with ``DLOCK_LISTEN = listen``; whether it got
+    the lock, whether a listener served it, and how many looks it took."""
+    setup_worker(db)
+    from django.conf import settings
+
+    from django_dlock import LockNotAcquired, lock
+    from django_dlock.locking.listener import listener_for
+    from django_dlock.locking.waiting import QueueState
+
+    settings.DLOCK_LISTEN = listen
+    looks = 0
+    read = QueueState.read
+
+    def counted(*args: Any) -> QueueState:
+        nonlocal looks
+        looks += 1
+        return read(*args)
+
+    QueueState.read = counted  # type: ignore[method-assign,assignment]
+    try:
+        with lock(resource, ttl=30, timeout=timeout):
+            acquired = True
+    except LockNotAcquired:
+        acquired = False
+    return {"acquired": acquired, "listening": listener_for("default") is not None, "looks": looks}
