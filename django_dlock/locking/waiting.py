@@ -140,9 +140,16 @@ class Wait:
         self.wakeup.set()
 
     def failure(self) -> LockNotAcquired:
+        # A waiter queued behind others may never get a turn to try: say so
+        # rather than report "0 tries".
+        how = (
+            f"(tried {self.tries} time{'s' if self.tries != 1 else ''})"
+            if self.tries
+            else "the whole time"
+        )
         return LockNotAcquired(
-            f"Could not acquire the lock on {self.resource!r} within {self.timeout:g} s "
-            f"({self.tries} tries): another owner held it."
+            f"Could not acquire the lock on {self.resource!r} within {self.timeout:g} s: "
+            f"another owner held it {how}."
         )
 
     def finish(self) -> None:
