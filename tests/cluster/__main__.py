@@ -6,55 +6,66 @@ import argparse
 import json
 import sys
 
+from tests.cluster.apps import migrate
 from tests.cluster.cluster import STATE_FILE, Cluster, default_directory
 from tests.cluster.packages import ClusterSetupError
+from tests.cluster.processes import say
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="scripts/cluster.sh")
     parser.add_argument("command", choices=["up", "down", "status"])
     parser.add_argument("--app-hosts", type=int, default=4, help="network namespaces (4)")
-    parser.add_argument("--async", dest="synchronous", action="store_false",
-                        help="start with Patroni's synchronous_mode off")
+    parser.add_argument(
+        "--async",
+        dest="synchronous",
+        action="store_false",
+        help="start with Patroni's synchronous_mode off",
+    )
     args = parser.parse_args(argv)
     directory = default_directory()
     running = (directory / STATE_FILE).exists()
     try:
         if args.command == "up":
             if running:
-                print(f"cluster: already up in {directory} (scripts/cluster.sh down first)")
+                say(f"cluster: already up in {directory} (scripts/cluster.sh down first)")
                 return 1
             cluster = Cluster.up(directory, app_hosts=args.app_hosts, synchronous=args.synchronous)
+            migrate(cluster)
             _print_addresses(cluster)
         elif args.command == "down":
             if not running:
-                print(f"cluster: none running in {directory}")
+                say(f"cluster: none running in {directory}")
                 return 0
             Cluster.load(directory).down()
-            print("cluster: stopped")
+            say("cluster: stopped")
         else:
             if not running:
-                print(f"cluster: none running in {directory}")
+                say(f"cluster: none running in {directory}")
                 return 1
             cluster = Cluster.load(directory)
             _print_addresses(cluster)
-            print(json.dumps(cluster.members(), indent=2))
+            say(json.dumps(cluster.members(), indent=2))
     except ClusterSetupError as error:
-        print(f"cluster: {error}", file=sys.stderr)
+        say(f"cluster: {error}", error=True)
         return 1
     return 0
 
 
 def _print_addresses(cluster: Cluster) -> None:
     leader = cluster.leader()
-    print(f"cluster: directory {cluster.directory}, leader {leader.name if leader else 'none'}, "
-          f"synchronous_mode {'on' if cluster.synchronous else 'off'}")
-    print(f"DATABASE_URL={cluster.pgbouncer_url()}  # PgBouncer, transaction pooling")
-    print(f"DLOCK_PRIMARY_URL={cluster.primary_url()}  # HAProxy to the leader, no pooler")
-    print(f"DLOCK_REPLICA_URL={cluster.replica_url()}  # HAProxy to the replicas")
+    say(
+        f"cluster: directory {cluster.directory}, leader {leader.name if leader else 'none'}, "
+        f"synchronous_mode {'on' if cluster.synchronous else 'off'}"
+    )
+    say(f"DATABASE_URL={cluster.pgbouncer_url()}  # PgBouncer, transaction pooling")
+    say(f"DLOCK_PRIMARY_URL={cluster.primary_url()}  # HAProxy to the leader, no pooler")
+    say(f"DLOCK_REPLICA_URL={cluster.replica_url()}  # HAProxy to the replicas")
     for host in cluster.hosts:
-        print(f"app host {host.namespace}: ip netns exec {host.namespace} ... "
-              f"DATABASE_URL={cluster.pgbouncer_url(host)}")
+        say(
+            f"app host {host.namespace}: ip netns exec {host.namespace} ... "
+            f"DATABASE_URL={cluster.pgbouncer_url(host)}"
+        )
 
 
 if __name__ == "__main__":

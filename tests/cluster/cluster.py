@@ -167,9 +167,9 @@ class Cluster:
     def stop_postgres_if_orphaned(self, node: Node) -> None:
         """A PostgreSQL whose Patroni was killed keeps running: stop it."""
         pid = self.postmaster_pid(node)
-        if pid is not None and self.pids.get(node.name) is not None:
-            if not processes.alive(self.pids[node.name]):
-                processes.stop(pid, sig=signal.SIGQUIT)
+        patroni = self.pids.get(node.name)
+        if pid is not None and patroni is not None and not processes.alive(patroni):
+            processes.stop(pid, sig=signal.SIGQUIT)
 
     # -- state -----------------------------------------------------------------
 
@@ -182,9 +182,7 @@ class Cluster:
     def load(cls, directory: Path) -> Cluster:
         state = json.loads((directory / STATE_FILE).read_text())
         state["directory"] = Path(state["directory"])
-        state["nodes"] = [
-            Node(**{**n, "directory": Path(n["directory"])}) for n in state["nodes"]
-        ]
+        state["nodes"] = [Node(**{**n, "directory": Path(n["directory"])}) for n in state["nodes"]]
         state["hosts"] = [netns.AppHost(**h) for h in state["hosts"]]
         return cls(**state)
 
@@ -217,7 +215,9 @@ class Cluster:
         if len(members) != len(self.nodes):
             return False
         roles = [m.get("role") for m in members]
-        if roles.count("leader") != 1 or any(m.get("state") not in ("running", "streaming") for m in members):
+        if roles.count("leader") != 1 or any(
+            m.get("state") not in ("running", "streaming") for m in members
+        ):
             return False
         if any(m.get("role") != "leader" and m.get("lag") not in (0, "0") for m in members):
             return False
@@ -241,7 +241,9 @@ class Cluster:
 
     # -- addresses -------------------------------------------------------------
 
-    def pgbouncer_url(self, host: netns.AppHost | None = None, database: str = configs.DATABASE) -> str:
+    def pgbouncer_url(
+        self, host: netns.AppHost | None = None, database: str = configs.DATABASE
+    ) -> str:
         address = host.host_address if host else "127.0.0.1"
         return f"postgres://postgres@{address}:{self.pgbouncer_port}/{database}"
 

@@ -44,7 +44,13 @@ def patroni_config(node: Node, synchronous: bool, fsync: bool) -> str:
             "listen": f"127.0.0.1:{node.rest_port}",
             "connect_address": f"127.0.0.1:{node.rest_port}",
         },
-        "etcd3": {"hosts": [f"127.0.0.1:{node.etcd_proxy_port}"], "protocol": "http"},
+        # use_proxies: only this address, never the members etcd advertises
+        # (which would bypass the node's proxy).
+        "etcd3": {
+            "hosts": [f"127.0.0.1:{node.etcd_proxy_port}"],
+            "protocol": "http",
+            "use_proxies": True,
+        },
         "bootstrap": {
             "dcs": {
                 **DCS_TIMING,
@@ -95,8 +101,7 @@ def patroni_config(node: Node, synchronous: bool, fsync: bool) -> str:
 def post_bootstrap_script() -> str:
     """Run by Patroni once, on the first leader: creates the apps' database."""
     return (
-        "#!/bin/sh\n"
-        f'exec {PG_BIN}/psql "$1" -v ON_ERROR_STOP=1 -c "CREATE DATABASE {DATABASE}"\n'
+        f'#!/bin/sh\nexec {PG_BIN}/psql "$1" -v ON_ERROR_STOP=1 -c "CREATE DATABASE {DATABASE}"\n'
     )
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.cluster.processes import say
 
 # command the harness runs -> the Debian package that provides it
 COMMANDS = {
@@ -36,7 +37,7 @@ def ensure_packages() -> None:
     missing = sorted({package for cmd, package in COMMANDS.items() if command_path(cmd) is None})
     if not missing:
         return
-    print(f"cluster: installing Debian packages {' '.join(missing)} (apt-get)", file=sys.stderr)
+    say(f"cluster: installing Debian packages {' '.join(missing)} (apt-get)", error=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     # The packages' own services (etcd on 2379, haproxy, pgbouncer on 6432) must not
     # start on install: the harness runs its own, on ports of its choosing.

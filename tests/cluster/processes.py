@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -91,3 +92,8 @@ def port_open(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def say(text: str, *, error: bool = False) -> None:
+    """A line for the person running the harness (stdout, or stderr)."""
+    (sys.stderr if error else sys.stdout).write(text + "\n")

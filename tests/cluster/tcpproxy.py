@@ -9,6 +9,7 @@ SIGUSR2 restores it. SIGTERM stops the proxy.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import sys
@@ -58,10 +59,8 @@ class Proxy:
     def _close(self, end: socket.socket) -> None:
         with self.lock:
             self.open.discard(end)
-        try:
+        with contextlib.suppress(OSError):
             end.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         end.close()
 
     def set_cut(self, cut: bool) -> None:
