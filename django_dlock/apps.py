@@ -13,5 +13,11 @@ class DjangoDlockConfig(AppConfig):
 
     def ready(self) -> None:
         from django_dlock.checks import check_settings
+        from django_dlock.checks_replica import (
+            check_lock_database_is_primary,
+            check_lock_database_not_mirror,
+        )
 
         checks.register(check_settings)
+        checks.register(check_lock_database_not_mirror)
+        checks.register(check_lock_database_is_primary, checks.Tags.database)

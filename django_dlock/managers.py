@@ -75,6 +75,11 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
     def _alias(self) -> str:
         return self._db or conf.DATABASE
 
+    def get_queryset(self) -> DistributedLockQuerySet:
+        # Lock reads (active(), the API, the admin) go where locks are written,
+        # never to a replica that a database router picks for reads.
+        return super().get_queryset().using(self._alias())  # type: ignore[no-any-return]
+
     def acquire(
         self, resource: str, owner: str | None = None, ttl: float | None = None
     ) -> DistributedLock | None:

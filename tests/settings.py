@@ -27,8 +27,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
     DATABASES["default"]["TEST"] = {"NAME": _SQLITE_FILE}
 
-# The same database through a second connection, for DLOCK_DATABASE tests.
-DATABASES["locks"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+# The same database through a second connection, for DLOCK_DATABASE tests. Not a
+# TEST["MIRROR"] (which declares a replica): with the same NAME, Django's test
+# runner creates the test database once and shares it.
+DATABASES["locks"] = {**DATABASES["default"]}
 
 INSTALLED_APPS = [
     "django.contrib.auth",
