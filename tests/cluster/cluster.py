@@ -5,14 +5,17 @@ can stop it from another process."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -268,6 +271,30 @@ class Cluster:
         self.synchronous = synchronous
         self.save()
         self._wait("the new synchronous_mode", self.healthy, 60)
+
+    @contextlib.contextmanager
+    def maintenance(self) -> Iterator[None]:
+        """Patroni's maintenance mode: it leaves PostgreSQL alone (for one, it
+        would otherwise resume a replica's paused WAL replay within a loop)."""
+        leader = self.leader()
+        if leader is None:
+            raise ClusterSetupError("no leader to reconfigure")
+        _rest(leader, "PATCH", "/config", {"pause": True})
+        self._wait("maintenance mode", lambda: self._paused() is True, 30)
+        time.sleep(2 * configs.DCS_TIMING["loop_wait"])  # a loop begun before it ends
+        try:
+            yield
+        finally:
+            _rest(leader, "PATCH", "/config", {"pause": None})
+            self._wait("the end of maintenance mode", lambda: self._paused() is False, 30)
+
+    def _paused(self) -> bool | None:
+        for node in self.nodes:
+            try:
+                return bool(_rest(node, "GET", "/cluster").get("pause", False))
+            except OSError:
+                continue
+        return None
 
     def _wait(self, what: str, condition: Any, timeout: float) -> None:
         if not processes.wait_for(condition, timeout, interval=0.2):
