@@ -114,6 +114,7 @@ def test_lock_reads_go_to_the_primary_and_a_replica_fails_the_check(cluster: obj
     active(), GET, the list and the admin still see the lock just taken."""
     from tests.cluster.apps import REPOSITORY, app_env
     from tests.cluster.cluster import Cluster
+    from tests.cluster.processes import wait_for
 
     assert isinstance(cluster, Cluster)
     assert wait_for(cluster.healthy, 180)
