@@ -25,6 +25,7 @@ test)
 full)
     DLOCK_CLUSTER=1 DLOCK_CLUSTER_FULL=1 "$PYTHON" -m pytest -p no:randomly tests/test_cluster.py
     "$PYTHON" -m tests.cluster.failover --runs 10 --modes sync,async
+    "$PYTHON" -m pip install --quiet matplotlib  # for the chart only
     "$PYTHON" -m tests.cluster.capacity --clients 8,32,64 --chart docs/capacity.png
     ;;
 *)
