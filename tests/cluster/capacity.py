@@ -93,11 +93,15 @@ def measure(cluster: Cluster, clients: int, shared: bool, seconds: float, work: 
         )
     if not processes.wait_for(lambda: len(list(work.glob(f"{go.name}.ready.*"))) == clients, 300):
         raise RuntimeError("the clients did not start")
+    begin = time.time() + 0.5
+    go.write_text(str(begin))
+    # CPU is read over the clients' window exactly, not their start-up or exit.
+    time.sleep(max(0.0, begin - time.time()))
     before = _cpu(cluster)
-    go.write_text(str(time.time() + 0.5))
-    results = [json.loads(p.communicate(timeout=seconds + 120)[0]) for p in started]
+    time.sleep(max(0.0, begin + seconds - time.time()))
     after = _cpu(cluster)
     elapsed = after["wall"] - before["wall"]
+    results = [json.loads(p.communicate(timeout=seconds + 300)[0]) for p in started]
 
     def cores(key: str) -> float:
         return (after[key] - before[key]) / elapsed
