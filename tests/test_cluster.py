@@ -159,6 +159,7 @@ def test_lock_reads_go_to_the_primary_and_a_replica_fails_the_check(cluster: obj
 def test_an_app_host_reaches_the_cluster_only_through_its_link(cluster: object) -> None:
     from tests.cluster.cluster import Cluster
     from tests.cluster.netns import set_link
+    from tests.cluster.processes import wait_for
 
     assert isinstance(cluster, Cluster)
     host = cluster.hosts[1]
@@ -180,4 +181,4 @@ def test_an_app_host_reaches_the_cluster_only_through_its_link(cluster: object) 
         assert not reaches()
     finally:
         set_link(host, up=True)
-    assert reaches()
+    assert wait_for(reaches, 30)  # the route comes back with the link
