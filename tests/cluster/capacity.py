@@ -94,7 +94,9 @@ def measure(cluster: Cluster, clients: int, shared: bool, seconds: float, work: 
     if not processes.wait_for(lambda: len(list(work.glob(f"{go.name}.ready.*"))) == clients, 300):
         raise RuntimeError("the clients did not start")
     begin = time.time() + 0.5
-    go.write_text(str(begin))
+    written = go.with_suffix(".tmp")
+    written.write_text(str(begin))
+    written.replace(go)  # atomically: a client never reads it half-written
     # CPU is read over the clients' window exactly, not their start-up or exit.
     time.sleep(max(0.0, begin - time.time()))
     before = _cpu(cluster)
