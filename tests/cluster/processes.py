@@ -28,7 +28,7 @@ def start(args: Sequence[str], log: Path, *, as_service_user: bool = True) -> in
     """Start a server in a session of its own, its output going to ``log``;
     returns its PID. It keeps running when the harness's process exits."""
     with log.open("ab") as out:
-        process = subprocess.Popen(  # noqa: S603 - the harness's own commands
+        process = subprocess.Popen(
             list(args),
             stdin=subprocess.DEVNULL,
             stdout=out,
