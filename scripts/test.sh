@@ -43,6 +43,12 @@ step_postgres() {
     DATABASE_URL="$DLOCK_PG_URL" python -m pytest "$@"
 }
 
+step_cluster() {
+    # PgBouncer, one Patroni failover and a read replica, on a cluster the test starts (needs root
+    # for the network namespaces; installs patroni, etcd, haproxy and pgbouncer when missing).
+    DLOCK_CLUSTER=1 python -m pytest -p no:randomly tests/test_cluster.py
+}
+
 step_wheel() {
     # The sdist and the wheel build and pass twine; the wheel runs the example project.
     bash scripts/check-wheel.sh
@@ -59,7 +65,7 @@ step_corners() {
     nox -t oldest newest -k "${DLOCK_CORNER_DATABASES:-sqlite}" ${1+-- "$@"}
 }
 
-STEPS=(lint typing django sqlite postgres wheel base corners)
+STEPS=(lint typing django sqlite postgres cluster wheel base corners)
 
 # -- setup ---------------------------------------------------------------------------------------
 
@@ -74,6 +80,8 @@ if [ "${DLOCK_SKIP_BROWSER:-}" != 1 ] && ! command -v chromium >/dev/null; then
     packages+=(chromium fonts-dejavu-core)
 fi
 command -v redis-server >/dev/null || packages+=(redis-server)
+# PgBouncer for the tests of waiting behind a transaction pooler.
+command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || packages+=(pgbouncer)
 if ((${#packages[@]})); then
     dlock_apt_install "${packages[@]}" ||
         dlock_say "could not install ${packages[*]}: without PostgreSQL its suite fails, without" \
