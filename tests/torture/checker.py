@@ -47,6 +47,9 @@ from tests.torture.sections import (
     when,
 )
 
+# No lock call of a torture run takes longer (seconds); waits time out sooner.
+LONGEST_CALL = 120.0
+
 
 @dataclass(frozen=True)
 class Violation:
@@ -231,16 +234,27 @@ def _faults(history: History) -> Iterable[Violation]:
     for event in history.events:
         if event["op"] in LOCK_OPS and "t1" in event:
             calls.setdefault(event["p"], []).append(event)
+    starts: dict[str, list[float]] = {}
+    for process, process_calls in calls.items():
+        process_calls.sort(key=lambda e: e["t0"])
+        starts[process] = [e["t0"] for e in process_calls]
     for fault in (e for e in history.events if e["op"] == "fault"):
         scope = fault.get("scope", "*")
         window = fault.get("raise_window")
         for process, process_calls in calls.items():
             if scope not in ("*", process):
                 continue
-            for call in process_calls:
-                inside = window and window[0] <= call["t0"] and call["t1"] <= window[1]
-                spans = fault.get("raise_span") and call["t0"] <= fault["t0"] <= call["t1"]
-                if (inside or spans) and not call.get("error", {}).get("db"):
+            first = bisect.bisect_left(starts[process], window[0]) if window else 0
+            last = bisect.bisect_right(starts[process], window[1]) if window else 0
+            inside = [c for c in process_calls[first:last] if c["t1"] <= window[1]]
+            spanning = []
+            if fault.get("raise_span"):
+                before = bisect.bisect_right(starts[process], fault["t0"])
+                spanning = [
+                    c for c in process_calls[max(before - 3, 0) : before] if c["t1"] >= fault["t0"]
+                ]
+            for call in inside + spanning:
+                if not call.get("error", {}).get("db"):
                     outcome = call.get("error", {}).get("class") or _outcome(call)
                     yield Violation(
                         4,
@@ -325,6 +339,9 @@ def _snapshots(history: History) -> Iterable[Violation]:
     if not snapshots:
         return
     expiries = _expiries(history)
+    for calls in history.calls.values():
+        calls.sort(key=lambda e: e["t0"])
+    starts = {resource: [e["t0"] for e in calls] for resource, calls in history.calls.items()}
     for snapshot in snapshots:
         now = when(snapshot["now"])
         rows = {row["resource"]: row for row in snapshot["rows"]}
@@ -336,7 +353,7 @@ def _snapshots(history: History) -> Iterable[Violation]:
             expiry = max(
                 latest.expires_at, expiries.get((resource, latest.owner), latest.expires_at)
             )
-            if expiry <= now or _ambiguous(history, resource, latest, snapshot):
+            if expiry <= now or _ambiguous(history, starts, resource, latest, snapshot):
                 continue
             row = rows.get(resource)
             if row is None or row["owner"] != latest.owner or row["token"] != latest.token:
@@ -366,11 +383,20 @@ def _expiries(history: History) -> dict[tuple[str, str], datetime]:
     return expiries
 
 
-def _ambiguous(history: History, resource: str, latest: Acquisition, snapshot: Event) -> bool:
+def _ambiguous(
+    history: History,
+    starts: dict[str, list[float]],
+    resource: str,
+    latest: Acquisition,
+    snapshot: Event,
+) -> bool:
     """Whether a call may have legitimately changed the lock between the
     acquisition and the snapshot: a release (or one whose outcome is unknown),
     or another acquisition that ran while the snapshot was taken."""
-    for call in history.calls.get(resource, []):
+    calls = history.calls.get(resource, [])
+    first = bisect.bisect_left(starts.get(resource, []), latest.t0 - LONGEST_CALL)
+    last = bisect.bisect_left(starts.get(resource, []), snapshot["t1"])
+    for call in calls[first:last]:
         if call["t0"] >= snapshot["t1"] or call.get("t1", math.inf) <= latest.t0:
             continue
         if call["op"] in ("release", "force_release", "unlock") and (

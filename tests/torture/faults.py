@@ -6,15 +6,52 @@ call that ran inside it raised a database error), ``raise_span`` (the call of
 
 from __future__ import annotations
 
-import shutil
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 from tests.torture.history import now
 from tests.torture.run import Run
 
 FAKETIME_ENV = {"FAKETIME_DONT_FAKE_MONOTONIC": "1"}  # the history's clock stays shared
+STOP_TTL = 1.5
+READ_ONLY_OWNER = "ro-victim.held"
+
+
+def faketime(offset: str) -> dict[str, Any]:
+    return {"prefix": ["faketime", "-f", offset], "env": FAKETIME_ENV}
+
+
+def read_only_mount(path: str) -> list[str]:
+    mount = f"mount --bind -o ro '{path}' '{path}' && exec \"$@\""
+    return ["unshare", "--mount", "sh", "-c", mount, "sh"]
+
+
+def prespawn_probes(run: Run) -> None:
+    run.prespawn("probe+", "section", resource="skew:plus", **faketime("+1h"))
+    run.prespawn("probe-", "hold", resource="skew:minus", ttl=30.0, body=2.0, **faketime("-1h"))
+
+
+def prespawn(run: Run) -> None:
+    """Start the victims of every scenario of ``run``'s database ahead of time:
+    a process takes seconds to start Django on a busy machine."""
+    run.prespawn("kill-victim", "hold", resource="victim:kill", ttl=2.0, body=3600)
+    run.prespawn("stop-victim", "hold", resource="victim:stop", ttl=STOP_TTL, body=1.0,
+                 renew=True, auto_renew=True)  # fmt: skip
+    ro = {"resource": "victim:ro", "owner": READ_ONLY_OWNER, "free": "victim:ro-free"}
+    if run.kind == "postgresql":
+        run.prespawn("ro-victim", "every_call", **ro)
+        run.prespawn("renew-victim", "hold", resource="victim:renew", ttl=1.5, body=2.5,
+                     auto_renew=True)  # fmt: skip
+        run.prespawn("wait-victim", "wait", resource="victim:wait", timeout=20)
+        for sign, offset in (("+", "+1h"), ("-", "-1h")):
+            run.prespawn(f"skew{sign}", "mix", **faketime(offset))
+        prespawn_probes(run)
+    else:
+        assert run.sqlite_file is not None
+        run.prespawn("ro-victim", "every_call", prefix=read_only_mount(run.sqlite_file), **ro)
+        run.prespawn("writelock-victim", "sqlite_write_lock")
 
 
 def _take_over(run: Run, resource: str, timeout: float = 30) -> None:
@@ -27,11 +64,11 @@ def _take_over(run: Run, resource: str, timeout: float = 30) -> None:
 def sigkill_holder(run: Run) -> None:
     """1. A holder killed with SIGKILL mid critical section: its lock stays
     until it expires (snapshot), then the next holder gets a larger token."""
-    victim = run.spawn("kill-victim", "hold", resource="victim:kill", ttl=2.0, body=3600)
+    name, victim = run.victim("kill-victim")
     if not run.expect(victim, "ready"):
         raise RuntimeError("the SIGKILL victim never entered its critical section")
-    t = run.kill("kill-victim")
-    run.fault("sigkill holder", t, now(), scope="kill-victim")
+    t = run.kill(name)
+    run.fault("sigkill holder", t, now(), scope=name)
     run.snapshot()  # its lock is still there
     _take_over(run, "victim:kill")
 
@@ -40,19 +77,15 @@ def sigstop_holder(run: Run) -> None:
     """2. A holder paused (SIGSTOP) for longer than its ttl while another takes
     the lock and writes; resumed, its write is refused, renew and release fail,
     and it is told."""
-    ttl = 1.5
-    victim = run.spawn(
-        "stop-victim", "hold", resource="victim:stop", ttl=ttl, body=1.0, renew=True,
-        auto_renew=True,
-    )  # fmt: skip
+    name, victim = run.victim("stop-victim")
     if not run.expect(victim, "ready"):
         raise RuntimeError("the SIGSTOP victim never entered its critical section")
-    t0 = run.kill("stop-victim", signal.SIGSTOP)
-    time.sleep(ttl + 0.5)
+    t0 = run.kill(name, signal.SIGSTOP)
+    time.sleep(STOP_TTL + 0.5)
     _take_over(run, "victim:stop")
-    run.kill("stop-victim", signal.SIGCONT)
+    run.kill(name, signal.SIGCONT)
     run.finish(victim)
-    run.fault("sigstop holder", t0, now(), scope="stop-victim", tell_span=True)
+    run.fault("sigstop holder", t0, now(), scope=name, tell_span=True)
 
 
 def terminate_backends(run: Run) -> None:
@@ -63,26 +96,24 @@ def terminate_backends(run: Run) -> None:
     run.postgres.terminate("torture/w0/main", timeout=5)
     run.fault("terminate worker backend", t0, now(), scope="w0")
 
-    victim = run.spawn(
-        "renew-victim", "hold", resource="victim:renew", ttl=1.5, body=4.0, auto_renew=True
-    )
+    name, victim = run.victim("renew-victim")
     if not run.expect(victim, "ready"):
         raise RuntimeError("the auto-renew victim never entered its critical section")
     t0 = now()
-    if run.postgres.terminate("torture/renew-victim/thread", timeout=5):
-        run.fault("terminate renewer backend", t0, now(), scope="renew-victim", tell_span=True)
+    if run.postgres.terminate(f"torture/{name}/thread", timeout=5):
+        run.fault("terminate renewer backend", t0, now(), scope=name, tell_span=True)
     run.finish(victim)
 
     assert run.operations is not None
     holder = run.operations
     owner = "runner.waited-for"
     holder.acquire("victim:wait", owner, 30)
-    waiter = run.spawn("wait-victim", "wait", resource="victim:wait", timeout=20)
+    name, waiter = run.victim("wait-victim")
     run.expect(waiter, "ready")
-    time.sleep(1.0)  # it is in its waiting loop by now
+    time.sleep(0.5)  # it is in its waiting loop by now
     t0 = now()
-    if run.postgres.terminate("torture/wait-victim/main", timeout=5):
-        run.fault("terminate waiter backend", t0, now(), scope="wait-victim", raise_span=True)
+    if run.postgres.terminate(f"torture/{name}/main", timeout=5):
+        run.fault("terminate waiter backend", t0, now(), scope=name, raise_span=True)
     run.finish(waiter)
     holder.release("victim:wait", owner)
 
@@ -107,20 +138,16 @@ def restart(mode: str) -> Callable[[Run], None]:
     return restart_postgres
 
 
-def clock_skew(run: Run, seconds: float = 8) -> None:
-    """5. Processes whose clock is an hour ahead or behind (libfaketime): on
-    PostgreSQL nothing changes, the database's clock decides."""
+def clock_skew(run: Run, seconds: float = 4) -> None:
+    """5. Processes whose clock is an hour ahead or behind (libfaketime) join
+    the mix: on PostgreSQL nothing changes, the database's clock decides."""
     t0 = now()
-    stop = run.directory / "stop-skew"
-    for offset in ("+1h", "-1h"):
-        run.spawn(
-            f"skew{offset[0]}", "mix", prefix=["faketime", "-f", offset], env=FAKETIME_ENV,
-            stop_file=str(stop),
-        )  # fmt: skip
+    names = [run.victim(f"skew{sign}")[0] for sign in "+-"]
     time.sleep(seconds)
-    stop.touch()
-    for offset in ("+", "-"):
-        run.finish(run.processes[f"skew{offset}"])
+    for name in names:
+        (run.directory / f"{name}.stop").touch()
+    for name in names:
+        run.finish(run.processes[name])
     run.fault("clock skew", t0, now())
 
 
@@ -130,24 +157,17 @@ def skew_probe(run: Run) -> dict[str, bool]:
     behind takes a lock that the runner tries to take. Returns whether each
     took over a lock that was valid by the real clock."""
     assert run.operations is not None
-    took: dict[str, bool] = {}
-    for offset, resource in (("+1h", "skew:plus"), ("-1h", "skew:minus")):
-        name = f"probe{offset[0]}"
-        if offset == "+1h":
-            holder = _hold_section(run, resource)
-            probe = run.spawn(name, "section", resource=resource, prefix=["faketime", "-f", offset],
-                              env=FAKETIME_ENV)  # fmt: skip
-            run.finish(probe)
-            holder()
-            took[offset] = _sections_of(run, name) > 0
-        else:
-            probe = run.spawn(name, "hold", resource=resource, ttl=30.0, body=2.0,
-                              prefix=["faketime", "-f", offset], env=FAKETIME_ENV)  # fmt: skip
-            run.expect(probe, "ready")
-            before = run.operations.sections
-            run.operations.manager_section(resource, 5.0, 0)
-            took[offset] = run.operations.sections > before
-            run.finish(probe)
+    leave = _hold_section(run, "skew:plus")
+    name, probe = run.victim("probe+")
+    run.finish(probe)
+    leave()
+    took = {"+1h": _sections_of(run, name) > 0}
+    name, probe = run.victim("probe-")
+    run.expect(probe, "ready")
+    before = run.operations.sections
+    run.operations.manager_section("skew:minus", 5.0, 0)
+    took["-1h"] = run.operations.sections > before
+    run.finish(probe)
     run.fault("clock skew probe", 0, 0, outcome=took)
     return took
 
@@ -185,31 +205,24 @@ def read_only(run: Run) -> None:
     whole server; SQLite: a process whose view of the file is a read-only bind
     mount."""
     assert run.operations is not None
-    held = "ro-victim.held"
+    held = READ_ONLY_OWNER
     run.operations.acquire("victim:ro", held, 60)
-    config = {"resource": "victim:ro", "free": f"victim:ro-{run.faults.get('read-only', 0)}"}
     if run.kind == "postgresql":
         assert run.postgres is not None
         t0 = now()
         run.postgres.alter_system("default_transaction_read_only", "on")
         on = now()
         time.sleep(0.5)  # every session has reloaded its configuration by now
-        run.finish(run.spawn("ro-victim", "every_call", **config))
+        run.finish(run.victim("ro-victim")[1])
         time.sleep(0.5)
         off = now()
         run.postgres.alter_system("default_transaction_read_only", None)
         run.fault("read-only", t0, now(), raise_window=[on + 0.5, off])
     else:
-        assert run.sqlite_file is not None and shutil.which("unshare")
-        path = run.sqlite_file
-        mount = f"mount --bind -o ro '{path}' '{path}' && exec \"$@\""
         t0 = now()
-        victim = run.spawn(
-            "ro-victim", "every_call", prefix=["unshare", "--mount", "sh", "-c", mount, "sh"],
-            **config,
-        )  # fmt: skip
+        name, victim = run.victim("ro-victim")
         run.finish(victim)
-        run.fault("read-only", t0, now(), scope="ro-victim", raise_window=[t0, now()])
+        run.fault("read-only", t0, now(), scope=name, raise_window=[t0, now()])
     time.sleep(0.2)
     run.operations.release("victim:ro", held)
 
@@ -217,10 +230,10 @@ def read_only(run: Run) -> None:
 def sqlite_write_lock_killed(run: Run) -> None:
     """7. SQLite: a process killed while it holds the write lock, mid-write. The
     others wait for it (busy timeout), then go on; nothing raises."""
-    victim = run.spawn("writelock-victim", "sqlite_write_lock")
+    name, victim = run.victim("writelock-victim")
     if not run.expect(victim, "ready"):
         raise RuntimeError("the write-lock victim never took SQLite's write lock")
     t0 = now()
     time.sleep(1.0)
-    t = run.kill("writelock-victim")
-    run.fault("killed holding SQLite's write lock", t0, t, scope="writelock-victim")
+    t = run.kill(name)
+    run.fault("killed holding SQLite's write lock", t0, t, scope=name)

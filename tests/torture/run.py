@@ -41,6 +41,10 @@ class Run:
         self.faults: dict[str, int] = {}
         self.recorder = Recorder(directory / "runner.jsonl", "runner")
         self.operations: Operations | None = None
+        self.spares = False  # prespawn the next victim after each use (more rounds follow)
+        self._specs: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._spawned: dict[str, int] = {}
+        self._ready: dict[str, tuple[str, subprocess.Popen[str]]] = {}
 
     def prepare(self) -> None:
         """Create the lock table (migrate) and the guarded store; start the
@@ -56,8 +60,10 @@ class Run:
 
     def spawn(
         self, name: str, role: str, *, prefix: list[str] | None = None,
-        env: dict[str, str] | None = None, **config: Any,
+        env: dict[str, str] | None = None, wait_for_go: bool = False, **config: Any,
     ) -> subprocess.Popen[str]:  # fmt: skip
+        """Start a worker process. With ``wait_for_go`` it starts Django and
+        waits for ``go()`` before it begins (so that starting is not timed)."""
         history = self.directory / f"{name}.jsonl"
         config = {
             "name": name,
@@ -65,8 +71,9 @@ class Run:
             "history": str(history),
             "store_kind": self.kind,
             "store": self.store_location,
-            "stop_file": str(self.stop_file),
+            "stop_files": [str(self.stop_file), str(self.directory / f"{name}.stop")],
             "resources": RESOURCES,
+            "wait_for_go": wait_for_go,
             **config,
         }
         command = [
@@ -80,11 +87,31 @@ class Run:
             command,
             cwd=ROOT,
             env={**os.environ, "TORTURE_DATABASE_URL": self.url, **(env or {})},
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         self.processes[name] = process
         return process
+
+    def prespawn(self, base: str, role: str, **options: Any) -> None:
+        """Start the next process for ``victim(base)``, waiting for its go."""
+        self._specs[base] = (role, options)
+        self._spawned[base] = self._spawned.get(base, 0) + 1
+        name = f"{base}-{self._spawned[base]}"
+        self._ready[base] = (name, self.spawn(name, role, wait_for_go=True, **options))
+
+    def victim(self, base: str) -> tuple[str, subprocess.Popen[str]]:
+        """The process prespawned for ``base``, told to go; a spare is started
+        for the next round when the run has more rounds."""
+        name, process = self._ready.pop(base)
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        if self.spares:
+            role, options = self._specs[base]
+            self.prespawn(base, role, **options)
+        return name, process
 
     def expect(self, process: subprocess.Popen[str], word: str, timeout: float = 60) -> bool:
         """Wait until the process says ``word`` on stdout (or ends)."""
@@ -105,6 +132,8 @@ class Run:
         t = now()
         process.send_signal(sig)
         if sig == signal.SIGKILL:
+            if process.stdin:
+                process.stdin.close()
             process.wait()
             self.recorder.write("killed", target=name, t=t)
         return t
@@ -122,6 +151,10 @@ class Run:
 
     def stop_workers(self) -> None:
         self.stop_file.touch()
+        for _, spare in self._ready.values():
+            assert spare.stdin is not None
+            spare.stdin.close()  # an unused victim ends without starting
+        self._ready.clear()
         for process in self.processes.values():
             self.finish(process)
 

@@ -25,8 +25,8 @@ from tests.torture.database import Postgres
 
 PROFILES = {
     # processes, seconds of load between faults, rounds of all faults, minimum seconds
-    "short": {"processes": 6, "gap": 1.0, "rounds": 1, "seconds": 0},
-    "long": {"processes": 8, "gap": 5.0, "rounds": 1_000_000, "seconds": 1800},
+    "short": {"processes": 6, "gap": 0.5, "rounds": 1, "seconds": 0},
+    "long": {"processes": 10, "gap": 3.0, "rounds": 1_000_000, "seconds": 1800},
 }
 
 
@@ -111,6 +111,8 @@ def torture(
             skipped.append("restart (needs PG_CLUSTER_DIR: a cluster started by pg-cluster.sh)")
     else:
         scenarios += [("sqlite write lock", faults.sqlite_write_lock_killed)]
+    run.spares = profile["rounds"] > 1
+    faults.prespawn(run)
     started = time.monotonic()
     run.start_workers(profile["processes"])
     time.sleep(profile["gap"])
@@ -120,8 +122,8 @@ def torture(
             scenario(run)
             time.sleep(profile["gap"])
         rounds += 1
-        if time.monotonic() - started >= profile["seconds"] and (
-            not min_sections or _sections(run.directory) >= min_sections
+        if time.monotonic() - started >= profile["seconds"] or (
+            min_sections and _sections(run.directory) >= min_sections
         ):
             break
     events = run.close()
@@ -148,6 +150,7 @@ def sqlite_skew_demo(url: str, out: Path) -> dict[str, Any]:
     connections["default"].settings_dict["NAME"] = str(directory / "locks.sqlite3")
     run = Run("sqlite", directory, demo_url, None)
     run.prepare()
+    faults.prespawn_probes(run)
     took = faults.skew_probe(run)
     violations = check(run.close())
     return {

@@ -32,6 +32,12 @@ def main() -> None:
     recorder = Recorder(config["history"], name)
     store = open_store(config["store_kind"], config["store"], f"torture/{name}/store")
     operations = Operations(recorder, store, random.Random())
+    if config["wait_for_go"]:
+        from django.db import connection
+
+        connection.ensure_connection()  # connected before the scenario starts
+        if sys.stdin.readline().strip() != "go":
+            return  # a spare the run did not need
     ROLES[config["role"]](operations, config)
     _say(f"done {operations.ops} {operations.sections}")
 
@@ -60,8 +66,8 @@ def _name_connections(name: str) -> None:
 def mix(operations: Any, config: dict[str, Any]) -> None:
     """Random operations until the stop file exists."""
     rng, resources = operations.rng, config["resources"]
-    stop = Path(config["stop_file"])
-    while not stop.exists():
+    stops = [Path(path) for path in config["stop_files"]]
+    while not any(stop.exists() for stop in stops):
         resource = rng.choice(resources)
         roll = rng.random()
         ttl = rng.choice((0.5, 1.0, 2.0))
@@ -145,9 +151,9 @@ def wait(operations: Any, config: dict[str, Any]) -> None:
 
 def every_call(operations: Any, config: dict[str, Any]) -> None:
     """Each lock call once, against a database that cannot take writes. The
-    runner holds ``resource`` for this process's owner ``<name>.held``, so
+    runner holds ``resource`` for this process's ``owner``, so
     that every call has something to write; ``free`` was never locked."""
-    resource, owner, free = config["resource"], f"{operations.name}.held", config["free"]
+    resource, owner, free = config["resource"], config["owner"], config["free"]
     operations.acquire(resource, owner, 5)
     operations.renew(resource, owner, 5)
     operations.release(resource, owner)
