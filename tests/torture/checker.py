@@ -165,7 +165,6 @@ def _owners(history: History) -> Iterable[Violation]:
     for resource, calls in history.calls.items():
         acquisitions = sorted(history.acquisitions.get(resource, []), key=lambda a: a.t1)
         ends = [a.t1 for a in acquisitions]
-        holders = _running_max(acquisitions)
         by_owner: dict[str, list[Acquisition]] = {}
         for acquisition in acquisitions:
             by_owner.setdefault(acquisition.owner, []).append(acquisition)
@@ -185,7 +184,7 @@ def _owners(history: History) -> Iterable[Violation]:
                     3, f"{resource}: a {what} by {owner}, who never held it, succeeded", (call,)
                 )
                 continue
-            holder = holders[bisect.bisect_left(ends, call["t0"]) - 1]
+            holder = acquisitions[bisect.bisect_left(ends, call["t0"]) - 1]  # the latest
             if holder.owner != owner:
                 yield Violation(
                     3,
