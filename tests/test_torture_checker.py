@@ -98,9 +98,19 @@ def test_overlap_after_expiry_without_telling_the_holder_is_rejected() -> None:
 
 
 def test_overlap_after_expiry_with_an_accepted_late_write_is_rejected() -> None:
+    # b wrote at 4.1 with token 2; a's write at 6 (token 1) was still accepted.
     a = holder("a", 1, 1, 7, ttl=2, writes=((6, True),), told=True, released="forbidden")
-    b = holder("b", 2, 4, 8)
+    b = holder("b", 2, 4, 8, writes=((4.1, True),))
     assert "late write" in check(a + b)[0].message
+
+
+def test_a_write_that_reached_the_store_before_the_next_holders_is_not_late() -> None:
+    # a stalled mid-write past its expiry; its write landed after b entered but
+    # before b's first write: the store had seen no larger token yet.
+    a = holder("a", 1, 1, 7, ttl=2, writes=((2.9, True),), told=True, released="forbidden")
+    a[2].update(t1=4.05)
+    b = holder("b", 2, 4, 8, writes=((4.1, True),))
+    assert check(a + b) == []
 
 
 def test_overlap_after_a_force_release_is_allowed_when_fencing_held() -> None:

@@ -5,13 +5,16 @@ A pure function of the history (see ``history.py``). The invariants:
 1. Two holders' critical sections on one resource never overlap in monotonic
    time. An overlap of an earlier section A with a later B is allowed only if
    A's lock was gone when B acquired it, A's holder was told, and A's late
-   writes were refused by the guarded store. "Gone" is either expired by the
-   database clock (A's latest known ``expires_at`` <= B's ``acquired_at``;
-   then a late write is any write of A that ended after B entered), or
-   force-released by an operator between A's acquisition and B's entry (then,
-   as fencing promises no more, a late write is one that started after B's
-   first accepted write ended). "Told": ``handle.lost``, ``LockExpired`` or
-   ``LockNotOwned``, or a failed renew or release, recorded in A's section.
+   writes were refused by the guarded store. "Gone": expired by the database
+   clock (A's latest known ``expires_at`` <= B's ``acquired_at``), or
+   force-released by an operator between A's acquisition and B's entry.
+   "Told": ``handle.lost``, ``LockExpired`` or ``LockNotOwned``, a failed
+   renew or release (a ``None``, a refusal or an error), or the holder's own
+   deadline (acquired + ttl on its monotonic clock) passed, recorded in A's
+   section. "Late": a write of A that started after B's first accepted write
+   ended, so after the store had seen B's larger token. (A write of A that
+   reaches the store before B's first one carries the largest token the
+   store has seen; no fenced store can refuse it.)
 2. Fencing tokens strictly increase per resource in acquisition order: an
    acquisition that started after another had returned has a larger token,
    and one token is only ever given to one owner (its re-acquisitions keep it).
@@ -115,11 +118,8 @@ def _judge(earlier: Section, later: Section, forced: list[Event]) -> str | None:
         )
     if not earlier.told:
         return "the earlier holder was never told that it lost the lock"
-    if expired:
-        late = [w for w in earlier.writes if w.t1 > later.enter and w.accepted]
-    else:
-        first = min((w.t1 for w in later.writes if w.accepted), default=math.inf)
-        late = [w for w in earlier.writes if w.t0 > first and w.accepted]
+    first = min((w.t1 for w in later.writes if w.accepted), default=math.inf)
+    late = [w for w in earlier.writes if w.t0 > first and w.accepted]
     if late:
         return f"the store accepted {len(late)} late write(s) of the earlier holder"
     return None

@@ -124,9 +124,13 @@ class Operations:
                 self.guarded_work(cs, resource, fields["token"], 0, lambda: now() >= deadline)
             else:
                 self.told(cs, "renew failed")
+        if now() >= deadline:
+            self.told(cs, "its deadline passed")
         self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=expires_at)
         released = self.release(resource, owner, cs=cs)
-        if released and released["result"] != ReleaseResult.RELEASED.value:
+        if not released:
+            self.told(cs, "release failed")
+        elif released["result"] != ReleaseResult.RELEASED.value:
             self.told(cs, f"release: {released['result']}")
 
     def lock_section(
@@ -173,6 +177,7 @@ class Operations:
             self.told(cs, f"unlock: {result}")
         except DatabaseError as error:
             self.recorder.write("unlock", t0=t0, t1=now(), error=error_fields(error), **fields)
+            self.told(cs, "release failed")
             self.reset()
         else:
             self.recorder.write("unlock", t0=t0, t1=now(), result="released", **fields)

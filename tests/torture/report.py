@@ -58,6 +58,7 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
             for e in unexplained[:5]
         ],
         "crashed": crashed,
+        "failed_scenarios": run.failed_scenarios,
     }
 
 
@@ -74,6 +75,9 @@ def combine(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         total["violation_messages"] = total["violation_messages"] + summary["violation_messages"]
         total["unexplained_examples"] += summary["unexplained_examples"]
         total["crashed"] = {**total["crashed"], **summary["crashed"]}
+        total["failed_scenarios"] = total.get("failed_scenarios", []) + summary.get(
+            "failed_scenarios", []
+        )
     total["runs"] = len(summaries)
     return total
 
@@ -113,6 +117,8 @@ def table(summary: dict[str, Any]) -> str:
     lines.append(f"| database errors no fault explains | {summary['unexplained_errors']} |")
     if summary["crashed"]:
         lines.append(f"| crashed processes | {summary['crashed']} |")
+    if summary.get("failed_scenarios"):
+        lines.append(f"| scenarios that could not be staged | {summary['failed_scenarios']} |")
     demo = summary.get("skew_demo")
     if demo:
         lines.append(

@@ -41,6 +41,7 @@ class Run:
         self.faults: dict[str, int] = {}
         self.recorder = Recorder(directory / "runner.jsonl", "runner")
         self.operations: Operations | None = None
+        self.failed_scenarios: list[str] = []
         self.spares = False  # prespawn the next victim after each use (more rounds follow)
         self._specs: dict[str, tuple[str, dict[str, Any]]] = {}
         self._spawned: dict[str, int] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +33,7 @@ PROFILES = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database", choices=["sqlite", "postgresql"], required=True)
+    parser.add_argument("--database", choices=["sqlite", "postgresql"])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="short")
     parser.add_argument("--processes", type=int, help="worker processes (default: per profile)")
     parser.add_argument("--seconds", type=float, help="run at least this long (long profile)")
@@ -43,7 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         help="PostgreSQL only: only immediate restarts under load, with these settings",
     )
     parser.add_argument("--out", type=Path, help="directory for histories and the summary")
+    parser.add_argument(
+        "--recheck", type=Path, help="check the histories of an earlier run's --out again"
+    )
     args = parser.parse_args(argv)
+    if args.recheck:
+        return recheck(args.recheck)
+    if not args.database:
+        parser.error("--database is required")
     profile = dict(PROFILES[args.profile])
     if args.processes:
         profile["processes"] = min(max(args.processes, 1), 32)
@@ -118,8 +126,13 @@ def torture(
     time.sleep(profile["gap"])
     rounds = 0
     while rounds < profile["rounds"]:
-        for _, scenario in scenarios:
-            scenario(run)
+        for name, scenario in scenarios:
+            try:
+                scenario(run)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as error:
+                # A scenario that could not be staged (a victim that never got
+                # ready) is counted and shown; the run goes on.
+                run.failed_scenarios.append(f"{name}: {error}")
             time.sleep(profile["gap"])
         rounds += 1
         if time.monotonic() - started >= profile["seconds"] or (
@@ -191,6 +204,23 @@ def durability(
         "fsync": postgres.setting("fsync"),
     }
     return summary
+
+
+def recheck(out: Path) -> int:
+    """Run the checker again on the histories an earlier run left in ``out``."""
+    from collections import Counter as Tally
+
+    from tests.torture.checker import check
+    from tests.torture.history import load
+    from tests.torture.report import INVARIANTS, passed, table
+
+    summary = json.loads((out / "summary.json").read_text())
+    violations = check(load(sorted((out / "run").glob("*.jsonl"))))
+    tally = Tally(v.invariant for v in violations)
+    summary["violations"] = {n: tally[n] for n in INVARIANTS}
+    summary["violation_messages"] = [f"[{v.invariant}] {v.message}" for v in violations[:20]]
+    sys.stdout.write(table(summary) + "\n")
+    return 0 if passed(summary) else 1
 
 
 def _sections(directory: Path) -> int:

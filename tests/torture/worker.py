@@ -33,13 +33,26 @@ def main() -> None:
     store = open_store(config["store_kind"], config["store"], f"torture/{name}/store")
     operations = Operations(recorder, store, random.Random())
     if config["wait_for_go"]:
-        from django.db import connection
-
-        connection.ensure_connection()  # connected before the scenario starts
+        _connect()  # connected before the scenario starts
         if sys.stdin.readline().strip() != "go":
             return  # a spare the run did not need
     ROLES[config["role"]](operations, config)
     _say(f"done {operations.ops} {operations.sections}")
+
+
+def _connect() -> None:
+    """Connect, waiting out a restart of the server (a spare may start then)."""
+    from django.db import DatabaseError, connection
+
+    from tests.torture.history import pause
+
+    for _ in range(600):
+        try:
+            connection.ensure_connection()
+            return
+        except DatabaseError:
+            connection.close()
+            pause(0.1)
 
 
 def _say(line: str) -> None:
