@@ -13,5 +13,7 @@ class DjangoDlockConfig(AppConfig):
 
     def ready(self) -> None:
         from django_dlock.checks import check_settings
+        from django_dlock.checks_durability import check_durability
 
         checks.register(check_settings)
+        checks.register(check_durability, checks.Tags.database)

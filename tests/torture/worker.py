@@ -182,7 +182,7 @@ def sqlite_write_lock(operations: Any, config: dict[str, Any]) -> None:
 
     from tests.torture.history import pause
 
-    db = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+    db = sqlite3.connect(connection.settings_dict["NAME"], timeout=60, isolation_level=None)
     db.execute("BEGIN IMMEDIATE")
     db.execute("UPDATE distributed_locks SET owner = owner")  # dirty pages, a hot journal
     _say("ready")
