@@ -82,7 +82,9 @@ def _overlaps(history: History, allowed: set[tuple[str, str]]) -> Iterable[Viola
     for section in history.sections.values():
         by_resource.setdefault(section.resource, []).append(section)
     for resource, sections in by_resource.items():
-        sections.sort(key=lambda s: s.enter)
+        # In acquisition order: a holder may record its entry late (stalled
+        # between the acquisition and the record), after a later holder's.
+        sections.sort(key=lambda s: (s.token, s.enter))
         forced = [
             e
             for e in history.calls.get(resource, [])
@@ -92,7 +94,7 @@ def _overlaps(history: History, allowed: set[tuple[str, str]]) -> Iterable[Viola
         for later in sections:
             active = [a for a in active if a.end > later.enter]
             for earlier in active:
-                if earlier.process == later.process:
+                if earlier.process == later.process or earlier.enter > later.end:
                     continue
                 problem = _judge(earlier, later, forced)
                 if problem is None:
@@ -165,6 +167,7 @@ def _owners(history: History) -> Iterable[Violation]:
     for resource, calls in history.calls.items():
         acquisitions = sorted(history.acquisitions.get(resource, []), key=lambda a: a.t1)
         ends = [a.t1 for a in acquisitions]
+        holders = _running_max(acquisitions)
         by_owner: dict[str, list[Acquisition]] = {}
         for acquisition in acquisitions:
             by_owner.setdefault(acquisition.owner, []).append(acquisition)
@@ -184,7 +187,9 @@ def _owners(history: History) -> Iterable[Violation]:
                     3, f"{resource}: a {what} by {owner}, who never held it, succeeded", (call,)
                 )
                 continue
-            holder = acquisitions[bisect.bisect_left(ends, call["t0"]) - 1]  # the latest
+            # The holder: the largest token handed out before the call started
+            # (the latest to return may have been granted earlier, then stalled).
+            holder = holders[bisect.bisect_left(ends, call["t0"]) - 1]
             if holder.owner != owner:
                 yield Violation(
                     3,
