@@ -36,6 +36,7 @@ def main() -> None:
         _connect()  # connected before the scenario starts
         if sys.stdin.readline().strip() != "go":
             return  # a spare the run did not need
+        _drop_if_broken()  # the server may have restarted while this spare waited
     ROLES[config["role"]](operations, config)
     _say(f"done {operations.ops} {operations.sections}")
 
@@ -53,6 +54,13 @@ def _connect() -> None:
         except DatabaseError:
             connection.close()
             pause(0.1)
+
+
+def _drop_if_broken() -> None:
+    from django.db import connection
+
+    if not connection.is_usable():
+        connection.close()
 
 
 def _say(line: str) -> None:
