@@ -45,7 +45,7 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
     return {
         "database": kind,
         "seconds": round(seconds),
-        "processes": sum(1 for name in run.processes if name.startswith("w")),
+        "processes": sum(1 for name in run.processes if name[1:].isdigit()),
         "operations": sum(1 for e in events if e["op"] in LOCK_OPS),
         "sections": sum(1 for e in events if e["op"] == "cs_enter"),
         "writes": dict(writes),
