@@ -13,7 +13,10 @@
 # scripts/pg-cluster.sh exports), else starts a throwaway cluster with fsync on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-$(command -v python || command -v python3)}
+# shellcheck source=scripts/venv.sh
+source scripts/venv.sh
+# shellcheck source=scripts/pg-cluster.sh
+source scripts/pg-cluster.sh
 
 profile=short
 databases=(sqlite postgresql)
@@ -26,16 +29,16 @@ while (($#)); do
     esac
 done
 
-# The clock-skew scenario runs processes under Debian's libfaketime.
-if ! command -v faketime >/dev/null; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null) ||
-        { echo "torture.sh: could not install faketime (apt-get install faketime)" >&2; exit 1; }
+dlock_venv -e ".[postgres]" --group test
+# The clock-skew scenario runs processes under Debian's libfaketime; the PostgreSQL
+# scenarios need its server binaries.
+packages=()
+command -v faketime >/dev/null || packages+=(faketime)
+pg_cluster_bin >/dev/null 2>&1 || packages+=(postgresql)
+if ((${#packages[@]})); then
+    dlock_apt_install "${packages[@]}" || exit 1
 fi
-"$PYTHON" -c "import django_dlock, psycopg, dj_database_url" 2>/dev/null ||
-    "$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[test]"
 
-# shellcheck source=scripts/pg-cluster.sh
-source scripts/pg-cluster.sh
 out=$(mktemp -d /tmp/dlock-torture.XXXXXX)
 chmod 755 "$out"
 status=0
@@ -47,11 +50,11 @@ for database in "${databases[@]}"; do
             PG_CLUSTER_OPTIONS="-c fsync=on"
             pg_cluster_start
             trap pg_cluster_stop EXIT
-            "$PYTHON" -m tests.torture.runner --database "$database" --profile "$profile" \
+            python -m tests.torture.runner --database "$database" --profile "$profile" \
                 --out "$out/$database" "${runner_args[@]}"
         ) || status=1
     else
-        "$PYTHON" -m tests.torture.runner --database "$database" --profile "$profile" \
+        python -m tests.torture.runner --database "$database" --profile "$profile" \
             --out "$out/$database" "${runner_args[@]}" || status=1
     fi
 done
@@ -66,7 +69,7 @@ if [ "$profile" = long ] && [[ " ${databases[*]} " == *" postgresql "* ]]; then
             PG_CLUSTER_OPTIONS="-c fsync=on"
             pg_cluster_start
             trap pg_cluster_stop EXIT
-            "$PYTHON" -m tests.torture.runner --database postgresql --profile long \
+            python -m tests.torture.runner --database postgresql --profile long \
                 --durability "$setting" --seconds "${DLOCK_DURABILITY_SECONDS:-300}" \
                 --out "$out/durability-$setting"
         ) || status=1
