@@ -13,6 +13,7 @@ class DjangoDlockConfig(AppConfig):
 
     def ready(self) -> None:
         from django_dlock.checks import check_settings
+        from django_dlock.checks_durability import check_durability
         from django_dlock.checks_replica import (
             check_lock_database_is_primary,
             check_lock_database_not_mirror,
@@ -20,4 +21,7 @@ class DjangoDlockConfig(AppConfig):
 
         checks.register(check_settings)
         checks.register(check_lock_database_not_mirror)
+        # These query the lock database, so they run only where checks may
+        # (migrate, check --database).
         checks.register(check_lock_database_is_primary, checks.Tags.database)
+        checks.register(check_durability, checks.Tags.database)

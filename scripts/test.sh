@@ -43,6 +43,11 @@ step_postgres() {
     DATABASE_URL="$DLOCK_PG_URL" python -m pytest "$@"
 }
 
+step_torture() {
+    # Faults, histories and a checker (README "Reliability"): the short profile on both databases.
+    bash scripts/torture.sh --profile short
+}
+
 step_cluster() {
     # PgBouncer, one Patroni failover and a read replica, on a cluster the test starts (needs root
     # for the network namespaces; installs patroni, etcd, haproxy and pgbouncer when missing).
@@ -65,7 +70,7 @@ step_corners() {
     nox -t oldest newest -k "${DLOCK_CORNER_DATABASES:-sqlite}" ${1+-- "$@"}
 }
 
-STEPS=(lint typing django sqlite postgres cluster wheel base corners)
+STEPS=(lint typing django sqlite postgres torture cluster wheel base corners)
 
 # -- setup ---------------------------------------------------------------------------------------
 

@@ -1,0 +1,231 @@
+"""The torture command: ``python -m tests.torture.runner --database sqlite``.
+
+Runs worker processes against one database while the fault scenarios are
+injected one after another, then checks the history and prints a table.
+``scripts/torture.sh`` runs it for both databases. Exit code 0 when no
+invariant was violated, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import django
+
+from tests.torture.database import Postgres
+
+PROFILES = {
+    # processes, seconds of load between faults, rounds of all faults, minimum seconds
+    "short": {"processes": 6, "gap": 0.5, "rounds": 1, "seconds": 0},
+    "long": {"processes": 10, "gap": 3.0, "rounds": 1_000_000, "seconds": 1800},
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database", choices=["sqlite", "postgresql"])
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="short")
+    parser.add_argument("--processes", type=int, help="worker processes (default: per profile)")
+    parser.add_argument("--seconds", type=float, help="run at least this long (long profile)")
+    parser.add_argument("--sections", type=int, default=0, help="... and this many sections")
+    parser.add_argument(
+        "--durability",
+        choices=["default", "synchronous_commit=off"],
+        help="PostgreSQL only: only immediate restarts under load, with these settings",
+    )
+    parser.add_argument("--out", type=Path, help="directory for histories and the summary")
+    parser.add_argument(
+        "--recheck", type=Path, help="check the histories of an earlier run's --out again"
+    )
+    args = parser.parse_args(argv)
+    if args.recheck:
+        return recheck(args.recheck)
+    if not args.database:
+        parser.error("--database is required")
+    profile = dict(PROFILES[args.profile])
+    if args.processes:
+        profile["processes"] = min(max(args.processes, 1), 32)
+    if args.seconds is not None:
+        profile["seconds"] = args.seconds
+    out = args.out or Path(tempfile.mkdtemp(prefix="dlock-torture-"))
+    out.mkdir(parents=True, exist_ok=True)
+
+    postgres = None
+    if args.database == "postgresql":
+        admin = os.environ.get("DLOCK_PG_URL")
+        if not admin:
+            parser.error("--database postgresql needs DLOCK_PG_URL (scripts/torture.sh sets it)")
+        postgres = Postgres(
+            admin, os.environ.get("PG_CLUSTER_DIR"), os.environ.get("PG_CLUSTER_BIN")
+        )
+        url = postgres.create_database(f"torture_{os.getpid()}")
+    else:
+        url = f"sqlite:///{out / 'locks.sqlite3'}"
+    os.environ["TORTURE_DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.torture.settings")
+    django.setup()
+
+    from tests.torture.report import passed, table
+
+    if args.durability:
+        summary = durability(postgres, url, out, profile, args.durability)
+    else:
+        summary = torture(args.database, postgres, url, out, profile, args.sections)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    sys.stdout.write(table(summary) + "\n")
+    sys.stdout.write(f"histories and summary.json in {out}\n")
+    return 0 if passed(summary) else 1
+
+
+def torture(
+    kind: str,
+    postgres: Postgres | None,
+    url: str,
+    out: Path,
+    profile: dict[str, Any],
+    min_sections: int,
+) -> dict[str, Any]:
+    from tests.torture import faults
+    from tests.torture.report import summarize
+    from tests.torture.run import Run
+
+    run = Run(kind, out / "run", url, postgres)
+    run.directory.mkdir(exist_ok=True)
+    run.prepare()
+    scenarios: list[tuple[str, Callable[[Run], Any]]] = [
+        ("sigkill", faults.sigkill_holder),
+        ("sigstop", faults.sigstop_holder),
+        ("read-only", faults.read_only),
+    ]
+    skipped: list[str] = []
+    if kind == "postgresql":
+        assert postgres is not None
+        scenarios += [("terminate", faults.terminate_backends), ("skew", faults.clock_skew)]
+        scenarios += [("skew probe", faults.skew_probe)]
+        if postgres.can_restart:
+            scenarios += [("restart fast", faults.restart("fast"))]
+            scenarios += [("restart immediate", faults.restart("immediate"))]
+        else:
+            skipped.append("restart (needs PG_CLUSTER_DIR: a cluster started by pg-cluster.sh)")
+    else:
+        scenarios += [("sqlite write lock", faults.sqlite_write_lock_killed)]
+    run.spares = profile["rounds"] > 1
+    faults.prespawn(run)
+    started = time.monotonic()
+    run.start_workers(profile["processes"])
+    time.sleep(profile["gap"])
+    rounds = 0
+    while rounds < profile["rounds"]:
+        for name, scenario in scenarios:
+            try:
+                scenario(run)
+            except (RuntimeError, OSError, subprocess.SubprocessError) as error:
+                # A scenario that could not be staged (a victim that never got
+                # ready) is counted and shown; the run goes on.
+                run.failed_scenarios.append(f"{name}: {error}")
+            time.sleep(profile["gap"])
+        rounds += 1
+        if time.monotonic() - started >= profile["seconds"] or (
+            min_sections and _sections(run.directory) >= min_sections
+        ):
+            break
+    events = run.close()
+    summary = summarize(kind, events, run, time.monotonic() - started)
+    summary["skipped"] = skipped
+    if kind == "sqlite":
+        summary["skew_demo"] = sqlite_skew_demo(url, out)
+    return summary
+
+
+def sqlite_skew_demo(url: str, out: Path) -> dict[str, Any]:
+    """On SQLite the database's clock is each process's own: a faked clock
+    moves it too. A run of its own (own database file) shows what happens."""
+    from django.db import connections
+
+    from tests.torture import faults
+    from tests.torture.checker import check
+    from tests.torture.run import Run
+
+    directory = out / "skew-demo"
+    directory.mkdir(exist_ok=True)
+    demo_url = f"sqlite:///{directory / 'locks.sqlite3'}"
+    connections["default"].close()
+    connections["default"].settings_dict["NAME"] = str(directory / "locks.sqlite3")
+    run = Run("sqlite", directory, demo_url, None)
+    run.prepare()
+    faults.prespawn_probes(run)
+    took = faults.skew_probe(run)
+    violations = check(run.close())
+    return {
+        "took_over": took,
+        "violations": dict(Counter(v.invariant for v in violations)),
+        "messages": [v.message for v in violations[:5]],
+    }
+
+
+def durability(
+    postgres: Postgres | None, url: str, out: Path, profile: dict[str, Any], setting: str
+) -> dict[str, Any]:
+    """Immediate restarts under load, with PostgreSQL's defaults or with
+    synchronous_commit off (fsync stays as the server has it)."""
+    from tests.torture import faults
+    from tests.torture.report import summarize
+    from tests.torture.run import Run
+
+    assert postgres is not None and postgres.can_restart, "needs a cluster of pg-cluster.sh"
+    if setting != "default":
+        postgres.alter_system("synchronous_commit", "off")
+    try:
+        run = Run("postgresql", out / "run", url, postgres)
+        run.directory.mkdir(exist_ok=True)
+        run.prepare()
+        started = time.monotonic()
+        run.start_workers(profile["processes"])
+        restart = faults.restart("immediate")
+        while time.monotonic() - started < profile["seconds"]:
+            time.sleep(profile["gap"])
+            restart(run)
+        events = run.close()
+    finally:
+        postgres.alter_system("synchronous_commit", None)
+    summary = summarize("postgresql", events, run, time.monotonic() - started)
+    summary["durability"] = {
+        "setting": setting,
+        "fsync": postgres.setting("fsync"),
+    }
+    return summary
+
+
+def recheck(out: Path) -> int:
+    """Run the checker again on the histories an earlier run left in ``out``."""
+    from collections import Counter as Tally
+
+    from tests.torture.checker import check
+    from tests.torture.history import load
+    from tests.torture.report import INVARIANTS, passed, table
+
+    summary = json.loads((out / "summary.json").read_text())
+    violations = check(load(sorted((out / "run").glob("*.jsonl"))))
+    tally = Tally(v.invariant for v in violations)
+    summary["violations"] = {n: tally[n] for n in INVARIANTS}
+    summary["violation_messages"] = [f"[{v.invariant}] {v.message}" for v in violations[:20]]
+    sys.stdout.write(table(summary) + "\n")
+    return 0 if passed(summary) else 1
+
+
+def _sections(directory: Path) -> int:
+    return sum(path.read_text().count('"op":"cs_enter"') for path in directory.glob("*.jsonl"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
