@@ -7,7 +7,7 @@ import secrets
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from django.db import models
 
@@ -78,7 +78,8 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
     def get_queryset(self) -> DistributedLockQuerySet:
         # Lock reads (active(), the API, the admin) go where locks are written,
         # never to a replica that a database router picks for reads.
-        return super().get_queryset().using(self._alias())  # type: ignore[no-any-return]
+        queryset = super().get_queryset().using(self._alias())
+        return cast(DistributedLockQuerySet, queryset)  # from_queryset() makes it one
 
     def acquire(
         self, resource: str, owner: str | None = None, ttl: float | None = None

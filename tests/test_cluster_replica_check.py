@@ -23,7 +23,8 @@ def test_a_test_mirror_as_lock_database_is_an_error() -> None:
     with override_settings(DLOCK_DATABASE="replica"):
         [error] = check_lock_database_not_mirror()
     assert error.id == "django_dlock.E401"
-    assert "'replica'" in error.msg and "'default'" in error.hint
+    assert "'replica'" in error.msg
+    assert error.hint is not None and "'default'" in error.hint
 
 
 def test_the_primary_as_lock_database_passes() -> None:

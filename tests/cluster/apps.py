@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -111,9 +112,11 @@ class Load:
         self.stop_file.touch()
         deadline = time.monotonic() + 30
         for pid in self.pids:
-            processes.wait_for(
-                lambda pid=pid: not processes.alive(pid), deadline - time.monotonic()
-            )
+            processes.wait_for(partial(_exited, pid), deadline - time.monotonic())
             processes.stop(pid, timeout=5)
         self.pids.clear()
         return sorted(self.directory.glob("*.jsonl"))
+
+
+def _exited(pid: int) -> bool:
+    return not processes.alive(pid)

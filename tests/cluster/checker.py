@@ -28,7 +28,7 @@ class Violation:
 
 
 def read_history(paths: list[Path]) -> list[Call]:
-    calls = []
+    calls: list[Call] = []
     for path in paths:
         with path.open() as lines:
             calls.extend(json.loads(line) for line in lines if line.strip())

@@ -12,7 +12,7 @@ from tests.cluster.settings_pgbouncer import DATABASES
 
 _replica = dj_database_url.parse(os.environ["DLOCK_REPLICA_URL"])
 # Declared the Django way, as a test mirror of the primary...
-DATABASES["replica"] = {**_replica, "TEST": {"MIRROR": "default"}}
+DATABASES["replica"] = {**_replica, "TEST": {"MIRROR": "default"}}  # type: ignore[assignment]
 # ...and the same server, undeclared: only asking it tells it is a replica.
 DATABASES["replica_unmarked"] = dict(_replica)
 DATABASE_ROUTERS = ["tests.cluster.routers.ReadsToReplica"]
