@@ -79,7 +79,7 @@ def locks_on_cluster(settings: Any, cluster: dict[str, str]) -> Iterator[str]:
 
 def ids(databases: list[str]) -> list[str]:
     connections["locks"].close()  # a new session reads the reloaded settings
-    return [message.id for message in check_durability(databases=databases)]
+    return [str(message.id) for message in check_durability(databases=databases)]
 
 
 @pytest.mark.requires_postgres

@@ -12,9 +12,9 @@ from tests.cluster.settings_pgbouncer import DATABASES
 
 _replica = dj_database_url.parse(os.environ["DLOCK_REPLICA_URL"])
 # Declared the Django way, as a test mirror of the primary...
-DATABASES["replica"] = {**_replica, "TEST": {"MIRROR": "default"}}  # type: ignore[assignment]
+DATABASES["replica"] = {**_replica, "TEST": {"MIRROR": "default"}}
 # ...and the same server, undeclared: only asking it tells it is a replica.
-DATABASES["replica_unmarked"] = dict(_replica)
+DATABASES["replica_unmarked"] = _replica.copy()
 DATABASE_ROUTERS = ["tests.cluster.routers.ReadsToReplica"]
 # Sessions in cookies: a session written to the primary would not yet be on
 # the (paused) replica that the router reads it from.

@@ -174,7 +174,7 @@ def _owners(history: History) -> Iterable[Violation]:
         releases = sorted((e for e in calls if _released(e)), key=lambda e: e["t1"])
         release_ends = [e["t1"] for e in releases]
         for call in calls:
-            owner = call.get("owner")
+            owner: str = call.get("owner") or ""
             if call["op"] == "renew" and call.get("lock"):
                 what = "renew"
             elif call["op"] in ("release", "unlock") and call.get("result") == "released":
@@ -244,13 +244,13 @@ def _faults(history: History) -> Iterable[Violation]:
         starts[process] = [e["t0"] for e in process_calls]
     for fault in (e for e in history.events if e["op"] == "fault"):
         scope = fault.get("scope", "*")
-        window = fault.get("raise_window")
+        window: tuple[float, float] | None = fault.get("raise_window")
         for process, process_calls in calls.items():
             if scope not in ("*", process):
                 continue
             first = bisect.bisect_left(starts[process], window[0]) if window else 0
             last = bisect.bisect_right(starts[process], window[1]) if window else 0
-            inside = [c for c in process_calls[first:last] if c["t1"] <= window[1]]
+            inside = [c for c in process_calls[first:last] if window and c["t1"] <= window[1]]
             spanning = []
             if fault.get("raise_span"):
                 before = bisect.bisect_right(starts[process], fault["t0"])
@@ -302,7 +302,7 @@ def _counter(history: History, allowed: set[tuple[str, str]]) -> Iterable[Violat
                     5,
                     f"{section.cs}: the store's log disagrees with the writer about "
                     f"write {write.write_id}",
-                    (write.event,),
+                    (write.event,) if write.event is not None else (),
                 )
     rows_by_resource: dict[str, list[tuple[int, str, int, str, int]]] = {}
     for row in log.values():

@@ -118,7 +118,8 @@ class Postgres:
             # One statement: the rows and the clock at one moment.
             rows = connection.execute(SNAPSHOT_PG).fetchall()
             if not rows:
-                return connection.execute(NOW_PG).fetchone()[0], []
+                (now,) = connection.execute(NOW_PG).fetchone() or (None,)
+                return now, []
         return rows[0][4], [_row(r[:4]) for r in rows]
 
 

@@ -120,7 +120,7 @@ def read(events: list[Event]) -> History:
             )
     log = None
     if store is not None:
-        log = {row[3]: tuple(row) for row in store["log"]}  # type: ignore[misc]
+        log = {row[3]: tuple(row) for row in store["log"]}
     for event in events:
         section = sections.get(event.get("cs", ""))
         if section is None or event["op"] == "cs_enter":
@@ -159,6 +159,6 @@ def _resolve_writes(
             if write.accepted is None:
                 write.accepted = write.write_id in log
     for write_id in log.keys() - recorded:
-        section = sections.get(write_id.rpartition("#")[0])
-        if section is not None:  # written, then killed before recording it
-            section.writes.append(Write(write_id, section.end, section.end, True, None))
+        writer = sections.get(write_id.rpartition("#")[0])
+        if writer is not None:  # written, then killed before recording it
+            writer.writes.append(Write(write_id, writer.end, writer.end, True, None))
