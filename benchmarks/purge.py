@@ -17,6 +17,7 @@ dropped and created there). Measures, in one run:
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import statistics
@@ -26,7 +27,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-ROWS = 1_000_000
+ROWS = int(os.environ.get("BENCH_PURGE_ROWS", "1000000"))
 BENCH_DB = "dlock_bench"
 EMPTY_DB = "dlock_bench_empty"  # the same, without the million rows: the latency baseline
 LATENCY_CYCLES = 3_000
@@ -310,6 +311,19 @@ def main() -> None:
     print(f"purge_locks / reference time: {ours['seconds'] / reference['seconds']:.2f}x")
     print(f"acquire latency, empty table:  median {ms(median_empty)}, p99 {ms(p99(empty))}")
     print(f"acquire latency, 1M rows:      median {ms(median_full)}, p99 {ms(p99(full))}")
+    if "--json" in sys.argv:  # for python -m benchmarks
+        figures = {
+            "rows": ROWS,
+            "median_empty_ms": median_empty * 1000,
+            "median_full_ms": median_full * 1000,
+            "p99_full_ms": p99(full) * 1000,
+            "latency_ratio": ratio,
+            "purge_s": ours["seconds"],
+            "reference_purge_s": reference["seconds"],
+            "worst_acquire_ms": max(ours["during"]) * 1000,
+            "peak_mb": ours["peak_mb"],
+        }
+        Path(sys.argv[sys.argv.index("--json") + 1]).write_text(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":
