@@ -24,7 +24,9 @@ def seen_by_django(using: str) -> Iterator[dict[str, int]]:
 
     counts = {"wrapper": 0, "logged": 0}
 
-    def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+    def wrapper(
+        execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
+    ) -> Any:
         counts["wrapper"] += 1
         return execute(sql, params, many, context)
 

@@ -5,7 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-PATHS = {"pg": "PostgreSQL, loopback", "proxy": "PostgreSQL through the delaying proxy", "sqlite": "SQLite (file, WAL)", "mariadb": "MariaDB"}
+PATHS = {
+    "pg": "PostgreSQL, loopback",
+    "proxy": "PostgreSQL through the delaying proxy",
+    "sqlite": "SQLite (file, WAL)",
+    "mariadb": "MariaDB",
+}
 
 
 def _floors(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -53,13 +58,16 @@ def _uncontended(rows: list[dict[str, Any]], delay_ms: float) -> None:
         group = [row for row in rows if row["floor_key"] == key]
         if not group:
             continue
-        floor = floors[key] if key in floors else None
+        floor = floors.get(key)
         print(f"-- {title}\n{header}")
         for row in group:
             ratio = row["cycles_per_s"] / floor["cycles_per_s"] if floor else None
             cpu_ratio = (
                 row["server_cpu_ms"] / floor["server_cpu_ms"]
-                if floor and row["server_cpu_ms"] is not None and row["server"] == floor["server"] and floor["server_cpu_ms"]
+                if floor
+                and row["server_cpu_ms"] is not None
+                and row["server"] == floor["server"]
+                and floor["server_cpu_ms"]
                 else None
             )
             print(
@@ -72,7 +80,9 @@ def _uncontended(rows: list[dict[str, Any]], delay_ms: float) -> None:
 
 def _operations(operations: dict[str, dict[str, float]]) -> None:
     print("\ndjango-dlock on PostgreSQL, one operation (counted at the proxy and in Django)")
-    print(f"{'operation':<28} {'round trips':>11} {'statements':>10} {'execute_wrapper':>15} {'query log':>9}")
+    print(
+        f"{'operation':<28} {'round trips':>11} {'statements':>10} {'execute_wrapper':>15} {'query log':>9}"
+    )
     for name, figures in operations.items():
         print(
             f"{name:<28} {figures['round_trips']:>11} {figures['statements']:>10} "
@@ -83,10 +93,14 @@ def _operations(operations: dict[str, dict[str, float]]) -> None:
 def _clients(rows: list[dict[str, Any]]) -> None:
     floors = {row["clients"]: row for row in rows if row["name"] == "raw one-statement floor"}
     print("\nN client processes on their own resources, one PostgreSQL / redis-server (medians)")
-    print(f"{'clients':>7} {'contender':<26} {'cycles/s':>9} {'x floor':>8} {'server CPU ms':>13} {'x floor':>8} {'client CPU ms':>13}")
+    print(
+        f"{'clients':>7} {'contender':<26} {'cycles/s':>9} {'x floor':>8} {'server CPU ms':>13} {'x floor':>8} {'client CPU ms':>13}"
+    )
     for row in sorted(rows, key=lambda r: r["clients"]):
         floor = floors[row["clients"]]
-        cpu_ratio = row["server_cpu_ms"] / floor["server_cpu_ms"] if floor["server_cpu_ms"] else None
+        cpu_ratio = (
+            row["server_cpu_ms"] / floor["server_cpu_ms"] if floor["server_cpu_ms"] else None
+        )
         print(
             f"{row['clients']:>7} {row['name']:<26} {row['cycles_per_s']:>9,.0f} "
             f"{row['cycles_per_s'] / floor['cycles_per_s']:>8.2f} {row['server_cpu_ms']:>13.3f} "
@@ -108,12 +122,16 @@ def _wakeup(rows: list[dict[str, Any]]) -> None:
     print("\nWake-up: from the holder's release to the waiter's acquire returning")
     print(f"{'contender':<30} {'p50 ms':>8} {'max ms':>8} {'samples':>7}")
     for row in rows:
-        print(f"{row['name']:<30} {row['p50_ms']:>8.1f} {row['max_ms']:>8.1f} {len(row['samples_ms']):>7}")
+        print(
+            f"{row['name']:<30} {row['p50_ms']:>8.1f} {row['max_ms']:>8.1f} {len(row['samples_ms']):>7}"
+        )
 
 
 def _purge(purge: dict[str, Any]) -> None:
     print(f"\nA table of {purge['rows']:,} rows (PostgreSQL)")
-    print(f"acquire latency, median: empty {purge['median_empty_ms']:.2f} ms, full {purge['median_full_ms']:.2f} ms ({purge['latency_ratio']:.2f}x); p99 full {purge['p99_full_ms']:.2f} ms")
+    print(
+        f"acquire latency, median: empty {purge['median_empty_ms']:.2f} ms, full {purge['median_full_ms']:.2f} ms ({purge['latency_ratio']:.2f}x); p99 full {purge['p99_full_ms']:.2f} ms"
+    )
     print(
         f"purge_locks of {purge['rows']:,} expired rows: {purge['purge_s']:.2f} s; worst concurrent acquire "
         f"{purge['worst_acquire_ms']:.1f} ms; peak memory {purge['peak_mb']:.0f} MB"
@@ -135,14 +153,18 @@ def chart(results: dict[str, Any], path: Path) -> None:
         axis = next(axes_iter)
         rows = results["uncontended"]
         floors = _floors(rows)
-        groups = [(key, [r for r in rows if r["floor_key"] == key]) for key in ("pg", "proxy", "sqlite")]
+        groups = [
+            (key, [r for r in rows if r["floor_key"] == key]) for key in ("pg", "proxy", "sqlite")
+        ]
         labels, values, colors = [], [], []
         palette = {"pg": "#4c72b0", "proxy": "#dd8452", "sqlite": "#55a868"}
         for key, group in groups:
             if key not in floors:
                 continue
             for row in group:
-                labels.append(f"{row['name']} ({ {'pg': 'PG', 'proxy': 'PG+proxy', 'sqlite': 'SQLite'}[key]})")
+                labels.append(
+                    f"{row['name']} ({ {'pg': 'PG', 'proxy': 'PG+proxy', 'sqlite': 'SQLite'}[key] })"
+                )
                 values.append(row["cycles_per_s"] / floors[key]["cycles_per_s"])
                 colors.append(palette[key])
         positions = range(len(labels))
@@ -162,7 +184,10 @@ def chart(results: dict[str, Any], path: Path) -> None:
         axis.set_xscale("log", base=2)
         axis.set_xlabel("client processes")
         axis.set_ylabel("cycles/s, all clients")
-        axis.set_title(f"Throughput, {results['machine']['nproc']} cores shared by clients and server", fontsize=10)
+        axis.set_title(
+            f"Throughput, {results['machine']['nproc']} cores shared by clients and server",
+            fontsize=10,
+        )
         axis.legend(fontsize=8)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -65,8 +65,10 @@ def plan_from(args: argparse.Namespace) -> Plan:
         wakeup_hold=(0.1, 0.3) if quick else (0.3, 1.2),
         purge_rows=args.purge_rows or (100_000 if quick else 1_000_000),
         delay=args.delay_ms / 1000,
-        json_path=args.json or (artifacts / "benchmark-quick.json" if quick else ROOT / "docs/benchmark.json"),
-        chart_path=args.chart or (artifacts / "benchmark-quick.png" if quick else ROOT / "docs/benchmark.png"),
+        json_path=args.json
+        or (artifacts / "benchmark-quick.json" if quick else ROOT / "docs/benchmark.json"),
+        chart_path=args.chart
+        or (artifacts / "benchmark-quick.png" if quick else ROOT / "docs/benchmark.png"),
     )
 
 
@@ -110,20 +112,71 @@ def uncontended_entries(s: Servers) -> list[Entry]:
     pg, proxy_port, redis_port = s.postgres, s.pg_proxy.port, s.redis.port
     sqlite_path = _sqlite_path()
     entries = [
-        Entry(Contender("raw one-statement floor", "postgresql", contenders.postgres_floor(pg), floor=True), "pg"),
-        Entry(Contender("django-dlock", "postgresql", contenders.dlock("default")), "pg", "default"),
+        Entry(
+            Contender(
+                "raw one-statement floor", "postgresql", contenders.postgres_floor(pg), floor=True
+            ),
+            "pg",
+        ),
+        Entry(
+            Contender("django-dlock", "postgresql", contenders.dlock("default")), "pg", "default"
+        ),
         Entry(Contender("advisory locks", "postgresql", contenders.advisory(pg)), "pg"),
         Entry(Contender("django-db-mutex", "postgresql", contenders.db_mutex()), "pg", "default"),
         Entry(Contender("redis-py Lock", "redis", contenders.redis_py(redis_port)), "pg"),
-        Entry(Contender("python-redis-lock", "redis", contenders.python_redis_lock(redis_port)), "pg"),
-        Entry(Contender("raw one-statement floor", "sqlite", contenders.sqlite_floor(sqlite_path), floor=True), "sqlite"),
+        Entry(
+            Contender("python-redis-lock", "redis", contenders.python_redis_lock(redis_port)), "pg"
+        ),
+        Entry(
+            Contender(
+                "raw one-statement floor",
+                "sqlite",
+                contenders.sqlite_floor(sqlite_path),
+                floor=True,
+            ),
+            "sqlite",
+        ),
         Entry(Contender("django-dlock", "sqlite", contenders.dlock("sqlite")), "sqlite", "sqlite"),
-        Entry(Contender("raw one-statement floor", "postgresql", contenders.postgres_floor(pg, proxy_port), floor=True), "proxy", proxied=True),
-        Entry(Contender("django-dlock", "postgresql", contenders.dlock("proxied")), "proxy", "proxied", proxied=True),
-        Entry(Contender("advisory locks", "postgresql", contenders.advisory(pg, proxy_port)), "proxy", proxied=True),
-        Entry(Contender("django-db-mutex", "postgresql", contenders.db_mutex()), "proxy", "default", lambda: default_through(proxy_port), proxied=True),
-        Entry(Contender("redis-py Lock", "redis", contenders.redis_py(s.redis_proxy.port)), "proxy", proxied=True),
-        Entry(Contender("python-redis-lock", "redis", contenders.python_redis_lock(s.redis_proxy.port)), "proxy", proxied=True),
+        Entry(
+            Contender(
+                "raw one-statement floor",
+                "postgresql",
+                contenders.postgres_floor(pg, proxy_port),
+                floor=True,
+            ),
+            "proxy",
+            proxied=True,
+        ),
+        Entry(
+            Contender("django-dlock", "postgresql", contenders.dlock("proxied")),
+            "proxy",
+            "proxied",
+            proxied=True,
+        ),
+        Entry(
+            Contender("advisory locks", "postgresql", contenders.advisory(pg, proxy_port)),
+            "proxy",
+            proxied=True,
+        ),
+        Entry(
+            Contender("django-db-mutex", "postgresql", contenders.db_mutex()),
+            "proxy",
+            "default",
+            lambda: default_through(proxy_port),
+            proxied=True,
+        ),
+        Entry(
+            Contender("redis-py Lock", "redis", contenders.redis_py(s.redis_proxy.port)),
+            "proxy",
+            proxied=True,
+        ),
+        Entry(
+            Contender(
+                "python-redis-lock", "redis", contenders.python_redis_lock(s.redis_proxy.port)
+            ),
+            "proxy",
+            proxied=True,
+        ),
     ]
     entries += [Entry(c, "mariadb", "mariadb") for c in contenders.mariadb_contenders()]
     return entries
@@ -135,7 +188,9 @@ def _sqlite_path() -> str:
     return str(connections["sqlite"].settings_dict["NAME"])
 
 
-def measure_round(cycle: Cycle, seconds: float, server_cpu: Callable[[], float] | None) -> dict[str, Any]:
+def measure_round(
+    cycle: Cycle, seconds: float, server_cpu: Callable[[], float] | None
+) -> dict[str, Any]:
     latencies: list[float] = []
     cpu_before = server_cpu() if server_cpu else 0.0
     client_before = time.process_time()
@@ -288,10 +343,17 @@ def purge(plan: Plan) -> dict[str, Any]:
     database of its own)."""
     out = ROOT / "artifacts" / "purge.json"
     out.parent.mkdir(exist_ok=True)
-    env = {**os.environ, "DATABASE_URL": setup.postgres_url(), "BENCH_PURGE_ROWS": str(plan.purge_rows)}
+    env = {
+        **os.environ,
+        "DATABASE_URL": setup.postgres_url(),
+        "BENCH_PURGE_ROWS": str(plan.purge_rows),
+    }
     subprocess.run(  # noqa: S603 - this interpreter, a module of this repository
         [sys.executable, "-m", "benchmarks.purge", "--json", str(out)],
-        cwd=ROOT, env=env, check=True, stdout=sys.stderr,
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=sys.stderr,
     )
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
@@ -300,7 +362,6 @@ def describe_machine(s: Servers) -> dict[str, Any]:
     import django
     import psycopg
     import redis
-
     from django.db import connections
 
     with connections["default"].cursor() as cursor:
@@ -333,10 +394,20 @@ def _pg_setting(name: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer and shorter rounds, 100k rows: for development")
-    parser.add_argument("--delay-ms", type=float, default=0.5, help="proxy delay each way (default 0.5)")
-    parser.add_argument("--only", default="uncontended,clients,contention,wakeup,purge", help="comma-separated sections")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer and shorter rounds, 100k rows: for development"
+    )
+    parser.add_argument(
+        "--delay-ms", type=float, default=0.5, help="proxy delay each way (default 0.5)"
+    )
+    parser.add_argument(
+        "--only",
+        default="uncontended,clients,contention,wakeup,purge",
+        help="comma-separated sections",
+    )
     parser.add_argument("--purge-rows", type=int, default=0)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--chart", type=Path)
@@ -345,7 +416,12 @@ def main(argv: list[str] | None = None) -> None:
     sections = set(args.only.split(","))
     postgres_settings = __import__("dj_database_url").parse(setup.postgres_url())
     with (
-        DelayProxy(postgres_settings["HOST"], int(postgres_settings["PORT"]), delay=plan.delay, postgres=True) as pg_proxy,
+        DelayProxy(
+            postgres_settings["HOST"],
+            int(postgres_settings["PORT"]),
+            delay=plan.delay,
+            postgres=True,
+        ) as pg_proxy,
         setup.RedisServer() as redis_server,
         DelayProxy("127.0.0.1", redis_server.port, delay=plan.delay) as redis_proxy,
     ):
@@ -363,7 +439,11 @@ def main(argv: list[str] | None = None) -> None:
             "postgresql": lambda: tree_cpu(postmaster),
             "redis": lambda: tree_cpu(redis_server.pid),
         }
-        results: dict[str, Any] = {"machine": describe_machine(servers), "quick": plan.quick, "delay_ms": args.delay_ms}
+        results: dict[str, Any] = {
+            "machine": describe_machine(servers),
+            "quick": plan.quick,
+            "delay_ms": args.delay_ms,
+        }
         if "uncontended" in sections:
             results["uncontended"] = uncontended(plan, servers)
             results["operations"] = counting.dlock_operations("proxied", pg_proxy)
