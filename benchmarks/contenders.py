@@ -12,6 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 Cycle = Callable[[int], None]
@@ -79,6 +80,37 @@ def postgres_floor(settings: dict[str, Any], port: int | None = None) -> Callabl
             if raw.execute(acquire, (resource, prefix)).fetchone() is None:
                 raise RuntimeError("the floor failed to acquire a free resource")
             raw.execute(release, (resource, prefix))
+
+        return cycle
+
+    return make
+
+
+def postgres_four_statements(settings: dict[str, Any]) -> Callable[[str], Cycle]:
+    """django-dlock's design by hand with psycopg, without Django: BEGIN,
+    SELECT ... FOR UPDATE, UPDATE (or INSERT), COMMIT per operation."""
+
+    def make(prefix: str) -> Cycle:
+        raw = psycopg_connect(settings)
+        select = (
+            f"SELECT owner, expires_at, statement_timestamp() FROM {FLOOR_TABLE} "  # noqa: S608
+            "WHERE resource = %s FOR UPDATE"
+        )
+        insert = f"INSERT INTO {FLOOR_TABLE} VALUES (%s, %s, now() + %s, 1)"  # noqa: S608
+        update = f"UPDATE {FLOOR_TABLE} SET owner = %s, expires_at = %s WHERE resource = %s"  # noqa: S608
+
+        def operation(resource: str, owner: str, ttl: timedelta) -> None:
+            with raw.transaction():
+                row = raw.execute(select, (resource,)).fetchone()
+                if row is None:
+                    raw.execute(insert, (resource, owner, ttl))
+                else:
+                    raw.execute(update, (owner, row[2] + ttl, resource))
+
+        def cycle(n: int) -> None:
+            resource = f"{prefix}:{n % 10}"
+            operation(resource, prefix, timedelta(seconds=30))
+            operation(resource, "", timedelta(0))
 
         return cycle
 

@@ -36,7 +36,9 @@ def seen_by_django(using: str) -> Iterator[dict[str, int]]:
     counts["logged"] = len(log.captured_queries)
 
 
-def per_cycle(cycle: Cycle, proxy: DelayProxy, cycles: int, using: str | None) -> dict[str, float]:
+def per_cycle(
+    cycle: Cycle, proxy: DelayProxy, cycles: int, using: str | None
+) -> dict[str, float | None]:
     """Per operation (half a cycle): round trips, statements the server ran,
     and (for Django-based contenders) what Django saw."""
     for n in range(10):
@@ -52,9 +54,9 @@ def per_cycle(cycle: Cycle, proxy: DelayProxy, cycles: int, using: str | None) -
                 cycle(n)
     counted = proxy.counts() - before
     operations = 2 * cycles
-    figures = {
+    figures: dict[str, float | None] = {
         "round_trips": counted.round_trips / operations,
-        "statements": counted.statements / operations,
+        "statements": counted.statements / operations if proxy.postgres else None,
     }
     for name, value in seen.items():
         figures[f"django_{name}"] = value / operations
