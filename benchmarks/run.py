@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chart", type=Path)
     args = parser.parse_args(argv)
     plan = plan_from(args)
-    sections = set(args.only.split(","))
+    wanted = set(args.only.split(","))
     postgres_settings = __import__("dj_database_url").parse(setup.postgres_url())
     with (
         DelayProxy(
@@ -109,17 +109,17 @@ def main(argv: list[str] | None = None) -> None:
             "quick": plan.quick,
             "delay_ms": args.delay_ms,
         }
-        if "uncontended" in sections:
+        if "uncontended" in wanted:
             results["uncontended"] = single.uncontended(plan, servers)
             results["operations"] = counting.dlock_operations("proxied", pg_proxy)
-        if "clients" in sections:
+        if "clients" in wanted:
             results["clients"] = sections.multi_client(plan, servers)
-        if "contention" in sections:
+        if "contention" in wanted:
             results["contention"] = sections.contention(plan, servers)
-        if "wakeup" in sections:
+        if "wakeup" in wanted:
             results["wakeup"] = sections.wakeups(plan, servers)
         clients.close_connections()
-    if "purge" in sections:
+    if "purge" in wanted:
         results["purge"] = sections.purge(plan)
     plan.json_path.parent.mkdir(parents=True, exist_ok=True)
     plan.json_path.write_text(json.dumps(results, indent=1, default=str) + "\n")
