@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import clients, contenders, counting, report, setup, single
+from benchmarks import clients, contenders, counting, report, sections, setup, single
 from benchmarks.cpu import parent_of, tree_cpu
 from benchmarks.plan import ROOT, Servers, plan_from
 from benchmarks.proxy import DelayProxy
