@@ -11,8 +11,9 @@ It also counts, over all connections:
 - round trips: each time the client sends after the server last spoke (a
   client that pipelines several messages before waiting counts once);
 - PostgreSQL protocol messages from the client by type (``Q`` simple query,
-  ``E`` execute, ``S`` sync ...), when ``postgres=True``: ``Q + E`` is the
-  number of statements the server ran, BEGIN and COMMIT included.
+  ``E`` execute, ``S`` sync ...), when ``postgres=True``, and the statements
+  they carry (an ``E`` runs one, a ``Q`` as many as its text holds, split at
+  semicolons): the statements the server ran, BEGIN and COMMIT included.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 _ctx = get_context("spawn")
 # Counted PostgreSQL message types, in the shared array's order.
 PG_TYPES = b"QPBESDCHX"
+_STATEMENTS = "statements"  # the slot after the message types
 _CHUNK = 1 << 16
 
 
@@ -45,7 +47,7 @@ class Counts:
 
     @property
     def statements(self) -> int:
-        return self.messages.get("Q", 0) + self.messages.get("E", 0)
+        return self.messages.get(_STATEMENTS, 0)
 
 
 class DelayProxy:
@@ -57,7 +59,7 @@ class DelayProxy:
         self.delay = delay
         self.postgres = postgres
         self._turns: Synchronized[int] = _ctx.Value("q", 0)  # type: ignore[assignment]
-        self._messages: Any = _ctx.Array("q", len(PG_TYPES))
+        self._messages: Any = _ctx.Array("q", len(PG_TYPES) + 1)
         self._process: Any = None
         self.port = 0
 
@@ -86,6 +88,7 @@ class DelayProxy:
             turns = self._turns.value
         with self._messages.get_lock():
             messages = {chr(t): self._messages[i] for i, t in enumerate(PG_TYPES)}
+            messages[_STATEMENTS] = self._messages[len(PG_TYPES)]
         return Counts(turns, messages)
 
 
@@ -203,8 +206,15 @@ class _PgParser:
             (length,) = struct.unpack("!i", self.buffer[1:5])
             if len(self.buffer) < 1 + length:
                 return
-            self.buffer = self.buffer[1 + length :]
+            body, self.buffer = self.buffer[5 : 1 + length], self.buffer[1 + length :]
             index = PG_TYPES.find(bytes([kind]))
-            if index >= 0:
-                with self.messages.get_lock():
-                    self.messages[index] += 1
+            if index < 0:
+                continue
+            statements = 0
+            if kind == ord("Q"):  # our statements hold no semicolons in literals
+                statements = sum(1 for part in body.rstrip(b"\0").split(b";") if part.strip())
+            elif kind == ord("E"):
+                statements = 1
+            with self.messages.get_lock():
+                self.messages[index] += 1
+                self.messages[len(PG_TYPES)] += statements
