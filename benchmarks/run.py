@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         help="comma-separated sections",
     )
     parser.add_argument("--purge-rows", type=int, default=0)
+    parser.add_argument("--purge-from", type=Path, help="take the purge figures from this JSON")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--chart", type=Path)
     args = parser.parse_args(argv)
@@ -121,6 +122,8 @@ def main(argv: list[str] | None = None) -> None:
         clients.close_connections()
     if "purge" in wanted:
         results["purge"] = sections.purge(plan)
+    elif args.purge_from:  # figures of an earlier run, e.g. when only the lock path changed
+        results["purge"] = json.loads(args.purge_from.read_text())["purge"]
     plan.json_path.parent.mkdir(parents=True, exist_ok=True)
     plan.json_path.write_text(json.dumps(results, indent=1, default=str) + "\n")
     report.print_tables(results)
