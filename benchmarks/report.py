@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+CHART_PATHS = {"proxy": "via proxy", "sqlite": "SQLite"}
 PATHS = {
     "pg": "PostgreSQL, loopback",
     "proxy": "PostgreSQL through the delaying proxy",
@@ -163,7 +164,7 @@ def chart(results: dict[str, Any], path: Path) -> None:
                 continue
             for row in group:
                 labels.append(
-                    f"{row['name']} ({ {'pg': 'PG', 'proxy': 'PG+proxy', 'sqlite': 'SQLite'}[key] })"
+                    f"{row['name']}, {row['server'] if key == 'pg' else CHART_PATHS[key]}"
                 )
                 values.append(row["cycles_per_s"] / floors[key]["cycles_per_s"])
                 colors.append(palette[key])
