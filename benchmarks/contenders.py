@@ -188,39 +188,35 @@ def db_mutex() -> Callable[[str], Cycle]:
     return make
 
 
-def redis_py(port: int) -> Callable[[str], Cycle]:
+def _redis_lock_cycle(port: int, new_lock: Callable[[Any, str], Any]) -> Callable[[str], Cycle]:
+    """Acquire (without waiting) and release ``new_lock(client, resource)``."""
+
     def make(prefix: str) -> Cycle:
         import redis
 
         client = redis.Redis(host="127.0.0.1", port=port)
 
         def cycle(n: int) -> None:
-            lock = client.lock(f"{prefix}:{n % 10}", timeout=30)
+            lock = new_lock(client, f"{prefix}:{n % 10}")
             if not lock.acquire(blocking=False):
-                raise RuntimeError("redis-py failed to acquire a free resource")
+                raise RuntimeError(f"{lock!r} failed to acquire a free resource")
             lock.release()
 
         return cycle
 
     return make
+
+
+def redis_py(port: int) -> Callable[[str], Cycle]:
+    return _redis_lock_cycle(port, lambda client, resource: client.lock(resource, timeout=30))
 
 
 def python_redis_lock(port: int) -> Callable[[str], Cycle]:
-    def make(prefix: str) -> Cycle:
-        import redis
-        import redis_lock
+    import redis_lock
 
-        client = redis.Redis(host="127.0.0.1", port=port)
-
-        def cycle(n: int) -> None:
-            lock = redis_lock.Lock(client, f"{prefix}:{n % 10}", expire=30)
-            if not lock.acquire(blocking=False):
-                raise RuntimeError("python-redis-lock failed to acquire a free resource")
-            lock.release()
-
-        return cycle
-
-    return make
+    return _redis_lock_cycle(
+        port, lambda client, resource: redis_lock.Lock(client, resource, expire=30)
+    )
 
 
 def mariadb_contenders() -> list[Contender]:
