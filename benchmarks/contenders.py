@@ -58,13 +58,13 @@ def create_floor_tables() -> None:
 
 def _floor_sql(now: str, plus: str) -> tuple[str, str]:
     acquire = (
-        f"INSERT INTO {FLOOR_TABLE} (resource, owner, expires_at, fencing_token) "  # noqa: S608
+        f"INSERT INTO {FLOOR_TABLE} (resource, owner, expires_at, fencing_token) "
         f"VALUES (%s, %s, {plus}, 1) ON CONFLICT (resource) DO UPDATE SET owner = excluded.owner, "
         f"expires_at = excluded.expires_at, fencing_token = {FLOOR_TABLE}.fencing_token + 1 "
         f"WHERE {FLOOR_TABLE}.expires_at <= {now} OR {FLOOR_TABLE}.owner = excluded.owner "
         "RETURNING fencing_token"
     )
-    release = f"DELETE FROM {FLOOR_TABLE} WHERE resource = %s AND owner = %s"  # noqa: S608
+    release = f"DELETE FROM {FLOOR_TABLE} WHERE resource = %s AND owner = %s"
     return acquire, release
 
 
@@ -93,11 +93,11 @@ def postgres_four_statements(settings: dict[str, Any]) -> Callable[[str], Cycle]
     def make(prefix: str) -> Cycle:
         raw = psycopg_connect(settings)
         select = (
-            f"SELECT owner, expires_at, statement_timestamp() FROM {FLOOR_TABLE} "  # noqa: S608
+            f"SELECT owner, expires_at, statement_timestamp() FROM {FLOOR_TABLE} "
             "WHERE resource = %s FOR UPDATE"
         )
-        insert = f"INSERT INTO {FLOOR_TABLE} VALUES (%s, %s, now() + %s, 1)"  # noqa: S608
-        update = f"UPDATE {FLOOR_TABLE} SET owner = %s, expires_at = %s WHERE resource = %s"  # noqa: S608
+        insert = f"INSERT INTO {FLOOR_TABLE} VALUES (%s, %s, now() + %s, 1)"
+        update = f"UPDATE {FLOOR_TABLE} SET owner = %s, expires_at = %s WHERE resource = %s"
 
         def operation(resource: str, owner: str, ttl: timedelta) -> None:
             with raw.transaction():
@@ -177,7 +177,7 @@ def db_mutex() -> Callable[[str], Cycle]:
     """django-db-mutex on the default database (it knows no other)."""
 
     def make(prefix: str) -> Cycle:
-        from db_mutex.db_mutex import db_mutex as mutex
+        from db_mutex.db_mutex import db_mutex as mutex  # type: ignore[import-untyped]
 
         def cycle(n: int) -> None:
             with mutex(f"{prefix}:{n % 10}"):
@@ -212,7 +212,7 @@ def redis_py(port: int) -> Callable[[str], Cycle]:
 
 
 def python_redis_lock(port: int) -> Callable[[str], Cycle]:
-    import redis_lock
+    import redis_lock  # type: ignore[import-untyped]
 
     return _redis_lock_cycle(
         port, lambda client, resource: redis_lock.Lock(client, resource, expire=30)

@@ -80,7 +80,7 @@ def dlock_operations(using: str, proxy: DelayProxy) -> dict[str, dict[str, float
         "release (again)": lambda: locks.release("count:1", owner="a"),
         "with lock(): enter + exit": lambda: _enter_exit(lock("count:2", ttl=30, using=using)),
     }
-    figures = {}
+    figures: dict[str, dict[str, float]] = {}
     for name, operation in operations.items():
         before = proxy.counts()
         with seen_by_django(using) as seen:

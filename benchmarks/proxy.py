@@ -58,7 +58,7 @@ class DelayProxy:
         self.target = (host, port)
         self.delay = delay
         self.postgres = postgres
-        self._turns: Synchronized[int] = _ctx.Value("q", 0)  # type: ignore[assignment]
+        self._turns: Synchronized[int] = _ctx.Value("q", 0)
         self._messages: Any = _ctx.Array("q", len(PG_TYPES) + 1)
         self._process: Any = None
         self.port = 0

@@ -23,6 +23,7 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -259,7 +260,7 @@ def main() -> None:
     median_empty, median_full = statistics.median(empty), statistics.median(full)
     ratio = median_full / median_empty
     print(
-        f"PostgreSQL {connection.pg_version // 10000}, {ROWS:,} expired rows loaded in "
+        f"PostgreSQL {connection.get_database_version()[0]}, {ROWS:,} expired rows loaded in "
         f"{loaded_s:.1f} s; load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
     print(f"purge_locks said: {ours['summary']!r}; rows left: {left}; fencing floor: {floor:,}")
@@ -269,7 +270,7 @@ def main() -> None:
         "(id = ANY(ARRAY(SELECT id ...)), every token sent back), same run, same conditions"
     )
     print(f"{'figure':<46} {'purge_locks':>12} {'reference':>12} {'target':>10}")
-    table = [
+    table: list[tuple[str, str, Callable[[dict[str, Any]], str], str]] = [
         (
             "purge of 1M expired rows (total)",
             "seconds",
