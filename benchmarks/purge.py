@@ -17,16 +17,18 @@ dropped and created there). Measures, in one run:
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-ROWS = 1_000_000
+ROWS = int(os.environ.get("BENCH_PURGE_ROWS", "1000000"))
 BENCH_DB = "dlock_bench"
 EMPTY_DB = "dlock_bench_empty"  # the same, without the million rows: the latency baseline
 LATENCY_CYCLES = 3_000
@@ -258,7 +260,7 @@ def main() -> None:
     median_empty, median_full = statistics.median(empty), statistics.median(full)
     ratio = median_full / median_empty
     print(
-        f"PostgreSQL {connection.pg_version // 10000}, {ROWS:,} expired rows loaded in "
+        f"PostgreSQL {connection.get_database_version()[0]}, {ROWS:,} expired rows loaded in "
         f"{loaded_s:.1f} s; load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
     )
     print(f"purge_locks said: {ours['summary']!r}; rows left: {left}; fencing floor: {floor:,}")
@@ -268,7 +270,7 @@ def main() -> None:
         "(id = ANY(ARRAY(SELECT id ...)), every token sent back), same run, same conditions"
     )
     print(f"{'figure':<46} {'purge_locks':>12} {'reference':>12} {'target':>10}")
-    table = [
+    table: list[tuple[str, str, Callable[[dict[str, Any]], str], str]] = [
         (
             "purge of 1M expired rows (total)",
             "seconds",
@@ -310,6 +312,19 @@ def main() -> None:
     print(f"purge_locks / reference time: {ours['seconds'] / reference['seconds']:.2f}x")
     print(f"acquire latency, empty table:  median {ms(median_empty)}, p99 {ms(p99(empty))}")
     print(f"acquire latency, 1M rows:      median {ms(median_full)}, p99 {ms(p99(full))}")
+    if "--json" in sys.argv:  # for python -m benchmarks
+        figures = {
+            "rows": ROWS,
+            "median_empty_ms": median_empty * 1000,
+            "median_full_ms": median_full * 1000,
+            "p99_full_ms": p99(full) * 1000,
+            "latency_ratio": ratio,
+            "purge_s": ours["seconds"],
+            "reference_purge_s": reference["seconds"],
+            "worst_acquire_ms": max(ours["during"]) * 1000,
+            "peak_mb": ours["peak_mb"],
+        }
+        Path(sys.argv[sys.argv.index("--json") + 1]).write_text(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":

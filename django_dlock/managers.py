@@ -13,6 +13,7 @@ from django.db import models
 
 from django_dlock import signals
 from django_dlock.backends import backend_for
+from django_dlock.backends.base import Written
 from django_dlock.backends.clock import DatabaseNow, expired_before
 from django_dlock.conf import conf
 from django_dlock.prefix import resource_prefix_q
@@ -124,6 +125,9 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         """Acquire inside the lock transaction. Returns the lock (``None`` when
         another owner holds it), the owner of the row before (``None`` for a new
         row) and whether this was the holder re-acquiring (same token)."""
+        backend = backend_for(using)
+        if backend.fuses_operations:
+            return _taken(backend.take(resource, owner, duration), owner)
         lock = self._select_for_update(resource, using)
         if lock is None:
             inserted = self._insert(resource, owner, duration, using)
@@ -161,14 +165,9 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         duration = _duration(ttl)
         using = self._alias()
         with lock_transaction(using):
-            lock = self._select_for_update(resource, using)
-            if lock is None or lock.is_released:
-                raise self.model.DoesNotExist(f"There is no lock on {resource!r}.")
-            now: datetime = lock.db_now  # type: ignore[attr-defined]
-            if not same_owner(lock.owner, owner) or not _holds(lock, now):
-                return None
-            lock.expires_at = now + duration
-            self._write(lock, using, ["expires_at"])
+            lock = self._extend(resource, owner, duration, using)
+        if lock is None:
+            return None
         after_commit(using, partial(signals.lock_renewed.send, sender=self.model, lock=lock))
         return lock
 
@@ -183,12 +182,9 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         validate_owner(owner)
         using = self._alias()
         with lock_transaction(using):
-            lock = self._select_for_update(resource, using)
-            if lock is None or not _holds(lock, lock.db_now):  # type: ignore[attr-defined]
-                return ReleaseResult.NOT_FOUND
-            if not same_owner(lock.owner, owner):
-                return ReleaseResult.FORBIDDEN
-            self._mark_released(lock, using)
+            lock, _, outcome = self._give_up(resource, owner, using)
+            if lock is None:
+                return outcome
         after_commit(
             using,
             partial(
@@ -206,11 +202,9 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         validate_resource(resource)
         using = self._alias()
         with lock_transaction(using):
-            lock = self._select_for_update(resource, using)
-            if lock is None or not _holds(lock, lock.db_now):  # type: ignore[attr-defined]
+            lock, owner, _ = self._give_up(resource, None, using)
+            if lock is None:
                 return False
-            owner = lock.owner
-            self._mark_released(lock, using)
         after_commit(
             using,
             partial(
@@ -250,6 +244,51 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
             deleted += count
             if on_batch is not None:
                 on_batch(count)
+
+    def _extend(
+        self, resource: str, owner: str, duration: timedelta, using: str
+    ) -> DistributedLock | None:
+        """Renew inside the lock transaction: the renewed lock, or ``None`` when
+        ``owner`` does not validly hold it; ``DoesNotExist`` without a lock."""
+        backend = backend_for(using)
+        if backend.fuses_operations:
+            written = backend.extend(resource, owner, duration)
+            lock = written.before
+        else:
+            lock = self._select_for_update(resource, using)
+        if lock is None or lock.is_released:
+            raise self.model.DoesNotExist(f"There is no lock on {resource!r}.")
+        if backend.fuses_operations:
+            return written.after
+        now: datetime = lock.db_now  # type: ignore[attr-defined]
+        if not same_owner(lock.owner, owner) or not _holds(lock, now):
+            return None
+        lock.expires_at = now + duration
+        self._write(lock, using, ["expires_at"])
+        return lock
+
+    def _give_up(
+        self, resource: str, owner: str | None, using: str
+    ) -> tuple[DistributedLock | None, str, ReleaseResult]:
+        """Release inside the lock transaction (``owner=None``: whoever holds it).
+        Returns the released row (``None`` when nothing was released), its owner
+        before, and the outcome."""
+        backend = backend_for(using)
+        if backend.fuses_operations:
+            written = backend.give_up(resource, owner)
+            lock = written.before
+        else:
+            lock = self._select_for_update(resource, using)
+        if lock is None or not _holds(lock, lock.db_now):  # type: ignore[attr-defined]
+            return None, "", ReleaseResult.NOT_FOUND
+        previous_owner = lock.owner
+        if owner is not None and not same_owner(lock.owner, owner):
+            return None, previous_owner, ReleaseResult.FORBIDDEN
+        if backend.fuses_operations:
+            lock = written.after
+        else:
+            self._mark_released(lock, using)
+        return lock, previous_owner, ReleaseResult.RELEASED
 
     # -- the statements ------------------------------------------------------
 
@@ -303,6 +342,17 @@ def same_owner(held_by: str, owner: str) -> bool:
     """Whether ``owner`` is ``held_by``, compared in constant time: an owner
     token is a secret, and its prefix must not leak through timing."""
     return secrets.compare_digest(held_by.encode(), owner.encode())
+
+
+def _taken(written: Written, owner: str) -> tuple[DistributedLock | None, str | None, bool]:
+    """``_take``'s answer from a backend's ``take()``: the lock, the row's owner
+    before (``None`` for a new row), and whether the holder re-acquired."""
+    after = written.after
+    if written.inserted or after is None:
+        return after, None if written.before is None else written.before.owner, False
+    # A re-acquisition keeps acquired_at; a new holder's is the database's now.
+    renewed = after.acquired_at < after.db_now  # type: ignore[attr-defined]
+    return after, owner if written.before is None else written.before.owner, renewed
 
 
 def _holds(lock: DistributedLock, now: datetime) -> bool:

@@ -42,6 +42,15 @@ RENEW_CHUNK = 500
 
 
 @dataclass(frozen=True)
+class Written:
+    """What a lock operation in one message found and wrote (``fuses_operations``)."""
+
+    before: DistributedLock | None  # the row as SELECT ... FOR UPDATE found it, or None
+    after: DistributedLock | None  # the row as written; None when nothing was written
+    inserted: bool  # the row was created by this operation
+
+
+@dataclass(frozen=True)
 class QueueRow:
     """What a waiter sees in one look (``queue_state``)."""
 
@@ -64,6 +73,11 @@ class LockBackend:
     #: Whether every process that waits runs on the database's host (SQLite):
     #: then the head of a queue may look often, each look costing microseconds.
     waiters_share_host: ClassVar[bool] = False
+
+    #: Whether the backend does acquire, renew, release and force_release in one
+    #: message each (``take``, ``extend``, ``give_up``), deciding in SQL; otherwise
+    #: the manager selects the row FOR UPDATE, decides, and writes.
+    fuses_operations: bool = False
 
     def __init__(self, using: str) -> None:
         self.using = using
@@ -184,6 +198,22 @@ class LockBackend:
         ]
         with connection.cursor() as cursor:
             cursor.execute(sql, [*values, lock.pk])
+
+    # -- the same in one message each (backends that set fuses_operations) ----------
+
+    def take(self, resource: str, owner: str, duration: timedelta) -> Written:
+        """Acquire: write the row when it is free (a new holder, a larger token)
+        or held by ``owner`` (a later expiry), or insert it when there is none."""
+        raise NotImplementedError
+
+    def extend(self, resource: str, owner: str, duration: timedelta) -> Written:
+        """Renew: a later expiry when ``owner`` validly holds the lock."""
+        raise NotImplementedError
+
+    def give_up(self, resource: str, owner: str | None) -> Written:
+        """Release (``owner=None``: whoever holds it): mark the row released when
+        the lock is valid and held by ``owner``."""
+        raise NotImplementedError
 
     # -- purge ---------------------------------------------------------------------
 

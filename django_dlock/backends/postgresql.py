@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from django.db.backends.postgresql.psycopg_any import is_psycopg3
 from django.db.models.expressions import RawSQL
 
-from django_dlock.backends.base import LockBackend
+from django_dlock.backends.base import LockBackend, Written
 from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
 
 if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
     from django_dlock.models import DistributedLock
 
 
@@ -24,7 +28,120 @@ def channel_for(resource: str) -> str:
 
 
 class PostgreSQLBackend(LockBackend):
+    """Each lock operation is one message to the server: ``SELECT ... FOR
+    UPDATE`` of the resource's row, the write that the row allows, and, when the
+    lock transaction is the outermost one, its ``COMMIT``.
+
+    The statements run one after the other in the lock transaction, as the
+    manager's would, but travel together: one round trip for ``BEGIN`` (psycopg
+    sends it, and waits for it, before a transaction's first statement) and one
+    for the rest, where SELECT, decide, write and COMMIT took four. So the
+    decision is written in SQL, in the write's ``WHERE``, on the row that the
+    ``SELECT`` before it locked; the statements of one message share
+    ``STATEMENT_TIMESTAMP()``, the database's now.
+    """
+
     vendor = "postgresql"
+
+    def __init__(self, using: str) -> None:
+        super().__init__(using)
+        # Several statements in one execute() take psycopg 3's client-side
+        # binding (Django's default); with server-side binding a message holds one.
+        options = self.connection.settings_dict.get("OPTIONS") or {}
+        self.fuses_operations = is_psycopg3 and not options.get("server_side_binding")
+        # Only quoted identifiers and Django-compiled SQL are formatted in; values
+        # are parameters. Written once per alias: this is the hot path.
+        c, table = self.column_sql, self.table
+        now, _ = compile_expression(using, DatabaseNow())
+        row = f"{', '.join(self.columns)}, {now}"  # the lock's columns and db_now
+        valid = f"{c['owner']} <> '' AND {c['expires_at']} > {now}"
+        select = f"SELECT {row} FROM {table} WHERE {c['resource']} = %(resource)s FOR UPDATE"  # noqa: S608
+        # The first acquisition of a resource inserts its row, its token above the
+        # largest ever purged. One that lost the race to insert it waits (ON
+        # CONFLICT) for the winner's commit, and the UPDATE decides on that row.
+        insert = (
+            f"INSERT INTO {table} ({c['resource']}, {c['owner']}, {c['acquired_at']}, "  # noqa: S608
+            f"{c['expires_at']}, {c['fencing_token']}) "
+            f"SELECT %(resource)s, %(owner)s, {now}, {now} + %(duration)s, "
+            f"COALESCE((SELECT MAX({self.qn('value')}) FROM {self.floor_table}), 0) + 1 "
+            f"WHERE NOT EXISTS (SELECT FROM {table} WHERE {c['resource']} = %(resource)s) "
+            f"ON CONFLICT ({c['resource']}) DO NOTHING RETURNING {row}"
+        )
+        # Free (released or expired): a new holder and a larger token. Held by the
+        # same owner: a later expiry, the same token and acquired_at. Held by
+        # another: no write. (A row inserted just before is the owner's.)
+        ours = f"{c['owner']} = %(owner)s AND {c['expires_at']} > {now}"
+        take = (
+            f"UPDATE {table} SET {c['owner']} = %(owner)s, "  # noqa: S608
+            f"{c['acquired_at']} = CASE WHEN {ours} THEN {c['acquired_at']} ELSE {now} END, "
+            f"{c['expires_at']} = {now} + %(duration)s, {c['fencing_token']} = "
+            f"CASE WHEN {ours} THEN {c['fencing_token']} ELSE {c['fencing_token']} + 1 END "
+            f"WHERE {c['resource']} = %(resource)s "
+            f"AND NOT ({valid} AND {c['owner']} <> %(owner)s) RETURNING {row}"
+        )
+        extend = (
+            f"UPDATE {table} SET {c['expires_at']} = {now} + %(duration)s "  # noqa: S608
+            f"WHERE {c['resource']} = %(resource)s AND {c['owner']} = %(owner)s AND {valid} "
+            f"RETURNING {row}"
+        )
+        # The row stays, expired and ownerless, to keep the fencing token counting;
+        # the head of the resource's waiter queue, if any, is woken (mark_released).
+        head = self._head_sql(resource="%(resource)s", ticket=str(NO_TICKET_EXCLUDED))
+        release = (
+            f"WITH head AS ({head}) UPDATE {table} "  # noqa: S608
+            f"SET {c['owner']} = '', {c['expires_at']} = {now} "
+            f"WHERE {c['resource']} = %(resource)s AND {valid}"
+        )
+        woken = "(SELECT COUNT(*) FROM head, LATERAL pg_notify(%(channel)s, head.id::text))"
+        self._take = [select, insert, take]
+        self._extend = [select, extend]
+        self._release = [select, f"{release} AND {c['owner']} = %(owner)s RETURNING {row}, {woken}"]
+        self._force_release = [select, f"{release} RETURNING {row}, {woken}"]
+
+    def take(self, resource: str, owner: str, duration: timedelta) -> Written:
+        before, inserted, updated = self._send(
+            self._take, {"resource": resource, "owner": owner, "duration": duration}
+        )
+        return Written(before=before, after=inserted or updated, inserted=inserted is not None)
+
+    def extend(self, resource: str, owner: str, duration: timedelta) -> Written:
+        before, updated = self._send(
+            self._extend, {"resource": resource, "owner": owner, "duration": duration}
+        )
+        return Written(before=before, after=updated, inserted=False)
+
+    def give_up(self, resource: str, owner: str | None) -> Written:
+        params = {"resource": resource, "owner": owner, "channel": channel_for(resource)}
+        statements = self._release if owner is not None else self._force_release
+        before, updated = self._send(statements, params)
+        return Written(before=before, after=updated, inserted=False)
+
+    def _send(self, statements: list[str], params: dict[str, Any]) -> list[DistributedLock | None]:
+        """Run ``statements`` in one message; each one's row as a lock (with
+        ``db_now``), or None.
+
+        The outermost lock transaction's COMMIT travels with them: Django's
+        commit on leaving ``atomic()`` then finds no transaction open and sends
+        nothing. Inside another transaction (a TestCase's, or the one lock()
+        joins), that one commits.
+        """
+        connection = self.connection
+        commit = len(connection.atomic_blocks) == 1
+        locks: list[DistributedLock | None] = []
+        with connection.cursor() as cursor:
+            cursor.execute(";\n".join([*statements, "COMMIT"] if commit else statements), params)
+            for _ in statements:
+                found = cursor.fetchone()
+                locks.append(None if found is None else self._lock(found, connection))
+                cursor.nextset()
+        return locks
+
+    def _lock(self, row: Sequence[Any], connection: BaseDatabaseWrapper) -> DistributedLock:
+        # The lock's columns and db_now (a release's count of woken waiters follows).
+        values = self._convert(row[: len(self.columns) + 1], connection)
+        lock = self.model.from_db(self.using, self.attnames, values[:-1])
+        lock.db_now = values[-1]  # type: ignore[attr-defined]
+        return lock
 
     def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> int:
         # The batch is chosen by physical row address (ctid): a TID scan reaches
@@ -114,15 +231,15 @@ class PostgreSQLBackend(LockBackend):
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [ticket, resource, ticket, resource, channel_for(resource)])
 
-    def _head_sql(self, condition: str = "") -> str:
-        """The live waiter first in line for ``%s`` (a resource), other than ``%s``
-        (a ticket), if ``condition`` (SQL) holds."""
+    def _head_sql(self, condition: str = "", *, resource: str = "%s", ticket: str = "%s") -> str:
+        """The live waiter first in line for ``resource`` (a placeholder), other
+        than ``ticket`` (one), if ``condition`` (SQL) holds."""
         qn = self.qn
         now_sql, now_params = compile_expression(self.using, DatabaseNow())
         assert not now_params  # noqa: S101 - DatabaseNow() is plain SQL
         return (
             f"SELECT w.{qn('id')} AS id FROM {self.waiters_table} w "  # noqa: S608
-            f"WHERE w.{qn('resource')} = %s AND w.{qn('id')} <> %s "
+            f"WHERE w.{qn('resource')} = {resource} AND w.{qn('id')} <> {ticket} "
             f"AND w.{qn('expires_at')} > {now_sql} {condition} ORDER BY w.{qn('id')} LIMIT 1"
         )
 

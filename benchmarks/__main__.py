@@ -1,0 +1,5 @@
+from __future__ import annotations
+
+from benchmarks.run import main
+
+main()

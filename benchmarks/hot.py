@@ -1,0 +1,159 @@
+"""One contended resource, as each contender takes it: ``HotLock`` factories for
+``benchmarks.clients.contention`` and ``wakeup``."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.clients import HotLock
+from benchmarks.contenders import FLOOR_TABLE, _floor_sql, psycopg_connect
+
+HOT = "hot"
+
+
+class DlockHot:
+    """django-dlock: ``acquire()`` to try once, ``lock(timeout=...)`` to wait."""
+
+    def __init__(self, using: str, owner: str) -> None:
+        from django_dlock.models import DistributedLock
+
+        self.using, self.owner = using, owner
+        self.locks = DistributedLock.objects.db_manager(using)
+        self.held: Any = None
+
+    def try_acquire(self) -> bool:
+        return self.locks.acquire(HOT, owner=self.owner, ttl=30) is not None
+
+    def acquire(self, timeout: float) -> bool:
+        from django_dlock import LockNotAcquired, lock
+
+        held = lock(HOT, owner=self.owner, ttl=30, timeout=timeout, using=self.using)
+        try:
+            held.__enter__()
+        except LockNotAcquired:
+            return False
+        self.held = held
+        return True
+
+    def release(self) -> None:
+        if self.held is not None:
+            held, self.held = self.held, None
+            held.__exit__(None, None, None)
+        else:
+            self.locks.release(HOT, owner=self.owner)
+
+
+class FloorHot:
+    """The raw upsert: tries only."""
+
+    def __init__(self, settings: dict[str, Any], owner: str) -> None:
+        self.raw = psycopg_connect(settings)
+        self.owner = owner
+        self.acquire_sql, self.release_sql = _floor_sql("now()", "now() + interval '30 seconds'")
+
+    def try_acquire(self) -> bool:
+        return self.raw.execute(self.acquire_sql, (HOT, self.owner)).fetchone() is not None
+
+    def acquire(self, timeout: float) -> bool:
+        raise NotImplementedError("the floor does not wait")
+
+    def release(self) -> None:
+        self.raw.execute(self.release_sql, (HOT, self.owner))
+
+
+class AdvisoryHot:
+    def __init__(self, settings: dict[str, Any], owner: str) -> None:
+        self.raw = psycopg_connect(settings)
+        self.key = zlib.crc32(HOT.encode())
+
+    def try_acquire(self) -> bool:
+        return bool(self.raw.execute("SELECT pg_try_advisory_lock(%s)", (self.key,)).fetchone()[0])
+
+    def acquire(self, timeout: float) -> bool:
+        self.raw.execute(f"SET lock_timeout = {int(timeout * 1000)}")
+        try:
+            self.raw.execute("SELECT pg_advisory_lock(%s)", (self.key,))
+        except Exception as error:  # psycopg.errors.LockNotAvailable
+            if type(error).__name__ == "LockNotAvailable":
+                return False
+            raise
+        return True
+
+    def release(self) -> None:
+        self.raw.execute("SELECT pg_advisory_unlock(%s)", (self.key,))
+
+
+class DbMutexHot:
+    def __init__(self, owner: str) -> None:
+        self.mutex: Any = None
+
+    def try_acquire(self) -> bool:
+        from db_mutex.db_mutex import db_mutex  # type: ignore[import-untyped]
+        from db_mutex.exceptions import DBMutexError  # type: ignore[import-untyped]
+
+        mutex = db_mutex(HOT)
+        try:
+            mutex.start()
+        except DBMutexError:
+            return False
+        self.mutex = mutex
+        return True
+
+    def acquire(self, timeout: float) -> bool:
+        raise NotImplementedError("django-db-mutex does not wait")
+
+    def release(self) -> None:
+        self.mutex.stop()
+
+
+class RedisPyHot:
+    def __init__(self, port: int, owner: str) -> None:
+        import redis
+
+        self.lock = redis.Redis(host="127.0.0.1", port=port).lock(HOT, timeout=30)
+
+    def try_acquire(self) -> bool:
+        return bool(self.lock.acquire(blocking=False))
+
+    def acquire(self, timeout: float) -> bool:
+        return bool(self.lock.acquire(blocking=True, blocking_timeout=timeout))
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+class PythonRedisLockHot:
+    def __init__(self, port: int, owner: str) -> None:
+        import redis
+        import redis_lock  # type: ignore[import-untyped]
+
+        self.lock = redis_lock.Lock(redis.Redis(host="127.0.0.1", port=port), HOT, expire=30)
+
+    def try_acquire(self) -> bool:
+        return bool(self.lock.acquire(blocking=False))
+
+    def acquire(self, timeout: float) -> bool:
+        return bool(self.lock.acquire(timeout=timeout))
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def hot_locks(
+    postgres: dict[str, Any], redis_port: int
+) -> dict[str, tuple[Callable[[str], HotLock], bool]]:
+    """{name: (factory, can wait)}."""
+    return {
+        "django-dlock, PostgreSQL": (lambda o: DlockHot("default", o), True),
+        "django-dlock, SQLite": (lambda o: DlockHot("sqlite", o), True),
+        "raw upsert floor, PostgreSQL": (lambda o: FloorHot(postgres, o), False),
+        "advisory locks, PostgreSQL": (lambda o: AdvisoryHot(postgres, o), True),
+        "django-db-mutex": (lambda o: DbMutexHot(o), False),
+        "redis-py Lock": (lambda o: RedisPyHot(redis_port, o), True),
+        "python-redis-lock": (lambda o: PythonRedisLockHot(redis_port, o), True),
+    }
+
+
+__all__ = ["FLOOR_TABLE", "hot_locks"]

@@ -1,0 +1,102 @@
+"""Round trips of the lock operations on PostgreSQL, counted, not timed.
+
+The test database is reached through a counting TCP proxy (``benchmarks.proxy``)
+on the ``locks`` alias (a second connection to the same database): a round trip
+is each time the client sends after the server last spoke.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.test.utils import CaptureQueriesContext
+
+from benchmarks.proxy import DelayProxy
+from django_dlock import lock
+from django_dlock.models import DistributedLock
+
+# Each lock operation is the outermost transaction, as in an application.
+pytestmark = [
+    pytest.mark.requires_postgres,
+    pytest.mark.django_db(transaction=True, databases=["default", "locks"]),
+]
+
+ALIAS = "locks"
+
+
+@pytest.fixture
+def proxy() -> Iterator[DelayProxy]:
+    """The ``locks`` alias through the counting proxy while the test runs."""
+    connection = connections[ALIAS]
+    settings = connection.settings_dict
+    saved = settings["HOST"], settings["PORT"]
+    with DelayProxy(saved[0] or "127.0.0.1", int(saved[1]), delay=0, postgres=True) as counting:
+        connection.close()
+        settings["HOST"], settings["PORT"] = "127.0.0.1", counting.port
+        try:
+            connection.ensure_connection()
+            yield counting
+        finally:
+            connection.close()
+            settings["HOST"], settings["PORT"] = saved
+
+
+def round_trips(proxy: DelayProxy, operation: Callable[[], object]) -> int:
+    before = proxy.counts()
+    operation()
+    return (proxy.counts() - before).round_trips
+
+
+def test_each_lock_operation_takes_at_most_two_round_trips(proxy: DelayProxy) -> None:
+    locks = DistributedLock.objects.db_manager(ALIAS)
+    operations: dict[str, Callable[[], object]] = {
+        "acquire a new resource": lambda: locks.acquire("rt:1", owner="a", ttl=30),
+        "re-acquire": lambda: locks.acquire("rt:1", owner="a", ttl=30),
+        "acquire, held by another": lambda: locks.acquire("rt:1", owner="b", ttl=30),
+        "renew": lambda: locks.renew("rt:1", owner="a", ttl=30),
+        "release, not the owner": lambda: locks.release("rt:1", owner="b"),
+        "release": lambda: locks.release("rt:1", owner="a"),
+        "acquire a released row": lambda: locks.acquire("rt:1", owner="b", ttl=30),
+        "force_release": lambda: locks.force_release("rt:1"),
+        "release, nothing held": lambda: locks.release("rt:1", owner="b"),
+    }
+    counted = {name: round_trips(proxy, operation) for name, operation in operations.items()}
+
+    assert counted == dict.fromkeys(operations, 2)
+    # And the outcomes are the manager's usual ones.
+    assert DistributedLock.objects.get(resource="rt:1").is_released
+
+
+def test_lock_context_takes_two_round_trips_each_way(proxy: DelayProxy) -> None:
+    held = lock("rt:2", ttl=30, using=ALIAS)
+
+    assert round_trips(proxy, held.__enter__) == 2
+    assert round_trips(proxy, lambda: held.__exit__(None, None, None)) == 2
+
+
+def test_execute_wrappers_and_the_query_log_see_every_statement(proxy: DelayProxy) -> None:
+    locks = DistributedLock.objects.db_manager(ALIAS)
+    connection = connections[ALIAS]
+    wrapped: list[str] = []
+
+    def wrapper(
+        execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
+    ) -> Any:
+        wrapped.append(sql)
+        return execute(sql, params, many, context)
+
+    with CaptureQueriesContext(connection) as logged, connection.execute_wrapper(wrapper):
+        locks.acquire("rt:3", owner="a", ttl=30)
+        locks.release("rt:3", owner="a")
+
+    sent = "\n".join(wrapped)
+    assert sent.count("FOR UPDATE") == 2
+    assert "INSERT INTO" in sent and "UPDATE" in sent
+    # The log holds each statement with its parameters filled in.
+    logged_sql = "\n".join(query["sql"] for query in logged.captured_queries)
+    assert logged_sql.count("FOR UPDATE") == 2
+    assert logged_sql.count("'rt:3'") == sent.count("%(resource)s")
+    assert connection.get_autocommit() and not connection.in_atomic_block
