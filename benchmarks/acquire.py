@@ -152,7 +152,7 @@ def statements_per_operation() -> dict[str, int]:
     from django_dlock.models import DistributedLock
 
     counts = {}
-    operations = {
+    operations: dict[str, Callable[[], object]] = {
         "acquire (new resource)": lambda: DistributedLock.objects.acquire("count:new", owner="a"),
         "acquire (released row)": lambda: DistributedLock.objects.acquire("job:0", owner="a"),
         "renew": lambda: DistributedLock.objects.renew("job:0", owner="a"),

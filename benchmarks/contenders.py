@@ -177,7 +177,7 @@ def db_mutex() -> Callable[[str], Cycle]:
     """django-db-mutex on the default database (it knows no other)."""
 
     def make(prefix: str) -> Cycle:
-        from db_mutex.db_mutex import db_mutex as mutex  # type: ignore[import-untyped]
+        from db_mutex.db_mutex import db_mutex as mutex
 
         def cycle(n: int) -> None:
             with mutex(f"{prefix}:{n % 10}"):
@@ -212,7 +212,7 @@ def redis_py(port: int) -> Callable[[str], Cycle]:
 
 
 def python_redis_lock(port: int) -> Callable[[str], Cycle]:
-    import redis_lock  # type: ignore[import-untyped]
+    import redis_lock
 
     return _redis_lock_cycle(
         port, lambda client, resource: redis_lock.Lock(client, resource, expire=30)

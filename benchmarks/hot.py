@@ -90,8 +90,8 @@ class DbMutexHot:
         self.mutex: Any = None
 
     def try_acquire(self) -> bool:
-        from db_mutex.db_mutex import db_mutex  # type: ignore[import-untyped]
-        from db_mutex.exceptions import DBMutexError  # type: ignore[import-untyped]
+        from db_mutex.db_mutex import db_mutex
+        from db_mutex.exceptions import DBMutexError
 
         mutex = db_mutex(HOT)
         try:
@@ -127,7 +127,7 @@ class RedisPyHot:
 class PythonRedisLockHot:
     def __init__(self, port: int, owner: str) -> None:
         import redis
-        import redis_lock  # type: ignore[import-untyped]
+        import redis_lock
 
         self.lock = redis_lock.Lock(redis.Redis(host="127.0.0.1", port=port), HOT, expire=30)
 

@@ -22,12 +22,7 @@ step_lint() {
 }
 
 step_typing() {
-    # TODO: enforce once the code is clean: replace this function's body with plain `mypy`.
-    local output count
-    output=$(mypy 2>&1) && return 0
-    echo "$output" | tail -n 30
-    count=$(echo "$output" | sed -n 's/^Found \([0-9]*\) errors\{0,1\} in .*/\1/p')
-    echo "mypy: ${count:-some} errors (not yet enforced)"
+    mypy
 }
 
 step_django() {
