@@ -22,3 +22,8 @@ trap pg_cluster_stop EXIT
 # other work and commits' flushes would hide everything else.
 PG_CLUSTER_OPTIONS="${BENCH_PG_OPTIONS:- }" pg_cluster_start
 DATABASE_URL="$DLOCK_PG_URL" python -m benchmarks "$@"
+# Waiting (README "Waiting: how waiters are woken"): wake-up after a release, 8 blocking
+# acquirers, the idle waiter's queries, 1,000 async waiters, 100 renewed locks, on both databases.
+# The capacity of a Patroni cluster behind PgBouncer is `scripts/cluster.sh full`.
+DATABASE_URL="$DLOCK_PG_URL" python -m benchmarks.waiting
+DATABASE_URL="sqlite:///$(mktemp -d)/bench-waiting.sqlite3" python -m benchmarks.waiting
