@@ -305,3 +305,15 @@ def test_released_and_expired_locks_may_be_missing() -> None:
     released = holder("a", 1, 1, 2, ttl=60)
     expired = holder("b", 1, 1, None, ttl=2, resource="s")
     assert check(released + expired + [snapshot(5, [])]) == []
+
+
+def test_a_row_with_a_token_below_one_granted_is_rejected() -> None:
+    # b's released lock keeps its row and token 2; a snapshot showing token 1
+    # (a's, from before) means b's committed acquisition was lost.
+    events = holder("a", 1, 1, 2) + holder("b", 2, 3, 4)
+    row = {"resource": "r", "owner": "a.1", "token": 1, "expires_at": at(11)}
+    violations = check(events + [snapshot(5, [row])])
+    assert [v.invariant for v in violations] == [6]
+    assert "below token 2" in violations[0].message
+    row |= {"owner": "b.2", "token": 2, "expires_at": at(4)}
+    assert check(events + [snapshot(5, [row])]) == []

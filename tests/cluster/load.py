@@ -1,25 +1,27 @@
-"""A lock load that writes its history, one JSON line per call, for the checker.
+"""A lock load that writes its history in the torture run's format
+(``tests.torture.history``), for ``tests.torture.checker``.
 
     python -m tests.cluster.load --process NAME --resources a,b --ttl 8 \
         --stop-file PATH --out PATH
 
 Run inside an app host's namespace, with DATABASE_URL pointing at the cluster
-through that host's link. Each turn acquires a random resource, and when it
-got it holds it for ``--hold`` seconds (the critical section) and releases it.
-A database error is recorded, then the connection is dropped, as a request or
-a Celery task would (``close_old_connections``), and the loop goes on.
+through that host's link. Each turn acquires a random resource as a new owner,
+and when it got it holds it for ``--hold`` seconds (the critical section) and
+releases it. A database error is recorded, then the connection is dropped, as a
+request or a Celery task would (``close_old_connections``), and the loop goes on.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from tests.torture.history import Recorder, error_fields, lock_fields, now, pause
 
 
 def main(argv: list[str]) -> None:
@@ -37,70 +39,76 @@ def main(argv: list[str]) -> None:
 
     django.setup()
     resources = args.resources.split(",")
-    deadline = time.monotonic() + args.max_seconds
-    with args.out.open("a") as out:
-        while not args.stop_file.exists() and time.monotonic() < deadline:
-            turn(args.process, random.choice(resources), args.ttl, args.hold, out)
+    deadline = now() + args.max_seconds
+    recorder = Recorder(args.out, args.process)
+    turns = 0
+    while not args.stop_file.exists() and now() < deadline:
+        turns += 1
+        turn(recorder, f"{args.process}.{turns}", random.choice(resources), args.ttl, args.hold)
+    recorder.close()
 
 
-def turn(process: str, resource: str, ttl: float, hold: float, out: IO[str]) -> None:
+def turn(recorder: Recorder, owner: str, resource: str, ttl: float, hold: float) -> None:
+    """acquire, the critical section, release: as the torture run's manager
+    sections record them (without the guarded store)."""
     from django_dlock.models import DistributedLock
 
-    call = _call(
-        process,
+    acquire_t0 = now()
+    acquired = _call(
+        recorder,
         "acquire",
-        {"resource": resource, "owner": process, "ttl": ttl},
-        lambda: DistributedLock.objects.acquire(resource, owner=process, ttl=ttl),
+        lambda: {
+            "lock": lock_fields(DistributedLock.objects.acquire(resource, owner=owner, ttl=ttl))
+        },
+        resource=resource,
+        owner=owner,
+        ttl=ttl,
     )
-    lock = call.pop("result", None)
-    if lock is not None:
-        call["enter"] = time.monotonic()
-        time.sleep(hold)
-        call["exit"] = time.monotonic()
-    _write(out, call)
-    if lock is None:
-        time.sleep(0.05 if "exception" in call["outcome"] else random.uniform(0, 0.004))
+    if acquired is None or acquired["lock"] is None:
+        pause(0.05 if acquired is None else random.uniform(0, 0.004))
         return
-    release = _call(
-        process,
-        "release",
-        {"resource": resource, "owner": process},
-        lambda: DistributedLock.objects.release(resource, owner=process),
+    lock = acquired["lock"]
+    cs = owner
+    recorder.write(
+        "cs_enter",
+        cs=cs,
+        t=now(),
+        resource=resource,
+        owner=owner,
+        token=lock["token"],
+        acquired_at=lock["acquired_at"],
+        expires_at=lock["expires_at"],
+        acquire_t0=acquire_t0,
     )
-    release.pop("result", None)
-    _write(out, release)
+    pause(hold)
+    recorder.write("cs_exit", cs=cs, t=now(), expires_at=lock["expires_at"])
+    released = _call(
+        recorder,
+        "release",
+        lambda: {"result": DistributedLock.objects.release(resource, owner).value},
+        cs=cs,
+        resource=resource,
+        owner=owner,
+    )
+    if released is None or released["result"] != "released":
+        recorder.write("cs_told", cs=cs, t=now(), how="release failed")
 
 
-def _call(process: str, op: str, args: dict[str, Any], run: Any) -> dict[str, Any]:
+def _call(
+    recorder: Recorder, op: str, run: Callable[[], dict[str, Any]], **fields: Any
+) -> dict[str, Any] | None:
+    """Run one lock call and record it; None when it raised."""
     from django.db import Error, close_old_connections
 
-    call: dict[str, Any] = {"process": process, "op": op, "args": args, "start": time.monotonic()}
+    t0 = now()
     try:
-        result = run()
+        outcome = run()
     except Error as error:
-        call["end"] = time.monotonic()
-        call["outcome"] = {"exception": f"{type(error).__name__}: {str(error).strip()[:200]}"}
+        recorder.write(op, t0=t0, t1=now(), error=error_fields(error), **fields)
         close_old_connections()
-        return call
-    call["end"] = time.monotonic()
-    call["result"] = result
-    if op == "release":
-        call["outcome"] = {"result": result.value}
-    elif result is None:
-        call["outcome"] = {"acquired": False}
-    else:
-        call["outcome"] = {
-            "acquired": True,
-            "fencing_token": result.fencing_token,
-            "acquired_at": result.acquired_at.isoformat(),
-            "expires_at": result.expires_at.isoformat(),
-        }
-    return call
-
-
-def _write(out: IO[str], call: dict[str, Any]) -> None:
-    out.write(json.dumps(call) + "\n")
-    out.flush()
+        return None
+    recorder.write(op, t0=t0, t1=now(), **fields, **outcome)
+    return outcome
 
 
 if __name__ == "__main__":

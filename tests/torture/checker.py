@@ -29,7 +29,9 @@ A pure function of the history (see ``history.py``). The invariants:
    with what the writers recorded.
 6. Nothing is lost: at each snapshot of the lock table, the latest completed
    acquisition of a resource that was neither released nor expired (by the
-   snapshot's database clock) is there, with its owner and token.
+   snapshot's database clock) is there, with its owner and token; and no row
+   has a smaller token than one granted on its resource before the snapshot
+   (a released lock keeps its row and token, and a purged one its floor).
 """
 
 from __future__ import annotations
@@ -353,13 +355,22 @@ def _snapshots(history: History) -> Iterable[Violation]:
             done = [a for a in acquisitions if a.t1 < snapshot["t0"]]
             if not done:
                 continue
+            largest = max(done, key=lambda a: a.token)
+            row = rows.get(resource)
+            if row is not None and row["token"] < largest.token:
+                yield Violation(
+                    6,
+                    f"{resource}: the row's token {row['token']} at the snapshot of "
+                    f"{snapshot['now']} is below token {largest.token}, granted before",
+                    (largest.event, snapshot),
+                )
+                continue
             latest = max(done, key=lambda a: a.t1)
             expiry = max(
                 latest.expires_at, expiries.get((resource, latest.owner), latest.expires_at)
             )
             if expiry <= now or _ambiguous(history, starts, resource, latest, snapshot):
                 continue
-            row = rows.get(resource)
             if row is None or row["owner"] != latest.owner or row["token"] != latest.token:
                 yield Violation(
                     6,
