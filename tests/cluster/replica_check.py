@@ -96,6 +96,11 @@ def _replica_state() -> str:
     return str(state)
 
 
+# The throwaway cluster runs with fsync off (a kill -9 of PostgreSQL keeps the
+# OS's page cache), which the durability check rightly warns about.
+DURABILITY_WARNINGS = {"django_dlock.W010", "django_dlock.W011"}
+
+
 def _checks() -> dict[str, list[str]]:
     from django.core.checks import run_checks
     from django.test import override_settings
@@ -104,7 +109,11 @@ def _checks() -> dict[str, list[str]]:
     for alias in ("default", "replica", "replica_unmarked"):
         with override_settings(DLOCK_DATABASE=alias):
             messages = run_checks(databases=["default", "replica", "replica_unmarked"])
-        ids[alias] = sorted(m.id for m in messages if m.id and m.id.startswith("django_dlock"))
+        ids[alias] = sorted(
+            m.id
+            for m in messages
+            if m.id and m.id.startswith("django_dlock") and m.id not in DURABILITY_WARNINGS
+        )
     return ids
 
 
