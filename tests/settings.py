@@ -29,7 +29,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     # utf8mb4: resources are any Unicode, also outside the Basic Multilingual Plane.
     DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4"}
-    DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4"}
+    # A test database per run, so that runs on one server never meet.
+    DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "NAME": f"test_dlock_{os.getpid()}"}
 
 # The same database through a second connection, for DLOCK_DATABASE tests. Not a
 # TEST["MIRROR"] (which declares a replica): with the same NAME, Django's test

@@ -8,9 +8,12 @@ InnoDB differs from PostgreSQL where races are decided:
   (error 1213) on their INSERTs. Django opens MySQL connections in READ
   COMMITTED, which takes no gap locks; the system checks refuse any other level
   for the lock database (``django_dlock.checks_mysql``).
-- There is no ``ON CONFLICT``: the first insert is ``INSERT IGNORE``. MariaDB
-  returns the new row (``RETURNING``); MySQL 8 cannot, so there it is read back.
-- There is no ``ctid``: purge batches are ranges of the primary key.
+- There is no ``ON CONFLICT``: the first insert is ``INSERT ... ON DUPLICATE
+  KEY UPDATE`` with a no-op, and the new row is read back (one statement more
+  than on PostgreSQL, for the first acquisition of a resource only).
+- There is no ``ctid``, and InnoDB's lock order decides deadlocks: a purge
+  batch raises the fencing floor first and locks its rows by resource, in
+  the order the lock operations take them (``purge_batch``).
 
 Django's ``Now()`` is ``CURRENT_TIMESTAMP(6)`` here, which is in the session's
 time zone; the lock clock is ``UTC_TIMESTAMP(6)`` (``DatabaseNow.as_mysql``).
@@ -22,18 +25,15 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError
-from django.db.models import Q
-from django.db.models.sql import Query
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.clock import DatabaseNow, compile_expression, expired_before, now_plus
+from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
 
 if TYPE_CHECKING:
     from django_dlock.models import DistributedLock
 
-# MySQL's "Duplicate entry ... for key ...": the warning INSERT IGNORE leaves
-# when the row exists.
-ER_DUP_ENTRY = 1062
+# The unique index of distributed_locks.resource (the model's UniqueConstraint).
+RESOURCE_INDEX = "distributed_locks_resource_key"
 
 
 class MySQLBackend(LockBackend):
@@ -42,10 +42,12 @@ class MySQLBackend(LockBackend):
     def insert(self, resource: str, owner: str, duration: timedelta) -> DistributedLock | None:
         """Insert the first row of ``resource``; ``None`` if another process won.
 
-        ``INSERT IGNORE`` makes a lost race an insert of no row, and waits for
-        the winner's commit first, as ``ON CONFLICT DO NOTHING`` does. IGNORE
-        would also turn other errors into warnings, so an insert of no row
-        must have left exactly the duplicate-key warning, or it raises.
+        ``ON DUPLICATE KEY UPDATE`` with a no-op makes a lost race an insert of
+        no row (no auto-increment id), after waiting for the winner's commit.
+        It waits with an exclusive lock, where ``INSERT IGNORE`` takes a shared
+        one: the losers would then each hold it and deadlock (1213) when they
+        lock the winner's row FOR UPDATE to decide on it. The new row is read
+        back: ``RETURNING`` (MariaDB only) would hide whether it was inserted.
         """
         connection = self.connection
         qn = self.qn
@@ -65,71 +67,76 @@ class MySQLBackend(LockBackend):
         placeholders = ", ".join(sql for sql, _ in values.values())
         params = [param for _, value_params in values.values() for param in value_params]
         # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
-        sql = f"INSERT IGNORE INTO {self.table} ({columns}) VALUES ({placeholders})"  # noqa: S608
-        # MariaDB 10.5+ returns the new row; MySQL has no RETURNING: read it back.
-        returning = connection.features.can_return_columns_from_insert
-        if returning:
-            sql += f" RETURNING {', '.join(self.columns)}"
+        sql = (
+            f"INSERT INTO {self.table} ({columns}) VALUES ({placeholders}) "  # noqa: S608
+            f"ON DUPLICATE KEY UPDATE {self.pk_column} = {self.pk_column}"
+        )
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            row = cursor.fetchone() if returning else None
-            if cursor.rowcount != 1:
-                self._raise_unless_duplicate(cursor)
-                return None
-        if row is not None:
-            lock = self.model.from_db(self.using, self.attnames, self._convert(row, connection))
-        else:
-            # The row is this transaction's own, locked already.
-            read_back = self.select_for_update(resource)
-            if read_back is None:
-                raise DatabaseError(f"the row inserted for {resource!r} cannot be read back")
-            lock = read_back
+            inserted = bool(cursor.lastrowid)
+        if not inserted:
+            return None
+        # The row is this transaction's own, locked already.
+        lock = self.select_for_update(resource)
+        if lock is None:
+            raise DatabaseError(f"the row inserted for {resource!r} cannot be read back")
         lock.db_now = lock.acquired_at  # type: ignore[attr-defined]
         return lock
 
-    @staticmethod
-    def _raise_unless_duplicate(cursor: Any) -> None:
-        cursor.execute("SHOW WARNINGS")
-        codes = {code for _, code, _ in cursor.fetchall()}
-        if codes != {ER_DUP_ENTRY}:
-            raise DatabaseError(f"INSERT IGNORE of a lock inserted nothing (warnings {codes})")
-
     def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> int:
-        # The batch is the first ``batch_size`` expired rows in primary-key order,
-        # deleted as a key range: MySQL refuses LIMIT in an IN subquery, and a
-        # range DELETE walks the clustered index. The range may hold rows that
-        # expired meanwhile; "fencing_token <= the batch's largest" keeps every
-        # deleted token under the floor the batch raises, and the expiry is
-        # checked again, so a lock renewed or taken since survives.
+        # InnoDB locks a row through the index it is found by, and keeps every
+        # lock until commit; the order of the locks decides whether a purge and
+        # the lock operations deadlock (1213):
+        # - an acquirer locks the resource's unique-index entry, then the row,
+        #   where a DELETE by primary key takes them the other way round: so the
+        #   batch is locked by resource before it is deleted;
+        # - a first insert reads the floor with a shared lock before it writes
+        #   the resource: so the purge raises the floor first, to the largest
+        #   token of the batch as read (without locks) at the start.
+        # "fencing_token <= that largest" keeps a lock released since then (and
+        # so expired, with a larger token) out of the batch.
         candidates = self._purge_candidates(older_than, prefix)
-        batch = candidates.order_by("pk").values(self.model._meta.pk.attname, "fencing_token")[
-            :batch_size
-        ]
-        batch_sql, batch_params = batch.query.get_compiler(using=self.using).as_sql()
+        batch = candidates.order_by(self.model._meta.pk.attname).values_list(
+            "resource", "fencing_token"
+        )
+        batch_sql, batch_params = batch[:batch_size].query.get_compiler(using=self.using).as_sql()
         qn = self.qn
         with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT MIN(b.{qn('id')}), MAX(b.{qn('id')}), MAX(b.{qn('fencing_token')}) "  # noqa: S608
-                f"FROM ({batch_sql}) b",
-                batch_params,
-            )
-            first, last, largest = cursor.fetchone()
-            if first is None:
+            cursor.execute(batch_sql, batch_params)
+            rows = cursor.fetchall()
+            if not rows:
                 return 0
-            in_batch = Q(
-                pk__range=(first, last),
-                fencing_token__lte=largest,
-                expires_at__lte=expired_before(older_than),
-            )
-            if prefix:
-                in_batch &= Q(resource__startswith=prefix)
-            query = Query(self.model)
-            where_sql, where_params = query.build_where(in_batch).as_sql(
-                query.get_compiler(using=self.using), self.connection
-            )
-            # Only quoted identifiers and Django-compiled SQL are formatted in.
-            cursor.execute(f"DELETE FROM {self.table} WHERE {where_sql}", where_params)  # noqa: S608
-            count = cursor.rowcount
-        if count:
+            largest = max(token for _, token in rows)
             self._raise_fencing_floor(largest)
-        return int(count)
+            where_sql, where_params = self._still_expired_sql(older_than)
+            placeholders = ", ".join(["%s"] * len(rows))
+            # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
+            cursor.execute(
+                f"SELECT {self.pk_column} FROM {self.table} "  # noqa: S608
+                f"FORCE INDEX ({qn(RESOURCE_INDEX)}) WHERE {qn('resource')} IN ({placeholders}) "
+                f"AND {qn('fencing_token')} <= %s AND {where_sql} FOR UPDATE",
+                [*(resource for resource, _ in rows), largest, *where_params],
+            )
+            locked = [pk for (pk,) in cursor.fetchall()]
+            if not locked:
+                return 0
+            placeholders = ", ".join(["%s"] * len(locked))
+            cursor.execute(
+                f"DELETE FROM {self.table} WHERE {self.pk_column} IN ({placeholders})",  # noqa: S608
+                locked,
+            )
+            return int(cursor.rowcount)
+
+    def _raise_fencing_floor(self, token: int) -> None:
+        """Raise the floor to at least ``token`` in one statement, creating its
+        row if missing. (The generic UPDATE, then INSERT IGNORE, then UPDATE
+        deadlocks on InnoDB when several purges find no row: INSERT IGNORE
+        leaves each a shared lock that the UPDATE must upgrade.)"""
+        qn = self.qn
+        value = qn("value")
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {self.floor_table} ({qn('id')}, {value}) VALUES (1, %s) "  # noqa: S608
+                f"ON DUPLICATE KEY UPDATE {value} = GREATEST({value}, %s)",
+                [token, token],
+            )
