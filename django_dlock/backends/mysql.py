@@ -22,12 +22,11 @@ time zone; the lock clock is ``UTC_TIMESTAMP(6)`` (``DatabaseNow.as_mysql``).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
 
 if TYPE_CHECKING:
     from django_dlock.models import DistributedLock
@@ -49,29 +48,13 @@ class MySQLBackend(LockBackend):
         lock the winner's row FOR UPDATE to decide on it. The new row is read
         back: ``RETURNING`` (MariaDB only) would hide whether it was inserted.
         """
-        connection = self.connection
-        qn = self.qn
-        now_sql, now_params = compile_expression(self.using, DatabaseNow())
-        expires_sql, expires_params = compile_expression(self.using, now_plus(duration))
-        values: dict[str, tuple[str, list[Any]]] = {
-            "resource": ("%s", [resource]),
-            "owner": ("%s", [owner]),
-            "acquired_at": (now_sql, now_params),
-            "expires_at": (expires_sql, expires_params),
-            "fencing_token": (
-                f"COALESCE((SELECT MAX({qn('value')}) FROM {self.floor_table}), 0) + 1",  # noqa: S608
-                [],
-            ),
-        }
-        columns = ", ".join(qn(self.fields[name].column) for name in values)
-        placeholders = ", ".join(sql for sql, _ in values.values())
-        params = [param for _, value_params in values.values() for param in value_params]
+        columns, placeholders, params = self._insert_values(resource, owner, duration)
         # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
         sql = (
             f"INSERT INTO {self.table} ({columns}) VALUES ({placeholders}) "  # noqa: S608
             f"ON DUPLICATE KEY UPDATE {self.pk_column} = {self.pk_column}"
         )
-        with connection.cursor() as cursor:
+        with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             inserted = bool(cursor.lastrowid)
         if not inserted:
@@ -100,7 +83,6 @@ class MySQLBackend(LockBackend):
             "resource", "fencing_token"
         )
         batch_sql, batch_params = batch[:batch_size].query.get_compiler(using=self.using).as_sql()
-        qn = self.qn
         with self.connection.cursor() as cursor:
             cursor.execute(batch_sql, batch_params)
             rows = cursor.fetchall()
@@ -110,12 +92,13 @@ class MySQLBackend(LockBackend):
             self._raise_fencing_floor(largest)
             where_sql, where_params = self._still_expired_sql(older_than)
             placeholders = ", ".join(["%s"] * len(rows))
+            resource, token = self.column_sql["resource"], self.column_sql["fencing_token"]
             # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
             cursor.execute(
                 f"SELECT {self.pk_column} FROM {self.table} "  # noqa: S608
-                f"FORCE INDEX ({qn(RESOURCE_INDEX)}) WHERE {qn('resource')} IN ({placeholders}) "
-                f"AND {qn('fencing_token')} <= %s AND {where_sql} FOR UPDATE",
-                [*(resource for resource, _ in rows), largest, *where_params],
+                f"FORCE INDEX ({self.qn(RESOURCE_INDEX)}) WHERE {resource} IN ({placeholders}) "
+                f"AND {token} <= %s AND {where_sql} FOR UPDATE",
+                [*(name for name, _ in rows), largest, *where_params],
             )
             locked = [pk for (pk,) in cursor.fetchall()]
             if not locked:
