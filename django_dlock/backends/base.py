@@ -186,7 +186,7 @@ class LockBackend:
             "acquired_at": (now_sql, now_params),
             "expires_at": (expires_sql, expires_params),
             "fencing_token": (
-                f"COALESCE((SELECT MAX({self.qn('value')}) FROM {self.floor_table}), 0) + 1",  # noqa: S608
+                f"COALESCE(({self._floor_sql()}), 0) + 1",
                 [],
             ),
         }
@@ -194,6 +194,10 @@ class LockBackend:
         placeholders = ", ".join(sql for sql, _ in values.values())
         params = [param for _, value_params in values.values() for param in value_params]
         return columns, placeholders, params
+
+    def _floor_sql(self) -> str:
+        """A SELECT of the fencing floor: the largest token ever purged."""
+        return f"SELECT MAX({self.qn('value')}) FROM {self.floor_table}"  # noqa: S608
 
     def update(self, lock: DistributedLock, attnames: Sequence[str]) -> None:
         """Write ``lock``'s values of ``attnames`` to its row."""

@@ -66,6 +66,14 @@ class MySQLBackend(LockBackend):
         lock.db_now = lock.acquired_at  # type: ignore[attr-defined]
         return lock
 
+    def _floor_sql(self) -> str:
+        # Locked exclusively: first inserts (and purges, which lock it first)
+        # queue on the floor row, one at a time. Concurrent inserts of a
+        # resource whose purged rows InnoDB has not cleaned up yet would
+        # otherwise deadlock (1213) on the index entries of the deleted rows.
+        qn = self.qn
+        return f"SELECT {qn('value')} FROM {self.floor_table} WHERE {qn('id')} = 1 FOR UPDATE"  # noqa: S608
+
     def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> int:
         # InnoDB locks a row through the index it is found by, and keeps every
         # lock until commit; the order of the locks decides whether a purge and
