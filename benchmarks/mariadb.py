@@ -123,7 +123,9 @@ def contention() -> None:
     total = sum(turns)
     # Jain's fairness index: 1.0 when every process got the same share.
     jain = total**2 / (len(turns) * sum(t * t for t in turns)) if total else 0.0
-    print(f"{PROCESSES} processes, one resource, {CONTENTION_SECONDS:.0f} s (try, then poll 0-2 ms):")
+    print(
+        f"{PROCESSES} processes, one resource, {CONTENTION_SECONDS:.0f} s (try, then poll 0-2 ms):"
+    )
     print(f"  {total / CONTENTION_SECONDS:.0f} acquisitions/s in all; per process {turns}")
     print(f"  fairness (Jain's index) {jain:.3f}; fewest/most {turns[0]}/{turns[-1]}")
 
