@@ -91,6 +91,19 @@ def test_a_lock_wait_timeout_raises(other_session: Any) -> None:
     assert Locks.get(resource="job:held").owner == "a"
 
 
+def test_a_killed_connection_raises(other_session: Any) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT CONNECTION_ID()")
+        (connection_id,) = cursor.fetchone()
+    other_session.cursor().execute(f"KILL CONNECTION {int(connection_id)}")
+    try:
+        with pytest.raises(OperationalError):
+            Locks.acquire("job:killed", owner="a", ttl=30)
+    finally:
+        connection.close()
+    assert not Locks.filter(resource="job:killed").exists()
+
+
 def test_case_and_accents_make_distinct_locks() -> None:
     names = ["job:42", "JOB:42", "Job:42", "café", "cafe", "CAFÉ"]
     locks = [Locks.acquire(name, owner=f"owner-{n}", ttl=30) for n, name in enumerate(names)]
