@@ -17,11 +17,16 @@ mariadb_install() {
     command -v pkg-config >/dev/null 2>&1 || packages+=(pkg-config)
     command -v cc >/dev/null 2>&1 || packages+=(build-essential)
     if ((${#packages[@]})); then
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-            --no-install-recommends "${packages[@]}" >/dev/null) || {
-            echo "mariadb-server: could not install ${packages[*]}" >&2
-            return 1
-        }
+        if declare -F dlock_apt_install >/dev/null; then
+            # scripts/venv.sh's installer: also through sudo, and says what it does.
+            dlock_apt_install "${packages[@]}" || return 1
+        else
+            (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+                --no-install-recommends "${packages[@]}" >/dev/null) || {
+                echo "mariadb-server: could not install ${packages[*]}" >&2
+                return 1
+            }
+        fi
     fi
     # Debian's package starts its own server: the tests use their own, so stop that one.
     if [ -d /run/systemd/system ]; then
@@ -42,7 +47,9 @@ mariadb_bin() {
 }
 
 mariadb_start() {
-    local server install_db client port user=() tries=0
+    local server install_db client port user=() options=() tries=0
+    # MARIADB_OPTIONS: more server options, e.g. "--innodb-lock-wait-timeout=5".
+    read -ra options <<<"${MARIADB_OPTIONS:-}"
     mariadb_install || return 1
     server=$(mariadb_bin mariadbd) || return 1
     install_db=$(mariadb_bin mariadb-install-db) || return 1
@@ -72,7 +79,7 @@ mariadb_start() {
         --character-set-server=utf8mb4 --max-connections=300 \
         --default-time-zone="${MARIADB_TIME_ZONE:-+05:30}" \
         --innodb-flush-log-at-trx-commit=2 --sync-binlog=0 --skip-name-resolve \
-        ${MARIADB_OPTIONS:-} >/dev/null 2>&1 &
+        "${options[@]}" >/dev/null 2>&1 &
     MARIADB_PID=$!
     export MARIADB_DIR MARIADB_PID
     until "$client" --no-defaults --socket="$MARIADB_DIR/mysqld.sock" -uroot -e 'SELECT 1' >/dev/null 2>&1; do
