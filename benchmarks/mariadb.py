@@ -40,13 +40,13 @@ def floor_cycle_factory() -> Callable[[int], None]:
         )
     takes = "(expires_at <= UTC_TIMESTAMP(6) OR owner = VALUES(owner))"
     acquire = (
-        f"INSERT INTO {FLOOR_TABLE} (resource, owner, expires_at, fencing_token) "  # noqa: S608
+        f"INSERT INTO {FLOOR_TABLE} (resource, owner, expires_at, fencing_token) "
         "VALUES (%s, %s, UTC_TIMESTAMP(6) + INTERVAL 30 SECOND, 1) ON DUPLICATE KEY UPDATE "
         f"fencing_token = IF({takes}, fencing_token + 1, fencing_token), "
         f"expires_at = IF({takes}, VALUES(expires_at), expires_at), "
         f"owner = IF({takes}, VALUES(owner), owner)"
     )
-    release = f"DELETE FROM {FLOOR_TABLE} WHERE resource = %s AND owner = %s"  # noqa: S608
+    release = f"DELETE FROM {FLOOR_TABLE} WHERE resource = %s AND owner = %s"
 
     def cycle(n: int) -> None:
         resource = f"job:{n % 10}"

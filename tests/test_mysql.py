@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import MySQLdb
+import MySQLdb  # type: ignore[import-untyped]
 import pytest
 from django.conf import settings
 from django.db import OperationalError, connection
@@ -37,7 +37,7 @@ ER_LOCK_WAIT_TIMEOUT = 1205
 
 
 def check_ids(**kwargs: Any) -> list[str]:
-    return [message.id for message in check_mysql_database(databases=["default"], **kwargs)]
+    return [str(message.id) for message in check_mysql_database(databases=["default"], **kwargs)]
 
 
 @pytest.fixture

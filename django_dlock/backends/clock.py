@@ -33,7 +33,7 @@ class DatabaseNow(Now):
 
     def as_mysql(
         self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
-    ) -> tuple[str, list[Any]]:
+    ) -> tuple[str, tuple[str | int, ...]]:
         return self.as_sql(compiler, connection, template="UTC_TIMESTAMP(6)", **extra_context)
 
     def as_sqlite(
