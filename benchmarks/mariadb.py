@@ -12,23 +12,22 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.acquire import configure, cycles_per_second, dlock_cycle, statements_per_operation
+from benchmarks import acquire
+from benchmarks.acquire import FLOOR_TABLE, configure
 
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "7"))
 PROCESSES = int(os.environ.get("BENCH_PROCESSES", "8"))
 CONTENTION_SECONDS = float(os.environ.get("BENCH_CONTENTION_SECONDS", "10"))
 PURGE_ROWS = int(os.environ.get("BENCH_PURGE_ROWS", "1000000"))
-FLOOR_TABLE = "bench_floor_locks"
 
 
-def floor_cycle_factory() -> Callable[[int], None]:
-    """One-statement acquire (insert, or take over an expired row) and release
-    (delete) in autocommit, on a table of the same shape."""
+def mariadb_floor_cycle_factory() -> Callable[[int], None]:
+    """MariaDB's floor for benchmarks.acquire: one-statement acquire (insert, or
+    take over an expired row) and release (delete) in autocommit, on a table of
+    the same shape."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -55,34 +54,6 @@ def floor_cycle_factory() -> Callable[[int], None]:
             cursor.execute(release, (resource, "bench"))
 
     return cycle
-
-
-def uncontended() -> None:
-    from django.db import connection
-
-    variants = {
-        "raw one-statement SQL, autocommit (floor)": floor_cycle_factory(),
-        "django-dlock acquire + release": dlock_cycle,
-    }
-    for cycle in variants.values():
-        for n in range(50):
-            cycle(n)
-    rates: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(ROUNDS):
-        for name, cycle in variants.items():
-            rates[name].append(cycles_per_second(cycle))
-    floor_rate = statistics.median(next(iter(rates.values())))
-    print(f"database: MariaDB {'.'.join(map(str, connection.get_database_version()))}")
-    print(f"{ROUNDS} interleaved rounds of acquire+release cycles, median round:")
-    print(f"  {'variant':<44} {'cycles/s':>9} {'x floor':>8}")
-    for name, runs in rates.items():
-        rate = statistics.median(runs)
-        print(f"  {name:<44} {rate:>9.0f} {rate / floor_rate:>8.2f}")
-    print("statements per operation (BEGIN and COMMIT included):")
-    for name, count in statements_per_operation().items():
-        print(f"  {name:<44} {count:>9}")
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE {FLOOR_TABLE}")
 
 
 def contend(url: str, seconds: float, start: Any, results: Any) -> None:
@@ -153,11 +124,7 @@ def purge() -> None:
 
 
 def main() -> None:
-    configure()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    uncontended()
+    acquire.main()  # configures Django and migrates; uncontended cycles beside the floor
     contention()
     purge()
 
