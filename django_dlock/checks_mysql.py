@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error
+from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
 
 from django_dlock.conf import conf
@@ -41,6 +41,18 @@ def check_mysql_settings(alias: str) -> list[CheckMessage]:
     # None leaves the level to the server: check_mysql_database reads it there.
     if level is not None and str(level).lower() != READ_COMMITTED:
         messages.append(_isolation_error(alias, str(level)))
+    charset = settings_dict.get("OPTIONS", {}).get("charset", "utf8")
+    if str(charset).lower() != "utf8mb4":
+        messages.append(
+            Warning(
+                f"DATABASES[{alias!r}] connects with the character set {charset!r} "
+                "(Django's default for MySQL is utf8, three bytes a character): a lock "
+                "on a valid resource name with a character outside the Basic Multilingual "
+                "Plane, such as an emoji, fails with a database error.",
+                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['charset'] = 'utf8mb4'.",
+                id="django_dlock.W400",
+            )
+        )
     time_zone = settings_dict.get("TIME_ZONE")
     if time_zone not in (None, "UTC"):
         messages.append(

@@ -191,11 +191,19 @@ class TestChecks:
     def test_an_isolation_level_other_than_read_committed(
         self, monkeypatch: Any, level: str
     ) -> None:
-        monkeypatch.setitem(connection.settings_dict, "OPTIONS", {"isolation_level": level})
+        options = {"charset": "utf8mb4", "isolation_level": level}
+        monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
         assert [message.id for message in check_settings()] == ["django_dlock.E400"]
 
+    def test_a_connection_character_set_without_four_byte_characters(
+        self, monkeypatch: Any
+    ) -> None:
+        monkeypatch.setitem(connection.settings_dict, "OPTIONS", {})
+        assert [message.id for message in check_settings()] == ["django_dlock.W400"]
+
     def test_the_servers_isolation_level_when_options_leave_it(self, monkeypatch: Any) -> None:
-        monkeypatch.setitem(connection.settings_dict, "OPTIONS", {"isolation_level": None})
+        options = {"charset": "utf8mb4", "isolation_level": None}
+        monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
         with connection.cursor() as cursor:
             cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         try:
