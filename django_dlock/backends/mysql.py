@@ -21,12 +21,14 @@ time zone; the lock clock is ``UTC_TIMESTAMP(6)`` (``DatabaseNow.as_mysql``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
-from django_dlock.backends.base import LockBackend
+from django_dlock.backends.base import RENEW_CHUNK, LockBackend
+from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
 
 if TYPE_CHECKING:
     from django_dlock.models import DistributedLock
@@ -65,6 +67,38 @@ class MySQLBackend(LockBackend):
             raise DatabaseError(f"the row inserted for {resource!r} cannot be read back")
         lock.db_now = lock.acquired_at  # type: ignore[attr-defined]
         return lock
+
+    def renew_many(
+        self, pairs: Sequence[tuple[str, str]], seconds: float
+    ) -> dict[tuple[str, str], DistributedLock]:
+        # MySQL has no UPDATE ... RETURNING: each chunk is an UPDATE, then a
+        # SELECT of the chunk's locks that are still valid and still the same
+        # owner's, which are the renewed ones (a lock released or taken over
+        # in between is not reported, as if it had not been renewed).
+        qn = self.qn
+        now_sql, now_params = compile_expression(self.using, DatabaseNow())
+        expires_sql, expires_params = compile_expression(
+            self.using, now_plus(timedelta(seconds=seconds))
+        )
+        manager = self.model._default_manager.db_manager(self.using)
+        still_held = (
+            f"({qn('resource')}, {qn('owner')}) IN ({{}}) AND {qn('expires_at')} > {now_sql}"
+        )
+        renewed: dict[tuple[str, str], DistributedLock] = {}
+        for start in range(0, len(pairs), RENEW_CHUNK):
+            chunk = pairs[start : start + RENEW_CHUNK]
+            where = still_held.format(", ".join(["(%s, %s)"] * len(chunk)))
+            values = [value for pair in chunk for value in pair]
+            with self.connection.cursor() as cursor:
+                # Only quoted identifiers and Django-compiled SQL are formatted in.
+                cursor.execute(
+                    f"UPDATE {self.table} SET {qn('expires_at')} = {expires_sql} WHERE {where}",  # noqa: S608
+                    [*expires_params, *values, *now_params],
+                )
+            select = f"SELECT {', '.join(self.columns)} FROM {self.table} WHERE {where}"  # noqa: S608
+            for lock in manager.raw(select, [*values, *now_params]):
+                renewed[(lock.resource, lock.owner)] = lock
+        return renewed
 
     def _floor_sql(self) -> str:
         # Locked exclusively: first inserts (and purges, which lock it first)
