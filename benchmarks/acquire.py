@@ -68,6 +68,10 @@ def floor_cycle_factory() -> Callable[[int], None]:
     from django.db import connection
 
     vendor = connection.vendor
+    if vendor == "mysql":
+        from benchmarks.mariadb import mariadb_floor_cycle_factory
+
+        return mariadb_floor_cycle_factory()
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
         cursor.execute(

@@ -17,6 +17,7 @@ from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Case, CharField, DateTimeField, QuerySet, Value, When
+from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -158,7 +159,8 @@ class LockAdmin(_LockAdminBase):
                 default=Value(EXPIRED),
                 output_field=CharField(),
             ),
-            database_now=Value(now, output_field=DateTimeField()),
+            # Cast: MySQL sends a bare parameter back as text, not as a datetime.
+            database_now=Cast(Value(now, output_field=DateTimeField()), DateTimeField()),
         )
 
     @admin.display(description=_("status"))

@@ -14,6 +14,7 @@ class DjangoDlockConfig(AppConfig):
     def ready(self) -> None:
         from django_dlock.checks import check_settings
         from django_dlock.checks_durability import check_durability
+        from django_dlock.checks_mysql import check_mysql_database
         from django_dlock.checks_replica import (
             check_lock_database_is_primary,
             check_lock_database_not_mirror,
@@ -25,3 +26,4 @@ class DjangoDlockConfig(AppConfig):
         # (migrate, check --database).
         checks.register(check_lock_database_is_primary, checks.Tags.database)
         checks.register(check_durability, checks.Tags.database)
+        checks.register(check_mysql_database, checks.Tags.database)

@@ -11,6 +11,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
 
 from django_dlock.backends import BACKENDS
+from django_dlock.checks_mysql import check_mysql_settings
 from django_dlock.conf import Settings, conf
 
 # A ttl beyond this would push expires_at past what a datetime can hold.
@@ -126,12 +127,14 @@ def _check_database(alias: str) -> list[CheckMessage]:
             Error(
                 f"DLOCK_DATABASE {alias!r} is {connection.vendor}, which django-dlock "
                 f"does not support (it supports {', '.join(sorted(BACKENDS))}).",
-                hint="Point DLOCK_DATABASE at a PostgreSQL or SQLite database.",
+                hint="Point DLOCK_DATABASE at a PostgreSQL, MariaDB or SQLite database.",
                 id="django_dlock.E006",
             )
         ]
     if connection.vendor == "sqlite":
         return _check_sqlite(alias, connection.settings_dict)
+    if connection.vendor == "mysql":
+        return check_mysql_settings(alias)
     return []
 
 

@@ -1,5 +1,5 @@
 """Settings of the example project: SQLite in a file by default, or the database
-that DATABASE_URL names (postgres://user:password@host:port/name)."""
+that DATABASE_URL names (postgres://user:password@host:port/name, or mysql://... for MariaDB)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # processes never deadlock upgrading a read lock ("database is locked").
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 20}
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    # utf8mb4: Django's MySQL connections default to utf8mb3, which has no emoji.
+    DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4"}
 
 INSTALLED_APPS = [
     "django.contrib.admin",

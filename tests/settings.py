@@ -1,4 +1,4 @@
-"""Test settings: SQLite in a file by default, PostgreSQL when DATABASE_URL says so."""
+"""Test settings: SQLite in a file by default, PostgreSQL or MariaDB when DATABASE_URL says so."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
     DATABASES["default"]["TEST"] = {"NAME": _SQLITE_FILE}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    # utf8mb4: resources are any Unicode, also outside the Basic Multilingual Plane.
+    DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4"}
+    # A test database per run, so that runs on one server never meet.
+    DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "NAME": f"test_dlock_{os.getpid()}"}
 
 # The same database through a second connection, for DLOCK_DATABASE tests. Not a
 # TEST["MIRROR"] (which declares a replica): with the same NAME, Django's test

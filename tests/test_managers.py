@@ -380,7 +380,10 @@ class TestStatements:
         if vendor == "postgresql":
             assert "FOR UPDATE" in select_sql[0]
 
-        assert len(self.count(lambda: Locks.acquire("job:new", owner="a", ttl=30))) <= 4
+        # MySQL has no INSERT ... RETURNING that tells an insert from a lost race:
+        # a first acquisition there reads its new row back.
+        first_acquire = 5 if vendor == "mysql" else 4
+        assert len(self.count(lambda: Locks.acquire("job:new", owner="a", ttl=30))) <= first_acquire
         assert len(self.count(lambda: Locks.acquire("job:42", owner="a", ttl=30))) <= 4
         assert len(self.count(lambda: Locks.renew("job:42", owner="a", ttl=30))) <= 4
         assert len(self.count(lambda: Locks.release("job:42", owner="a"))) <= 4

@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from django_dlock.backends.base import LockBackend, QueueRow
+from django_dlock.backends.mysql import MySQLBackend
 from django_dlock.backends.postgresql import PostgreSQLBackend
 from django_dlock.backends.sqlite import SQLiteBackend
 
@@ -19,6 +20,7 @@ __all__ = ["BACKENDS", "LockBackend", "QueueRow", "backend_for"]
 
 #: The backend class of each supported ``connection.vendor``.
 BACKENDS: dict[str, type[LockBackend]] = {
+    MySQLBackend.vendor: MySQLBackend,
     PostgreSQLBackend.vendor: PostgreSQLBackend,
     SQLiteBackend.vendor: SQLiteBackend,
 }

@@ -156,23 +156,7 @@ class LockBackend:
         one ever purged.
         """
         connection = self.connection
-        qn = self.qn
-        now_sql, now_params = compile_expression(self.using, DatabaseNow())
-        expires_sql, expires_params = compile_expression(self.using, now_plus(duration))
-        # Each column named with its value: the model's field order does not matter.
-        values: dict[str, tuple[str, list[Any]]] = {
-            "resource": ("%s", [resource]),
-            "owner": ("%s", [owner]),
-            "acquired_at": (now_sql, now_params),
-            "expires_at": (expires_sql, expires_params),
-            "fencing_token": (
-                f"COALESCE((SELECT MAX({qn('value')}) FROM {self.floor_table}), 0) + 1",  # noqa: S608
-                [],
-            ),
-        }
-        columns = ", ".join(self.column_sql[name] for name in values)
-        placeholders = ", ".join(sql for sql, _ in values.values())
-        params = [param for _, value_params in values.values() for param in value_params]
+        columns, placeholders, params = self._insert_values(resource, owner, duration)
         # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
         sql = (
             f"INSERT INTO {self.table} ({columns}) VALUES ({placeholders}) "  # noqa: S608
@@ -187,6 +171,33 @@ class LockBackend:
         lock = self.model.from_db(self.using, self.attnames, self._convert(row, connection))
         lock.db_now = lock.acquired_at  # type: ignore[attr-defined]
         return lock
+
+    def _insert_values(
+        self, resource: str, owner: str, duration: timedelta
+    ) -> tuple[str, str, list[Any]]:
+        """The column list, VALUES and parameters of a first row of ``resource``:
+        the database's time, and a token above the largest one ever purged."""
+        now_sql, now_params = compile_expression(self.using, DatabaseNow())
+        expires_sql, expires_params = compile_expression(self.using, now_plus(duration))
+        # Each column named with its value: the model's field order does not matter.
+        values: dict[str, tuple[str, list[Any]]] = {
+            "resource": ("%s", [resource]),
+            "owner": ("%s", [owner]),
+            "acquired_at": (now_sql, now_params),
+            "expires_at": (expires_sql, expires_params),
+            "fencing_token": (
+                f"COALESCE(({self._floor_sql()}), 0) + 1",
+                [],
+            ),
+        }
+        columns = ", ".join(self.column_sql[name] for name in values)
+        placeholders = ", ".join(sql for sql, _ in values.values())
+        params = [param for _, value_params in values.values() for param in value_params]
+        return columns, placeholders, params
+
+    def _floor_sql(self) -> str:
+        """A SELECT of the fencing floor: the largest token ever purged."""
+        return f"SELECT MAX({self.qn('value')}) FROM {self.floor_table}"  # noqa: S608
 
     def update(self, lock: DistributedLock, attnames: Sequence[str]) -> None:
         """Write ``lock``'s values of ``attnames`` to its row."""

@@ -25,7 +25,16 @@ class DatabaseNow(Now):
     digits, while ``STRFTIME('%f')`` gives three: "12:00:00.500" sorts before
     "12:00:00.500000", so a lock released at that instant would still look
     valid for the rest of the millisecond. Padding to six digits fixes the order.
+
+    On MySQL, Django's ``Now()`` is ``CURRENT_TIMESTAMP(6)``, in the session's
+    time zone, while Django stores datetimes in UTC: ``UTC_TIMESTAMP(6)`` is
+    right whatever the server's time zone.
     """
+
+    def as_mysql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any
+    ) -> tuple[str, tuple[str | int, ...]]:
+        return self.as_sql(compiler, connection, template="UTC_TIMESTAMP(6)", **extra_context)
 
     def as_sqlite(
         self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra_context: Any

@@ -1,0 +1,167 @@
+"""MariaDB's (and MySQL's) SQL for the lock operations, through Django's ``mysql``
+backend and mysqlclient.
+
+InnoDB differs from PostgreSQL where races are decided:
+
+- Under REPEATABLE READ a ``SELECT ... FOR UPDATE`` that finds no row takes a
+  gap lock, and two processes acquiring a new resource at once then deadlock
+  (error 1213) on their INSERTs. Django opens MySQL connections in READ
+  COMMITTED, which takes no gap locks; the system checks refuse any other level
+  for the lock database (``django_dlock.checks_mysql``).
+- There is no ``ON CONFLICT``: the first insert is ``INSERT ... ON DUPLICATE
+  KEY UPDATE`` with a no-op, and the new row is read back (one statement more
+  than on PostgreSQL, for the first acquisition of a resource only).
+- There is no ``ctid``, and InnoDB's lock order decides deadlocks: a purge
+  batch raises the fencing floor first and locks its rows by resource, in
+  the order the lock operations take them (``purge_batch``).
+
+Django's ``Now()`` is ``CURRENT_TIMESTAMP(6)`` here, which is in the session's
+time zone; the lock clock is ``UTC_TIMESTAMP(6)`` (``DatabaseNow.as_mysql``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from django.db import DatabaseError
+
+from django_dlock.backends.base import RENEW_CHUNK, LockBackend
+from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
+
+if TYPE_CHECKING:
+    from django_dlock.models import DistributedLock
+
+# The unique index of distributed_locks.resource (the model's UniqueConstraint).
+RESOURCE_INDEX = "distributed_locks_resource_key"
+
+
+class MySQLBackend(LockBackend):
+    vendor = "mysql"
+
+    def insert(self, resource: str, owner: str, duration: timedelta) -> DistributedLock | None:
+        """Insert the first row of ``resource``; ``None`` if another process won.
+
+        ``ON DUPLICATE KEY UPDATE`` with a no-op makes a lost race an insert of
+        no row (no auto-increment id), after waiting for the winner's commit.
+        It waits with an exclusive lock, where ``INSERT IGNORE`` takes a shared
+        one: the losers would then each hold it and deadlock (1213) when they
+        lock the winner's row FOR UPDATE to decide on it. The new row is read
+        back: ``RETURNING`` (MariaDB only) would hide whether it was inserted.
+        """
+        columns, placeholders, params = self._insert_values(resource, owner, duration)
+        # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
+        sql = (
+            f"INSERT INTO {self.table} ({columns}) VALUES ({placeholders}) "  # noqa: S608
+            f"ON DUPLICATE KEY UPDATE {self.pk_column} = {self.pk_column}"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            inserted = bool(cursor.lastrowid)
+        if not inserted:
+            return None
+        # The row is this transaction's own, locked already.
+        lock = self.select_for_update(resource)
+        if lock is None:
+            raise DatabaseError(f"the row inserted for {resource!r} cannot be read back")
+        lock.db_now = lock.acquired_at  # type: ignore[attr-defined]
+        return lock
+
+    def renew_many(
+        self, pairs: Sequence[tuple[str, str]], seconds: float
+    ) -> dict[tuple[str, str], DistributedLock]:
+        # MySQL has no UPDATE ... RETURNING: each chunk is an UPDATE, then a
+        # SELECT of the chunk's locks that are still valid and still the same
+        # owner's, which are the renewed ones (a lock released or taken over
+        # in between is not reported, as if it had not been renewed).
+        qn = self.qn
+        now_sql, now_params = compile_expression(self.using, DatabaseNow())
+        expires_sql, expires_params = compile_expression(
+            self.using, now_plus(timedelta(seconds=seconds))
+        )
+        manager = self.model._default_manager.db_manager(self.using)
+        still_held = (
+            f"({qn('resource')}, {qn('owner')}) IN ({{}}) AND {qn('expires_at')} > {now_sql}"
+        )
+        renewed: dict[tuple[str, str], DistributedLock] = {}
+        for start in range(0, len(pairs), RENEW_CHUNK):
+            chunk = pairs[start : start + RENEW_CHUNK]
+            where = still_held.format(", ".join(["(%s, %s)"] * len(chunk)))
+            values = [value for pair in chunk for value in pair]
+            with self.connection.cursor() as cursor:
+                # Only quoted identifiers and Django-compiled SQL are formatted in.
+                cursor.execute(
+                    f"UPDATE {self.table} SET {qn('expires_at')} = {expires_sql} WHERE {where}",  # noqa: S608
+                    [*expires_params, *values, *now_params],
+                )
+            select = f"SELECT {', '.join(self.columns)} FROM {self.table} WHERE {where}"  # noqa: S608
+            for lock in manager.raw(select, [*values, *now_params]):
+                renewed[(lock.resource, lock.owner)] = lock
+        return renewed
+
+    def _floor_sql(self) -> str:
+        # Locked exclusively: first inserts (and purges, which lock it first)
+        # queue on the floor row, one at a time. Concurrent inserts of a
+        # resource whose purged rows InnoDB has not cleaned up yet would
+        # otherwise deadlock (1213) on the index entries of the deleted rows.
+        qn = self.qn
+        return f"SELECT {qn('value')} FROM {self.floor_table} WHERE {qn('id')} = 1 FOR UPDATE"  # noqa: S608
+
+    def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> int:
+        # InnoDB locks a row through the index it is found by, and keeps every
+        # lock until commit; the order of the locks decides whether a purge and
+        # the lock operations deadlock (1213):
+        # - an acquirer locks the resource's unique-index entry, then the row,
+        #   where a DELETE by primary key takes them the other way round: so the
+        #   batch is locked by resource before it is deleted;
+        # - a first insert reads the floor with a shared lock before it writes
+        #   the resource: so the purge raises the floor first, to the largest
+        #   token of the batch as read (without locks) at the start.
+        # "fencing_token <= that largest" keeps a lock released since then (and
+        # so expired, with a larger token) out of the batch.
+        candidates = self._purge_candidates(older_than, prefix)
+        batch = candidates.order_by(self.model._meta.pk.attname).values_list(
+            "resource", "fencing_token"
+        )
+        batch_sql, batch_params = batch[:batch_size].query.get_compiler(using=self.using).as_sql()
+        with self.connection.cursor() as cursor:
+            cursor.execute(batch_sql, batch_params)
+            rows = cursor.fetchall()
+            if not rows:
+                return 0
+            largest = max(token for _, token in rows)
+            self._raise_fencing_floor(largest)
+            where_sql, where_params = self._still_expired_sql(older_than)
+            placeholders = ", ".join(["%s"] * len(rows))
+            resource, token = self.column_sql["resource"], self.column_sql["fencing_token"]
+            # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
+            cursor.execute(
+                f"SELECT {self.pk_column} FROM {self.table} "  # noqa: S608
+                f"FORCE INDEX ({self.qn(RESOURCE_INDEX)}) WHERE {resource} IN ({placeholders}) "
+                f"AND {token} <= %s AND {where_sql} FOR UPDATE",
+                [*(name for name, _ in rows), largest, *where_params],
+            )
+            locked = [pk for (pk,) in cursor.fetchall()]
+            if not locked:
+                return 0
+            placeholders = ", ".join(["%s"] * len(locked))
+            cursor.execute(
+                f"DELETE FROM {self.table} WHERE {self.pk_column} IN ({placeholders})",  # noqa: S608
+                locked,
+            )
+            return int(cursor.rowcount)
+
+    def _raise_fencing_floor(self, token: int) -> None:
+        """Raise the floor to at least ``token`` in one statement, creating its
+        row if missing. (The generic UPDATE, then INSERT IGNORE, then UPDATE
+        deadlocks on InnoDB when several purges find no row: INSERT IGNORE
+        leaves each a shared lock that the UPDATE must upgrade.)"""
+        qn = self.qn
+        value = qn("value")
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {self.floor_table} ({qn('id')}, {value}) VALUES (1, %s) "  # noqa: S608
+                f"ON DUPLICATE KEY UPDATE {value} = GREATEST({value}, %s)",
+                [token, token],
+            )

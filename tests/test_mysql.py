@@ -1,0 +1,239 @@
+"""Where InnoDB differs from PostgreSQL: the first-acquire race, lock-wait
+timeouts, the clock, resource collation and the MariaDB system checks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import MySQLdb  # type: ignore[import-untyped]
+import pytest
+from django.conf import settings
+from django.db import OperationalError, connection
+
+from django_dlock.backends import backend_for
+from django_dlock.backends.clock import database_now
+from django_dlock.checks import check_settings
+from django_dlock.checks_mysql import check_mysql_database
+from django_dlock.models import DistributedLock, FencingFloor
+from django_dlock.transactions import lock_transaction
+from tests import workers_mysql
+from tests.utils import database_settings, run_in_processes, spawn
+
+pytestmark = [
+    pytest.mark.skipif(
+        not settings.DATABASES["default"]["ENGINE"].endswith("mysql"),
+        reason="needs MariaDB (DATABASE_URL=mysql://...)",
+    ),
+    pytest.mark.django_db(transaction=True),
+]
+
+Locks = DistributedLock.objects
+
+# MySQL's "Lock wait timeout exceeded".
+ER_LOCK_WAIT_TIMEOUT = 1205
+
+
+def check_ids(**kwargs: Any) -> list[str]:
+    return [str(message.id) for message in check_mysql_database(databases=["default"], **kwargs)]
+
+
+@pytest.fixture
+def other_session() -> Iterator[Any]:
+    """A second connection to the test database, outside Django."""
+    params = connection.get_connection_params()
+    params.pop("conv", None)
+    session = MySQLdb.connect(**params)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def test_first_acquire_race_of_eight_processes_in_repeated_rounds() -> None:
+    processes, rounds = 8, 20
+    resources = [f"job:mariadb-race-{n}" for n in range(rounds)]
+    start = spawn.Barrier(processes)
+
+    results = run_in_processes(
+        workers_mysql.acquire_in_rounds, [(database_settings(), resources, start)] * processes
+    )
+
+    errors = [error for worker in results for _, error in worker if error]
+    assert errors == []
+    for index, resource in enumerate(resources):
+        assert sum(worker[index][0] for worker in results) == 1, resource
+        assert Locks.filter(resource=resource).count() == 1
+
+
+def test_a_lock_wait_timeout_raises(other_session: Any) -> None:
+    Locks.acquire("job:held", owner="a", ttl=30)
+    cursor = other_session.cursor()
+    # Another transaction holds the row, longer than this session waits for it.
+    cursor.execute("SELECT id FROM distributed_locks WHERE resource = 'job:held' FOR UPDATE")
+    with connection.cursor() as own:
+        own.execute("SET SESSION innodb_lock_wait_timeout = 1")
+    try:
+        for operation in (
+            lambda: Locks.acquire("job:held", owner="b", ttl=30),
+            lambda: Locks.renew("job:held", owner="a", ttl=30),
+            lambda: Locks.release("job:held", owner="a"),
+        ):
+            with pytest.raises(OperationalError) as raised:
+                operation()
+            assert raised.value.args[0] == ER_LOCK_WAIT_TIMEOUT
+    finally:
+        other_session.rollback()
+        with connection.cursor() as own:
+            own.execute("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+    assert Locks.get(resource="job:held").owner == "a"
+
+
+def test_a_killed_connection_raises(other_session: Any) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT CONNECTION_ID()")
+        (connection_id,) = cursor.fetchone()
+    other_session.cursor().execute(f"KILL CONNECTION {int(connection_id)}")
+    try:
+        with pytest.raises(OperationalError):
+            Locks.acquire("job:killed", owner="a", ttl=30)
+    finally:
+        connection.close()
+    assert not Locks.filter(resource="job:killed").exists()
+
+
+def test_case_and_accents_make_distinct_locks() -> None:
+    names = ["job:42", "JOB:42", "Job:42", "café", "cafe", "CAFÉ"]
+    locks = [Locks.acquire(name, owner=f"owner-{n}", ttl=30) for n, name in enumerate(names)]
+
+    assert all(lock is not None for lock in locks)
+    assert len({lock.pk for lock in locks if lock}) == len(names)
+    assert Locks.release("JOB:42", owner="owner-0").value == "forbidden"
+    assert sorted(Locks.with_resource_prefix("job:").values_list("resource", flat=True)) == [
+        "job:42"
+    ]
+
+
+def test_the_clock_is_utc_whatever_the_server_time_zone() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION time_zone = '-07:00'")
+    try:
+        now = database_now("default")
+        lock = Locks.acquire("job:clock", owner="a", ttl=30)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION time_zone = DEFAULT")
+    wall = datetime.fromtimestamp(time.time(), UTC)
+    assert abs((now - wall).total_seconds()) < 5
+    assert lock is not None
+    assert abs((lock.acquired_at - wall).total_seconds()) < 5
+    assert lock.acquired_at.microsecond or lock.expires_at.microsecond  # DATETIME(6)
+
+
+def test_columns_keep_microseconds() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COLUMN_NAME, DATETIME_PRECISION FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'distributed_locks' "
+            "AND DATA_TYPE = 'datetime'"
+        )
+        precisions = dict(cursor.fetchall())
+    assert precisions == {"acquired_at": 6, "expires_at": 6}
+
+
+def test_first_acquire_starts_above_the_floor() -> None:
+    FencingFloor.objects.update_or_create(pk=1, defaults={"value": 41})
+
+    lock = Locks.acquire("job:floor", owner="a", ttl=30)
+
+    assert lock is not None
+    assert lock.fencing_token == 42
+    assert lock == Locks.get(resource="job:floor")
+    assert Locks.acquire("job:floor", owner="b", ttl=30) is None
+
+
+def test_purge_deletes_expired_ranges_and_keeps_the_floor() -> None:
+    for n in range(25):
+        Locks.acquire(f"job:purge-{n}", owner="a", ttl=30)
+    Locks.acquire("other:keep", owner="a", ttl=30)
+    with connection.cursor() as cursor:
+        # Every second one expired; their ids interleave with live ones.
+        cursor.execute(
+            "UPDATE distributed_locks SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE "
+            "WHERE resource LIKE 'job:%%' AND MOD(id, 2) = 0"
+        )
+    expired = Locks.filter(expires_at__lt=database_now("default"))
+    expected = set(expired.values_list("resource", flat=True))
+    largest = max(expired.values_list("fencing_token", flat=True))
+
+    batches = []
+    with lock_transaction("default"):
+        batches.append(
+            backend_for("default").purge_batch(older_than=0, batch_size=4, prefix="job:")
+        )
+    deleted = Locks.purge_expired(batch_size=4, prefix="job:")
+
+    assert batches == [4]
+    assert batches[0] + deleted == len(expected)
+    assert not Locks.filter(resource__in=expected).exists()
+    assert Locks.count() == 26 - len(expected)
+    assert FencingFloor.objects.get(pk=1).value == largest
+
+
+class TestChecks:
+    def test_a_stock_server_passes(self) -> None:
+        assert check_ids() == []
+        assert check_settings() == []
+
+    @pytest.mark.parametrize("level", ["repeatable read", "serializable", "read uncommitted"])
+    def test_an_isolation_level_other_than_read_committed(
+        self, monkeypatch: Any, level: str
+    ) -> None:
+        options = {"charset": "utf8mb4", "isolation_level": level}
+        monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
+        assert [message.id for message in check_settings()] == ["django_dlock.E400"]
+
+    def test_a_connection_character_set_without_four_byte_characters(
+        self, monkeypatch: Any
+    ) -> None:
+        monkeypatch.setitem(connection.settings_dict, "OPTIONS", {})
+        assert [message.id for message in check_settings()] == ["django_dlock.W400"]
+
+    def test_the_servers_isolation_level_when_options_leave_it(self, monkeypatch: Any) -> None:
+        options = {"charset": "utf8mb4", "isolation_level": None}
+        monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        try:
+            assert check_ids() == ["django_dlock.E400"]
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+
+    def test_a_database_time_zone_other_than_utc(self, monkeypatch: Any) -> None:
+        monkeypatch.setitem(connection.settings_dict, "TIME_ZONE", "Europe/Paris")
+        assert [message.id for message in check_settings()] == ["django_dlock.E401"]
+
+    def test_a_table_without_transactions(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("ALTER TABLE distributed_locks_fencing_floor ENGINE=MyISAM")
+        try:
+            assert check_ids() == ["django_dlock.E402"]
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("ALTER TABLE distributed_locks_fencing_floor ENGINE=InnoDB")
+
+    def test_a_case_insensitive_resource_column(self) -> None:
+        alter = (
+            "ALTER TABLE distributed_locks MODIFY resource VARCHAR(255) "
+            "CHARACTER SET utf8mb4 COLLATE {} NOT NULL"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(alter.format("utf8mb4_general_ci"))
+        try:
+            assert check_ids() == ["django_dlock.E403"]
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute(alter.format("utf8mb4_bin"))
