@@ -12,6 +12,8 @@ cd "$(dirname "$0")/.."
 source scripts/venv.sh
 # shellcheck source=scripts/pg-cluster.sh
 source scripts/pg-cluster.sh
+# shellcheck source=scripts/mariadb-server.sh
+source scripts/mariadb-server.sh
 
 # -- the steps: each runs with `set -e`, and a failed one does not stop the next -----------------
 # To add a step: write step_NAME and add NAME to STEPS.
@@ -36,6 +38,10 @@ step_sqlite() {
 
 step_postgres() {
     DATABASE_URL="$DLOCK_PG_URL" python -m pytest "$@"
+}
+
+step_mariadb() {
+    DATABASE_URL="$DLOCK_MYSQL_URL" python -m pytest "$@"
 }
 
 step_torture() {
@@ -65,11 +71,13 @@ step_corners() {
     nox -t oldest newest -k "${DLOCK_CORNER_DATABASES:-sqlite}" ${1+-- "$@"}
 }
 
-STEPS=(lint typing django sqlite postgres torture cluster wheel base corners)
+STEPS=(lint typing django sqlite postgres mariadb torture cluster wheel base corners)
 
 # -- setup ---------------------------------------------------------------------------------------
 
-dlock_venv -e ".[api,celery,postgres]" --group test --group lint --group typing --group matrix
+# MariaDB's server, and what mysqlclient builds against, before the venv installs it.
+mariadb_install || dlock_say "could not install MariaDB: its suite fails"
+dlock_venv -e ".[api,celery,postgres,mysql]" --group test --group lint --group typing --group matrix
 
 # Debian packages the tests drive: PostgreSQL's server binaries for the throwaway cluster,
 # Chromium and a font for the admin's browser test (Playwright downloads no browser), Redis for
@@ -88,8 +96,9 @@ if ((${#packages[@]})); then
             "Chromium the browser test fails, without Redis the Celery tests are skipped"
 fi
 
-trap pg_cluster_stop EXIT
+trap 'pg_cluster_stop; mariadb_stop' EXIT
 pg_cluster_start
+mariadb_start
 
 # -- run -----------------------------------------------------------------------------------------
 
