@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import MySQLdb  # type: ignore[import-untyped]
 import pytest
 from django.conf import settings
 from django.db import OperationalError, connection
@@ -45,6 +44,10 @@ def other_session() -> Iterator[Any]:
     """A second connection to the test database, outside Django."""
     params = connection.get_connection_params()
     params.pop("conv", None)
+    # Imported here: the module is collected on every database, mysqlclient
+    # is installed only with the [mysql] extra.
+    import MySQLdb  # type: ignore[import-untyped]
+
     session = MySQLdb.connect(**params)
     try:
         yield session

@@ -10,19 +10,19 @@ from functools import cache
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
+from django.utils.module_loading import import_string
 
 from django_dlock.backends.base import LockBackend, QueueRow
-from django_dlock.backends.mysql import MySQLBackend
-from django_dlock.backends.postgresql import PostgreSQLBackend
-from django_dlock.backends.sqlite import SQLiteBackend
 
 __all__ = ["BACKENDS", "LockBackend", "QueueRow", "backend_for"]
 
-#: The backend class of each supported ``connection.vendor``.
-BACKENDS: dict[str, type[LockBackend]] = {
-    MySQLBackend.vendor: MySQLBackend,
-    PostgreSQLBackend.vendor: PostgreSQLBackend,
-    SQLiteBackend.vendor: SQLiteBackend,
+#: The backend class of each supported ``connection.vendor``. Imported only
+#: when a database of that vendor is used: a vendor module may import its
+#: driver (psycopg), which a project on another database need not install.
+BACKENDS: dict[str, str] = {
+    "mysql": "django_dlock.backends.mysql.MySQLBackend",
+    "postgresql": "django_dlock.backends.postgresql.PostgreSQLBackend",
+    "sqlite": "django_dlock.backends.sqlite.SQLiteBackend",
 }
 
 
@@ -37,9 +37,10 @@ def _backend(using: str, vendor: str) -> LockBackend:
     # The vendor is in the key so that tests that swap a database's settings
     # never get another backend's SQL.
     try:
-        backend_class = BACKENDS[vendor]
+        backend_path = BACKENDS[vendor]
     except KeyError:
         raise ImproperlyConfigured(
             f"Database {using!r} is {vendor}; django-dlock supports {', '.join(sorted(BACKENDS))}."
         ) from None
+    backend_class: type[LockBackend] = import_string(backend_path)
     return backend_class(using)

@@ -8,7 +8,6 @@ from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from django.db.backends.postgresql.psycopg_any import is_psycopg3
 from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend, Written
@@ -47,6 +46,10 @@ class PostgreSQLBackend(LockBackend):
         super().__init__(using)
         # Several statements in one execute() take psycopg 3's client-side
         # binding (Django's default); with server-side binding a message holds one.
+        # (Imported here: this module is also imported, for channel_for(), where
+        # no PostgreSQL driver is installed.)
+        from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
         options = self.connection.settings_dict.get("OPTIONS") or {}
         self.fuses_operations = is_psycopg3 and not options.get("server_side_binding")
         # Only quoted identifiers and Django-compiled SQL are formatted in; values
