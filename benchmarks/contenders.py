@@ -75,13 +75,7 @@ def postgres_floor(settings: dict[str, Any], port: int | None = None) -> Callabl
         raw = psycopg_connect(settings, port)
         acquire, release = _floor_sql("now()", "now() + interval '30 seconds'")
 
-        def cycle(n: int) -> None:
-            resource = f"{prefix}:{n % 10}"
-            if raw.execute(acquire, (resource, prefix)).fetchone() is None:
-                raise RuntimeError("the floor failed to acquire a free resource")
-            raw.execute(release, (resource, prefix))
-
-        return cycle
+        return _floor_cycle(raw, acquire, release, prefix)
 
     return make
 
@@ -128,13 +122,7 @@ def sqlite_floor(path: str) -> Callable[[str], Cycle]:
             for sql in _floor_sql("datetime('now')", "datetime('now', '+30 seconds')")
         )
 
-        def cycle(n: int) -> None:
-            resource = f"{prefix}:{n % 10}"
-            if raw.execute(acquire, (resource, prefix)).fetchone() is None:
-                raise RuntimeError("the floor failed to acquire a free resource")
-            raw.execute(release, (resource, prefix))
-
-        return cycle
+        return _floor_cycle(raw, acquire, release, prefix)
 
     return make
 
@@ -227,3 +215,15 @@ def mariadb_contenders() -> list[Contender]:
     if "mariadb" not in connections:
         return []
     return [Contender("django-dlock, MariaDB", "mariadb", dlock("mariadb"))]
+
+
+def _floor_cycle(raw: Any, acquire: str, release: str, prefix: str) -> Callable[[int], None]:
+    """One acquire + release of the raw one-statement floor, on ``raw``'s connection."""
+
+    def cycle(n: int) -> None:
+        resource = f"{prefix}:{n % 10}"
+        if raw.execute(acquire, (resource, prefix)).fetchone() is None:
+            raise RuntimeError("the floor failed to acquire a free resource")
+        raw.execute(release, (resource, prefix))
+
+    return cycle
