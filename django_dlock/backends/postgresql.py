@@ -14,8 +14,6 @@ from django_dlock.backends.base import LockBackend, Written
 from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
 
 if TYPE_CHECKING:
-    from django.db.backends.base.base import BaseDatabaseWrapper
-
     from django_dlock.models import DistributedLock
 
 
@@ -35,9 +33,14 @@ class PostgreSQLBackend(LockBackend):
     manager's would, but travel together: one round trip for ``BEGIN`` (psycopg
     sends it, and waits for it, before a transaction's first statement) and one
     for the rest, where SELECT, decide, write and COMMIT took four. So the
-    decision is written in SQL, in the write's ``WHERE``, on the row that the
-    ``SELECT`` before it locked; the statements of one message share
-    ``STATEMENT_TIMESTAMP()``, the database's now.
+    decision is written in SQL, in the write's ``WHERE``; the statements of one
+    message share ``STATEMENT_TIMESTAMP()``, the database's now.
+
+    Renew and release lock the row and write it in one statement (a ``FOR
+    UPDATE`` CTE that the ``UPDATE`` joins), so that they write only the row they
+    locked and judged. An acquisition may write a row that its ``SELECT`` did not
+    see (inserted meanwhile): its ``UPDATE`` judges that row itself, with the
+    row locked, and writes it only if it is free.
     """
 
     vendor = "postgresql"
@@ -82,46 +85,69 @@ class PostgreSQLBackend(LockBackend):
             f"WHERE {c['resource']} = %(resource)s "
             f"AND NOT ({valid} AND {c['owner']} <> %(owner)s) RETURNING {row}"
         )
-        extend = (
-            f"UPDATE {table} SET {c['expires_at']} = {now} + %(duration)s "  # noqa: S608
-            f"WHERE {c['resource']} = %(resource)s AND {c['owner']} = %(owner)s AND {valid} "
-            f"RETURNING {row}"
+        # Renew and release decide and write in one statement: its CTE locks the
+        # row (FOR UPDATE) and the UPDATE writes only that row, judged on the
+        # values the lock returned. As two statements, the UPDATE's newer snapshot
+        # could find a row that the SELECT had not seen (inserted and committed
+        # between them) and write it unjudged: a force-release reported "nothing
+        # released" while it released a new holder's valid lock.
+        locked = (
+            f"WITH locked AS (SELECT {', '.join(self.columns)}, {now} AS db_now "  # noqa: S608
+            f"FROM {table} WHERE {c['resource']} = %(resource)s FOR UPDATE)"
         )
+        before = ", ".join(f"locked.{name}" for name in self.columns)
+        after = ", ".join(f"{table}.{name}" for name in self.columns)
+        held = f"locked.{c['owner']} <> '' AND locked.{c['expires_at']} > {now}"
+
+        def decide_and_write(
+            assignments: str, condition: str, ctes: str = "", woken: str = ""
+        ) -> str:
+            return (
+                f"{locked}{ctes}, written AS (UPDATE {table} SET {assignments} FROM locked "  # noqa: S608
+                f"WHERE {table}.{self.pk_column} = locked.{self.pk_column} AND {held} "
+                f"{condition} RETURNING {after}, {now}{woken}) "
+                f"SELECT {before}, locked.db_now, written.* FROM locked LEFT JOIN written ON TRUE"
+            )
+
+        owned = f"AND locked.{c['owner']} = %(owner)s"
         # The row stays, expired and ownerless, to keep the fencing token counting;
         # the head of the resource's waiter queue, if any, is woken (mark_released).
         head = self._head_sql(resource="%(resource)s", ticket=str(NO_TICKET_EXCLUDED))
-        release = (
-            f"WITH head AS ({head}) UPDATE {table} "  # noqa: S608
-            f"SET {c['owner']} = '', {c['expires_at']} = {now} "
-            f"WHERE {c['resource']} = %(resource)s AND {valid}"
-        )
-        woken = "(SELECT COUNT(*) FROM head, LATERAL pg_notify(%(channel)s, head.id::text))"
+        release = {
+            "assignments": f"{c['owner']} = '', {c['expires_at']} = {now}",
+            "ctes": f", head AS ({head})",
+            "woken": ", (SELECT COUNT(*) FROM head, LATERAL pg_notify(%(channel)s, head.id::text))",
+        }
+        self._extend = decide_and_write(f"{c['expires_at']} = {now} + %(duration)s", owned)
+        self._release = decide_and_write(condition=owned, **release)
+        self._force_release = decide_and_write(condition="", **release)
         self._take = [select, insert, take]
-        self._extend = [select, extend]
-        self._release = [select, f"{release} AND {c['owner']} = %(owner)s RETURNING {row}, {woken}"]
-        self._force_release = [select, f"{release} RETURNING {row}, {woken}"]
 
     def take(self, resource: str, owner: str, duration: timedelta) -> Written:
-        before, inserted, updated = self._send(
-            self._take, {"resource": resource, "owner": owner, "duration": duration}
-        )
+        params = {"resource": resource, "owner": owner, "duration": duration}
+        before, inserted, updated = (self._lock(row) for row in self._send(self._take, params))
         return Written(before=before, after=inserted or updated, inserted=inserted is not None)
 
     def extend(self, resource: str, owner: str, duration: timedelta) -> Written:
-        before, updated = self._send(
-            self._extend, {"resource": resource, "owner": owner, "duration": duration}
-        )
-        return Written(before=before, after=updated, inserted=False)
+        params = {"resource": resource, "owner": owner, "duration": duration}
+        return self._decided(self._extend, params)
 
     def give_up(self, resource: str, owner: str | None) -> Written:
         params = {"resource": resource, "owner": owner, "channel": channel_for(resource)}
-        statements = self._release if owner is not None else self._force_release
-        before, updated = self._send(statements, params)
-        return Written(before=before, after=updated, inserted=False)
+        return self._decided(self._release if owner is not None else self._force_release, params)
 
-    def _send(self, statements: list[str], params: dict[str, Any]) -> list[DistributedLock | None]:
-        """Run ``statements`` in one message; each one's row as a lock (with
-        ``db_now``), or None.
+    def _decided(self, statement: str, params: dict[str, Any]) -> Written:
+        """Run a statement that locks the row and writes it: its one row holds the
+        row as locked (with db_now), then as written (all NULL when not written)."""
+        (row,) = self._send([statement], params)
+        if row is None:
+            return Written(before=None, after=None, inserted=False)
+        width = len(self.columns) + 1
+        after = row[width:] if row[width] is not None else None
+        return Written(before=self._lock(row), after=self._lock(after), inserted=False)
+
+    def _send(self, statements: list[str], params: dict[str, Any]) -> list[Sequence[Any] | None]:
+        """Run ``statements`` in one message; each one's first row, or None.
 
         The outermost lock transaction's COMMIT travels with them: Django's
         commit on leaving ``atomic()`` then finds no transaction open and sends
@@ -130,18 +156,20 @@ class PostgreSQLBackend(LockBackend):
         """
         connection = self.connection
         commit = len(connection.atomic_blocks) == 1
-        locks: list[DistributedLock | None] = []
+        rows: list[Sequence[Any] | None] = []
         with connection.cursor() as cursor:
             cursor.execute(";\n".join([*statements, "COMMIT"] if commit else statements), params)
             for _ in statements:
-                found = cursor.fetchone()
-                locks.append(None if found is None else self._lock(found, connection))
+                rows.append(cursor.fetchone())
                 cursor.nextset()
-        return locks
+        return rows
 
-    def _lock(self, row: Sequence[Any], connection: BaseDatabaseWrapper) -> DistributedLock:
-        # The lock's columns and db_now (a release's count of woken waiters follows).
-        values = self._convert(row[: len(self.columns) + 1], connection)
+    def _lock(self, row: Sequence[Any] | None) -> DistributedLock | None:
+        """The lock in ``row``'s first columns, with its db_now (what follows is
+        another row's, or a release's count of woken waiters); None for no row."""
+        if row is None:
+            return None
+        values = self._convert(row[: len(self.columns) + 1], self.connection)
         lock = self.model.from_db(self.using, self.attnames, values[:-1])
         lock.db_now = values[-1]  # type: ignore[attr-defined]
         return lock
