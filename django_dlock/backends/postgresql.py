@@ -60,7 +60,12 @@ class PostgreSQLBackend(LockBackend):
         c, table = self.column_sql, self.table
         now, _ = compile_expression(using, DatabaseNow())
         row = f"{', '.join(self.columns)}, {now}"  # the lock's columns and db_now
-        valid = f"{c['owner']} <> '' AND {c['expires_at']} > {now}"
+
+        def valid_in(alias: str = "") -> str:
+            """SQL: the row (of ``alias``, a table alias and dot) has a holder now."""
+            return f"{alias}{c['owner']} <> '' AND {alias}{c['expires_at']} > {now}"
+
+        valid = valid_in()
         select = f"SELECT {row} FROM {table} WHERE {c['resource']} = %(resource)s FOR UPDATE"  # noqa: S608
         # The first acquisition of a resource inserts its row, its token above the
         # largest ever purged. One that lost the race to insert it waits (ON
@@ -92,12 +97,12 @@ class PostgreSQLBackend(LockBackend):
         # between them) and write it unjudged: a force-release reported "nothing
         # released" while it released a new holder's valid lock.
         locked = (
-            f"WITH locked AS (SELECT {', '.join(self.columns)}, {now} AS db_now "  # noqa: S608
+            f"WITH locked AS (SELECT {row} AS db_now "  # noqa: S608
             f"FROM {table} WHERE {c['resource']} = %(resource)s FOR UPDATE)"
         )
         before = ", ".join(f"locked.{name}" for name in self.columns)
         after = ", ".join(f"{table}.{name}" for name in self.columns)
-        held = f"locked.{c['owner']} <> '' AND locked.{c['expires_at']} > {now}"
+        held = valid_in("locked.")
 
         def decide_and_write(
             assignments: str, condition: str, ctes: str = "", woken: str = ""
