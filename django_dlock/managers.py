@@ -95,10 +95,19 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         """
         validate_resource(resource)
         owner = new_owner_token() if owner is None else validate_owner(owner)
+        return self._acquire(resource, owner, ttl)
+
+    def _acquire(
+        self, resource: str, owner: str, ttl: float | None, *, leaving: int | None = None
+    ) -> DistributedLock | None:
+        """``acquire()`` with a valid resource and owner. With the lock taken,
+        ``lock()``'s waiter ticket ``leaving`` leaves its queue in the same
+        transaction: one commit, and no moment where the next waiter sees the
+        new holder still queued ahead of it."""
         duration = _duration(ttl)
         using = self._alias()
         with lock_transaction(using):
-            lock, previous_owner, renewed = self._take(resource, owner, duration, using)
+            lock, previous_owner, renewed = self._take(resource, owner, duration, using, leaving)
         if lock is not None:
             after_commit(using, partial(self._announce, lock, owner, previous_owner, renewed))
         return lock
@@ -120,14 +129,22 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         signals.lock_acquired.send(sender=self.model, lock=lock, taken_over_from=taken_over_from)
 
     def _take(
-        self, resource: str, owner: str, duration: timedelta, using: str
+        self, resource: str, owner: str, duration: timedelta, using: str, leaving: int | None
     ) -> tuple[DistributedLock | None, str | None, bool]:
         """Acquire inside the lock transaction. Returns the lock (``None`` when
         another owner holds it), the owner of the row before (``None`` for a new
         row) and whether this was the holder re-acquiring (same token)."""
         backend = backend_for(using)
         if backend.fuses_operations:
-            return _taken(backend.take(resource, owner, duration), owner)
+            return _taken(backend.take(resource, owner, duration, leaving=leaving), owner)
+        taken = self._select_and_take(resource, owner, duration, using)
+        if taken[0] is not None and leaving is not None:
+            backend.leave_queue(leaving)
+        return taken
+
+    def _select_and_take(
+        self, resource: str, owner: str, duration: timedelta, using: str
+    ) -> tuple[DistributedLock | None, str | None, bool]:
         lock = self._select_for_update(resource, using)
         if lock is None:
             inserted = self._insert(resource, owner, duration, using)
@@ -347,12 +364,14 @@ def same_owner(held_by: str, owner: str) -> bool:
 def _taken(written: Written, owner: str) -> tuple[DistributedLock | None, str | None, bool]:
     """``_take``'s answer from a backend's ``take()``: the lock, the row's owner
     before (``None`` for a new row), and whether the holder re-acquired."""
-    after = written.after
-    if written.inserted or after is None:
-        return after, None if written.before is None else written.before.owner, False
+    before, after = written.before, written.after
+    previous_owner = None if before is None else before.owner
+    if after is None:
+        return None, previous_owner, False
     # A re-acquisition keeps acquired_at; a new holder's is the database's now.
+    # (A row that appeared after the statement's snapshot has no ``before``.)
     renewed = after.acquired_at < after.db_now  # type: ignore[attr-defined]
-    return after, owner if written.before is None else written.before.owner, renewed
+    return after, previous_owner, renewed
 
 
 def _holds(lock: DistributedLock, now: datetime) -> bool:

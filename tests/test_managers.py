@@ -365,7 +365,8 @@ class TestFencing:
 
 
 class TestStatements:
-    """Each operation is BEGIN, SELECT ... FOR UPDATE, at most one write, COMMIT."""
+    """Each operation is BEGIN, SELECT ... FOR UPDATE, at most one write, COMMIT
+    (on PostgreSQL, one statement that locks the row FOR UPDATE and writes it)."""
 
     def count(self, operation):
         with CaptureQueriesContext(connection) as queries:
@@ -373,12 +374,13 @@ class TestStatements:
         return [q["sql"].split()[0].upper() for q in queries.captured_queries]
 
     def test_first_acquire_takeover_renew_release(self, vendor: str) -> None:
-        select_sql: list[str] = []
         with CaptureQueriesContext(connection) as queries:
             Locks.acquire("job:42", owner="a", ttl=30)
-        select_sql = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("SELECT")]
         if vendor == "postgresql":
-            assert "FOR UPDATE" in select_sql[0]
+            # One statement: its first CTE locks the row FOR UPDATE, the writes join it.
+            (statement,) = [q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"]]
+            assert statement.startswith("WITH locked AS (SELECT")
+            assert "INSERT INTO" in statement and "UPDATE" in statement.split("FOR UPDATE", 1)[1]
 
         # MySQL has no INSERT ... RETURNING that tells an insert from a lost race:
         # a first acquisition there reads its new row back.

@@ -34,6 +34,25 @@ ANOTHER = "another-owner"
 def _while_a_new_holder_arrives(operation: Callable[[], object]) -> tuple[dict[str, Any], Any]:
     """Run ``operation`` while another session replaces the resource's expired
     row with ``NEW_HOLDER``'s valid one; its outcome and the row afterwards."""
+    return _while_another_session_commits(
+        [
+            ("DELETE FROM distributed_locks WHERE resource = %s", [RESOURCE]),
+            (
+                "INSERT INTO distributed_locks (resource, owner, acquired_at, expires_at, "
+                "fencing_token) VALUES (%s, %s, now(), now() + interval '60 seconds', 99)",
+                [RESOURCE, NEW_HOLDER],
+            ),
+        ],
+        operation,
+    )
+
+
+def _while_another_session_commits(
+    statements: list[tuple[str, list[Any]]], operation: Callable[[], object]
+) -> tuple[dict[str, Any], Any]:
+    """Run ``operation`` on the resource's released row while another session
+    runs ``statements`` in one transaction, which commits once the operation
+    waits for it; the operation's outcome and the row afterwards."""
     import psycopg
 
     DistributedLock.objects.acquire(RESOURCE, owner="old-holder", ttl=30)
@@ -42,12 +61,8 @@ def _while_a_new_holder_arrives(operation: Callable[[], object]) -> tuple[dict[s
         psycopg.connect(_dsn(), autocommit=False) as other,
         psycopg.connect(_dsn(), autocommit=True) as admin,
     ):
-        other.execute("DELETE FROM distributed_locks WHERE resource = %s", [RESOURCE])
-        other.execute(
-            "INSERT INTO distributed_locks (resource, owner, acquired_at, expires_at, "
-            "fencing_token) VALUES (%s, %s, now(), now() + interval '60 seconds', 99)",
-            [RESOURCE, NEW_HOLDER],
-        )
+        for sql, params in statements:
+            other.execute(sql, params)
 
         def run(outcome: dict[str, Any]) -> object:
             with connection.cursor() as cursor:
@@ -108,3 +123,22 @@ def test_acquire_by_another_owner_does_not_take_the_new_holders_lock() -> None:
     )
     assert outcome["result"] is None
     _new_holders_lock_is_untouched(row)
+
+
+def test_acquire_after_a_purge_gets_a_token_above_the_purged_one() -> None:
+    # A purge deletes the released row (token 1) and raises the floor in one
+    # transaction; the acquisition waited for the deleted row, and its view of
+    # the database predates the purge's floor.
+    outcome, row = _while_another_session_commits(
+        [
+            ("DELETE FROM distributed_locks WHERE resource = %s", [RESOURCE]),
+            (
+                "INSERT INTO distributed_locks_fencing_floor (id, value) VALUES (1, 1) "
+                "ON CONFLICT (id) DO UPDATE SET value = GREATEST(EXCLUDED.value, 1)",
+                [],
+            ),
+        ],
+        lambda: DistributedLock.objects.acquire(RESOURCE, owner=ANOTHER, ttl=30),
+    )
+    assert outcome["result"] is not None
+    assert outcome["result"].fencing_token == row.fencing_token == 2

@@ -50,7 +50,7 @@ def round_trips(proxy: DelayProxy, operation: Callable[[], object]) -> int:
     return (proxy.counts() - before).round_trips
 
 
-def test_each_lock_operation_takes_at_most_two_round_trips(proxy: DelayProxy) -> None:
+def test_each_lock_operation_takes_one_round_trip(proxy: DelayProxy) -> None:
     locks = DistributedLock.objects.db_manager(ALIAS)
     operations: dict[str, Callable[[], object]] = {
         "acquire a new resource": lambda: locks.acquire("rt:1", owner="a", ttl=30),
@@ -65,16 +65,16 @@ def test_each_lock_operation_takes_at_most_two_round_trips(proxy: DelayProxy) ->
     }
     counted = {name: round_trips(proxy, operation) for name, operation in operations.items()}
 
-    assert counted == dict.fromkeys(operations, 2)
+    assert counted == dict.fromkeys(operations, 1)
     # And the outcomes are the manager's usual ones.
     assert DistributedLock.objects.get(resource="rt:1").is_released
 
 
-def test_lock_context_takes_two_round_trips_each_way(proxy: DelayProxy) -> None:
+def test_lock_context_takes_one_round_trip_each_way(proxy: DelayProxy) -> None:
     held = lock("rt:2", ttl=30, using=ALIAS)
 
-    assert round_trips(proxy, held.__enter__) == 2
-    assert round_trips(proxy, lambda: held.__exit__(None, None, None)) == 2
+    assert round_trips(proxy, held.__enter__) == 1
+    assert round_trips(proxy, lambda: held.__exit__(None, None, None)) == 1
 
 
 def test_execute_wrappers_and_the_query_log_see_every_statement(proxy: DelayProxy) -> None:

@@ -43,11 +43,10 @@ RENEW_CHUNK = 500
 
 @dataclass(frozen=True)
 class Written:
-    """What a lock operation in one message found and wrote (``fuses_operations``)."""
+    """What a lock operation in one statement found and wrote (``fuses_operations``)."""
 
     before: DistributedLock | None  # the row as SELECT ... FOR UPDATE found it, or None
     after: DistributedLock | None  # the row as written; None when nothing was written
-    inserted: bool  # the row was created by this operation
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class LockBackend:
     waiters_share_host: ClassVar[bool] = False
 
     #: Whether the backend does acquire, renew, release and force_release in one
-    #: message each (``take``, ``extend``, ``give_up``), deciding in SQL; otherwise
+    #: statement each (``take``, ``extend``, ``give_up``), deciding in SQL; otherwise
     #: the manager selects the row FOR UPDATE, decides, and writes.
     fuses_operations: bool = False
 
@@ -210,11 +209,14 @@ class LockBackend:
         with connection.cursor() as cursor:
             cursor.execute(sql, [*values, lock.pk])
 
-    # -- the same in one message each (backends that set fuses_operations) ----------
+    # -- the same in one statement each (backends that set fuses_operations) --------
 
-    def take(self, resource: str, owner: str, duration: timedelta) -> Written:
+    def take(
+        self, resource: str, owner: str, duration: timedelta, *, leaving: int | None = None
+    ) -> Written:
         """Acquire: write the row when it is free (a new holder, a larger token)
-        or held by ``owner`` (a later expiry), or insert it when there is none."""
+        or held by ``owner`` (a later expiry), or insert it when there is none.
+        With the lock taken, the waiter ticket ``leaving`` leaves its queue."""
         raise NotImplementedError
 
     def extend(self, resource: str, owner: str, duration: timedelta) -> Written:

@@ -6,7 +6,7 @@ import hashlib
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models.expressions import RawSQL
 
@@ -25,32 +25,26 @@ def channel_for(resource: str) -> str:
 
 
 class PostgreSQLBackend(LockBackend):
-    """Each lock operation is one message to the server: ``SELECT ... FOR
-    UPDATE`` of the resource's row, the write that the row allows, and, when the
-    lock transaction is the outermost one, its ``COMMIT``.
+    """Each lock operation is one statement and one round trip: a CTE locks the
+    resource's row (``SELECT ... FOR UPDATE``), and the write that the row allows
+    joins it, judged on the values the lock returned. The decision is written
+    in SQL, in the write's ``WHERE``; ``STATEMENT_TIMESTAMP()`` is the
+    database's now.
 
-    The statements run one after the other in the lock transaction, as the
-    manager's would, but travel together: one round trip for ``BEGIN`` (psycopg
-    sends it, and waits for it, before a transaction's first statement) and one
-    for the rest, where SELECT, decide, write and COMMIT took four. So the
-    decision is written in SQL, in the write's ``WHERE``; the statements of one
-    message share ``STATEMENT_TIMESTAMP()``, the database's now.
-
-    Renew and release lock the row and write it in one statement (a ``FOR
-    UPDATE`` CTE that the ``UPDATE`` joins), so that they write only the row they
-    locked and judged. An acquisition may write a row that its ``SELECT`` did not
-    see (inserted meanwhile): its ``UPDATE`` judges that row itself, with the
-    row locked, and writes it only if it is free.
+    The statement runs in the manager's ``atomic()`` block, as the manager's own
+    statements would, and when that block is the outermost one, it is sent in
+    autocommit (see ``_run``): the server's transaction is the statement's own,
+    and BEGIN and COMMIT need no round trips of their own, where SELECT, decide,
+    write and COMMIT took four.
     """
 
     vendor = "postgresql"
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
-        # Several statements in one execute() take psycopg 3's client-side
-        # binding (Django's default); with server-side binding a message holds one.
-        # (Imported here: this module is also imported, for channel_for(), where
-        # no PostgreSQL driver is installed.)
+        # Built and tested with psycopg 3's client-side binding (Django's
+        # default); otherwise the manager's statements run. (Imported here: this
+        # module is also imported, for channel_for(), where no driver is installed.)
         from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
         options = self.connection.settings_dict.get("OPTIONS") or {}
@@ -65,56 +59,86 @@ class PostgreSQLBackend(LockBackend):
             """SQL: the row (of ``alias``, a table alias and dot) has a holder now."""
             return f"{alias}{c['owner']} <> '' AND {alias}{c['expires_at']} > {now}"
 
-        valid = valid_in()
-        select = f"SELECT {row} FROM {table} WHERE {c['resource']} = %(resource)s FOR UPDATE"  # noqa: S608
-        # The first acquisition of a resource inserts its row, its token above the
-        # largest ever purged. One that lost the race to insert it waits (ON
-        # CONFLICT) for the winner's commit, and the UPDATE decides on that row.
-        insert = (
-            f"INSERT INTO {table} ({c['resource']}, {c['owner']}, {c['acquired_at']}, "  # noqa: S608
-            f"{c['expires_at']}, {c['fencing_token']}) "
-            f"SELECT %(resource)s, %(owner)s, {now}, {now} + %(duration)s, "
-            f"COALESCE((SELECT MAX({self.qn('value')}) FROM {self.floor_table}), 0) + 1 "
-            f"WHERE NOT EXISTS (SELECT FROM {table} WHERE {c['resource']} = %(resource)s) "
-            f"ON CONFLICT ({c['resource']}) DO NOTHING RETURNING {row}"
-        )
-        # Free (released or expired): a new holder and a larger token. Held by the
-        # same owner: a later expiry, the same token and acquired_at. Held by
-        # another: no write. (A row inserted just before is the owner's.)
-        ours = f"{c['owner']} = %(owner)s AND {c['expires_at']} > {now}"
-        take = (
-            f"UPDATE {table} SET {c['owner']} = %(owner)s, "  # noqa: S608
-            f"{c['acquired_at']} = CASE WHEN {ours} THEN {c['acquired_at']} ELSE {now} END, "
-            f"{c['expires_at']} = {now} + %(duration)s, {c['fencing_token']} = "
-            f"CASE WHEN {ours} THEN {c['fencing_token']} ELSE {c['fencing_token']} + 1 END "
-            f"WHERE {c['resource']} = %(resource)s "
-            f"AND NOT ({valid} AND {c['owner']} <> %(owner)s) RETURNING {row}"
-        )
-        # Renew and release decide and write in one statement: its CTE locks the
-        # row (FOR UPDATE) and the UPDATE writes only that row, judged on the
-        # values the lock returned. As two statements, the UPDATE's newer snapshot
-        # could find a row that the SELECT had not seen (inserted and committed
-        # between them) and write it unjudged: a force-release reported "nothing
-        # released" while it released a new holder's valid lock.
+        # Each operation is one statement, which locks the resource's row (a
+        # FOR UPDATE CTE, ``locked``) and writes only that row, judged on the
+        # values the lock returned: one snapshot, so the write never meets a row
+        # that the lock did not see. (As two statements, an UPDATE's newer
+        # snapshot could find a row inserted and committed between them and
+        # write it unjudged: a force-release reported "nothing released" while it
+        # released a new holder's lock.) Its one row is the row as locked, then as
+        # written (all NULL when nothing was written).
         locked = (
             f"WITH locked AS (SELECT {row} AS db_now "  # noqa: S608
             f"FROM {table} WHERE {c['resource']} = %(resource)s FOR UPDATE)"
         )
         before = ", ".join(f"locked.{name}" for name in self.columns)
         after = ", ".join(f"{table}.{name}" for name in self.columns)
-        held = valid_in("locked.")
+        answer = (
+            f"SELECT {before}, locked.db_now, written.* "  # noqa: S608
+            "FROM (SELECT) one LEFT JOIN locked ON TRUE"
+        )
 
         def decide_and_write(
             assignments: str, condition: str, ctes: str = "", woken: str = ""
         ) -> str:
             return (
                 f"{locked}{ctes}, written AS (UPDATE {table} SET {assignments} FROM locked "  # noqa: S608
-                f"WHERE {table}.{self.pk_column} = locked.{self.pk_column} AND {held} "
-                f"{condition} RETURNING {after}, {now}{woken}) "
-                f"SELECT {before}, locked.db_now, written.* FROM locked LEFT JOIN written ON TRUE"
+                f"WHERE {table}.{self.pk_column} = locked.{self.pk_column} AND {condition} "
+                f"RETURNING {after}, {now}{woken}) {answer} LEFT JOIN written ON TRUE"
             )
 
-        owned = f"AND locked.{c['owner']} = %(owner)s"
+        # Acquire. Free (released or expired): a new holder and a larger token.
+        # Held by the same owner: a later expiry, the same token and acquired_at.
+        # Held by another: no write.
+        def free_for_owner(alias: str) -> str:
+            return f"NOT ({valid_in(alias)} AND {alias}{c['owner']} <> %(owner)s)"
+
+        mine = f"{table}.{c['owner']} = %(owner)s AND {table}.{c['expires_at']} > {now}"
+        take = (
+            f"{c['owner']} = %(owner)s, {c['acquired_at']} = "
+            f"CASE WHEN {mine} THEN {table}.{c['acquired_at']} ELSE {now} END, "
+            f"{c['expires_at']} = {now} + %(duration)s, {c['fencing_token']} = "
+            f"CASE WHEN {mine} THEN {table}.{c['fencing_token']} "
+            f"ELSE {table}.{c['fencing_token']} + 1 END"
+        )
+        # Without a row, the first acquisition inserts it, its token above the
+        # largest ever purged. A row that another acquisition inserted and
+        # committed meanwhile (invisible to this statement's snapshot) is a
+        # conflict: ON CONFLICT waits for it, locks it, and judges it as it is.
+        # Only when the snapshot has no row: one that a purge deleted while the
+        # lock waited for it is gone from ``locked``, but the snapshot predates
+        # the purge's raise of the floor (``take`` looks again).
+        no_row = (
+            f"NOT EXISTS (SELECT FROM locked) AND NOT EXISTS "  # noqa: S608
+            f"(SELECT FROM {table} WHERE {c['resource']} = %(resource)s)"
+        )
+        insert = (
+            f"INSERT INTO {table} ({c['resource']}, {c['owner']}, {c['acquired_at']}, "  # noqa: S608
+            f"{c['expires_at']}, {c['fencing_token']}) "
+            f"SELECT %(resource)s, %(owner)s, {now}, {now} + %(duration)s, "
+            f"COALESCE((SELECT MAX({self.qn('value')}) FROM {self.floor_table}), 0) + 1 "
+            f"WHERE {no_row} ON CONFLICT ({c['resource']}) "
+            f"DO UPDATE SET {take} WHERE {free_for_owner(f'{table}.')} RETURNING {after}, {now}"
+        )
+        update = (
+            f"UPDATE {table} SET {take} FROM locked "  # noqa: S608
+            f"WHERE {table}.{self.pk_column} = locked.{self.pk_column} "
+            f"AND {free_for_owner('locked.')} RETURNING {after}, {now}"
+        )
+        taken = (
+            f"{locked}, updated AS ({update}), inserted AS ({insert}), "  # noqa: S608
+            "written AS (SELECT * FROM updated UNION ALL SELECT * FROM inserted)"
+        )
+        self._take = f"{taken} {answer} LEFT JOIN written ON TRUE"
+        # lock()'s waiter that takes the lock leaves its queue in the same statement.
+        self._take_leaving = (
+            f"{taken}, dequeued AS (DELETE FROM {self.waiters_table} "  # noqa: S608
+            f"WHERE {self.qn('id')} = %(ticket)s AND EXISTS (SELECT FROM written)) "
+            f"{answer} LEFT JOIN written ON TRUE"
+        )
+
+        held = valid_in("locked.")
+        owned = f"{held} AND locked.{c['owner']} = %(owner)s"
         # The row stays, expired and ownerless, to keep the fencing token counting;
         # the head of the resource's waiter queue, if any, is woken (mark_released).
         head = self._head_sql(resource="%(resource)s", ticket=str(NO_TICKET_EXCLUDED))
@@ -125,13 +149,20 @@ class PostgreSQLBackend(LockBackend):
         }
         self._extend = decide_and_write(f"{c['expires_at']} = {now} + %(duration)s", owned)
         self._release = decide_and_write(condition=owned, **release)
-        self._force_release = decide_and_write(condition="", **release)
-        self._take = [select, insert, take]
+        self._force_release = decide_and_write(condition=held, **release)
 
-    def take(self, resource: str, owner: str, duration: timedelta) -> Written:
-        params = {"resource": resource, "owner": owner, "duration": duration}
-        before, inserted, updated = (self._lock(row) for row in self._send(self._take, params))
-        return Written(before=before, after=inserted or updated, inserted=inserted is not None)
+    def take(
+        self, resource: str, owner: str, duration: timedelta, *, leaving: int | None = None
+    ) -> Written:
+        params = {"resource": resource, "owner": owner, "duration": duration, "ticket": leaving}
+        statement = self._take if leaving is None else self._take_leaving
+        written = self._decided(statement, params)
+        if written.before is None and written.after is None:
+            # The row vanished (purged while the lock waited for it), or it
+            # appeared after the statement's snapshot, held by another owner: in
+            # either case a statement with a new snapshot sees it as it is now.
+            written = self._decided(statement, params)
+        return written
 
     def extend(self, resource: str, owner: str, duration: timedelta) -> Written:
         params = {"resource": resource, "owner": owner, "duration": duration}
@@ -142,32 +173,41 @@ class PostgreSQLBackend(LockBackend):
         return self._decided(self._release if owner is not None else self._force_release, params)
 
     def _decided(self, statement: str, params: dict[str, Any]) -> Written:
-        """Run a statement that locks the row and writes it: its one row holds the
-        row as locked (with db_now), then as written (all NULL when not written)."""
-        (row,) = self._send([statement], params)
-        if row is None:
-            return Written(before=None, after=None, inserted=False)
+        """Run one operation's statement: its row holds the lock's row as locked
+        (with db_now), then as written; each all NULL when there was none."""
+        row = self._run(statement, params)
         width = len(self.columns) + 1
+        before = row[:width] if row[0] is not None else None
         after = row[width:] if row[width] is not None else None
-        return Written(before=self._lock(row), after=self._lock(after), inserted=False)
+        return Written(before=self._lock(before), after=self._lock(after))
 
-    def _send(self, statements: list[str], params: dict[str, Any]) -> list[Sequence[Any] | None]:
-        """Run ``statements`` in one message; each one's first row, or None.
+    def _run(self, statement: str, params: dict[str, Any]) -> Sequence[Any]:
+        """Run ``statement`` in the lock transaction; its one row.
 
-        The outermost lock transaction's COMMIT travels with them: Django's
-        commit on leaving ``atomic()`` then finds no transaction open and sends
-        nothing. Inside another transaction (a TestCase's, or the one lock()
-        joins), that one commits.
+        The outermost lock transaction's only statement is sent in autocommit,
+        where the server runs it as a transaction of its own: BEGIN and COMMIT
+        cost no round trip (psycopg would wait for its BEGIN before sending the
+        statement), and Django's commit on leaving ``atomic()`` finds no
+        transaction open and sends nothing. Inside another transaction (a
+        TestCase's, or a lock transaction that another joined) it runs in that one.
         """
         connection = self.connection
-        commit = len(connection.atomic_blocks) == 1
-        rows: list[Sequence[Any] | None] = []
         with connection.cursor() as cursor:
-            cursor.execute(";\n".join([*statements, "COMMIT"] if commit else statements), params)
-            for _ in statements:
-                rows.append(cursor.fetchone())
-                cursor.nextset()
-        return rows
+            raw = connection.connection
+            alone = (
+                len(connection.atomic_blocks) == 1 and raw.info.transaction_status == PQTRANS_IDLE
+            )
+            if not alone:
+                cursor.execute(statement, params)
+                return cast(Sequence[Any], cursor.fetchone())
+            raw.autocommit = True
+            try:
+                cursor.execute(statement, params)
+            finally:
+                # A connection that broke stays as it is: Django closes it.
+                if raw.info.transaction_status == PQTRANS_IDLE:
+                    raw.autocommit = False
+            return cast(Sequence[Any], cursor.fetchone())  # the answer is one row
 
     def _lock(self, row: Sequence[Any] | None) -> DistributedLock | None:
         """The lock in ``row``'s first columns, with its db_now (what follows is
@@ -284,6 +324,8 @@ class PostgreSQLBackend(LockBackend):
         return self.qn(self.waiter_model._meta.db_table)
 
 
+# libpq's transaction status of a connection with no transaction open.
+PQTRANS_IDLE = 0
 # No waiter has this ticket: mark_released() excludes none from the head.
 NO_TICKET_EXCLUDED = 0
 # A FROM item that makes the statement's own transaction (autocommit) commit

@@ -36,7 +36,7 @@ from django_dlock.exceptions import LockNotAcquired
 from django_dlock.locking.listener import Watch, listener_for
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
-from django_dlock.transactions import lock_transaction, refuse_callers_transaction
+from django_dlock.transactions import refuse_callers_transaction
 
 __all__ = ["WAITER_TTL", "QueueState", "Wait"]
 
@@ -172,15 +172,10 @@ class Wait:
         self.tries += 1
         self.started = time.monotonic()
         manager = DistributedLock.objects.db_manager(self.using)
-        if not queued:
-            return manager.acquire(self.resource, self.owner, self.ttl)
-        # Take the lock and leave the queue in one transaction (one commit, and
-        # no moment where the next waiter sees us ahead of it).
-        with lock_transaction(self.using):
-            acquired = manager.acquire(self.resource, self.owner, self.ttl)
-            if acquired is not None and self.ticket is not None:
-                backend_for(self.using).leave_queue(self.ticket)
-                self.ticket = None
+        leaving = self.ticket if queued else None
+        acquired = manager._acquire(self.resource, self.owner, self.ttl, leaving=leaving)
+        if acquired is not None and leaving is not None:
+            self.ticket = None
         return acquired
 
     def _watch(self) -> bool:
