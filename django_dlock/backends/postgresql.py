@@ -12,6 +12,7 @@ from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend, Written
 from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
+from django_dlock.backends.prepared import PreparedStatements, Statement
 
 if TYPE_CHECKING:
     from django_dlock.models import DistributedLock
@@ -129,12 +130,13 @@ class PostgreSQLBackend(LockBackend):
             f"{locked}, updated AS ({update}), inserted AS ({insert}), "  # noqa: S608
             "written AS (SELECT * FROM updated UNION ALL SELECT * FROM inserted)"
         )
-        self._take = f"{taken} {answer} LEFT JOIN written ON TRUE"
+        self._take = Statement("take", f"{taken} {answer} LEFT JOIN written ON TRUE")
         # lock()'s waiter that takes the lock leaves its queue in the same statement.
-        self._take_leaving = (
+        self._take_leaving = Statement(
+            "take_leaving",
             f"{taken}, dequeued AS (DELETE FROM {self.waiters_table} "  # noqa: S608
             f"WHERE {self.qn('id')} = %(ticket)s AND EXISTS (SELECT FROM written)) "
-            f"{answer} LEFT JOIN written ON TRUE"
+            f"{answer} LEFT JOIN written ON TRUE",
         )
 
         held = valid_in("locked.")
@@ -147,9 +149,14 @@ class PostgreSQLBackend(LockBackend):
             "ctes": f", head AS ({head})",
             "woken": ", (SELECT COUNT(*) FROM head, LATERAL pg_notify(%(channel)s, head.id::text))",
         }
-        self._extend = decide_and_write(f"{c['expires_at']} = {now} + %(duration)s", owned)
-        self._release = decide_and_write(condition=owned, **release)
-        self._force_release = decide_and_write(condition=held, **release)
+        self._extend = Statement(
+            "extend", decide_and_write(f"{c['expires_at']} = {now} + %(duration)s", owned)
+        )
+        self._release = Statement("release", decide_and_write(condition=owned, **release))
+        self._force_release = Statement(
+            "force_release", decide_and_write(condition=held, **release)
+        )
+        self._prepared = PreparedStatements(using)
 
     def take(
         self, resource: str, owner: str, duration: timedelta, *, leaving: int | None = None
@@ -172,7 +179,7 @@ class PostgreSQLBackend(LockBackend):
         params = {"resource": resource, "owner": owner, "channel": channel_for(resource)}
         return self._decided(self._release if owner is not None else self._force_release, params)
 
-    def _decided(self, statement: str, params: dict[str, Any]) -> Written:
+    def _decided(self, statement: Statement, params: dict[str, Any]) -> Written:
         """Run one operation's statement: its row holds the lock's row as locked
         (with db_now), then as written; each all NULL when there was none."""
         row = self._run(statement, params)
@@ -181,15 +188,17 @@ class PostgreSQLBackend(LockBackend):
         after = row[width:] if row[width] is not None else None
         return Written(before=self._lock(before), after=self._lock(after))
 
-    def _run(self, statement: str, params: dict[str, Any]) -> Sequence[Any]:
+    def _run(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any]:
         """Run ``statement`` in the lock transaction; its one row.
 
         The outermost lock transaction's only statement is sent in autocommit,
         where the server runs it as a transaction of its own: BEGIN and COMMIT
         cost no round trip (psycopg would wait for its BEGIN before sending the
         statement), and Django's commit on leaving ``atomic()`` finds no
-        transaction open and sends nothing. Inside another transaction (a
-        TestCase's, or a lock transaction that another joined) it runs in that one.
+        transaction open and sends nothing. It runs prepared (see
+        ``django_dlock.backends.prepared``). Inside another transaction (a
+        TestCase's, or a lock transaction that another joined) it runs in that
+        one, as plain SQL.
         """
         connection = self.connection
         with connection.cursor() as cursor:
@@ -198,11 +207,11 @@ class PostgreSQLBackend(LockBackend):
                 len(connection.atomic_blocks) == 1 and raw.info.transaction_status == PQTRANS_IDLE
             )
             if not alone:
-                cursor.execute(statement, params)
+                cursor.execute(statement.sql, params)
                 return cast(Sequence[Any], cursor.fetchone())
             raw.autocommit = True
             try:
-                cursor.execute(statement, params)
+                self._prepared.execute(cursor, raw, statement, params)
             finally:
                 # A connection that broke stays as it is: Django closes it.
                 if raw.info.transaction_status == PQTRANS_IDLE:

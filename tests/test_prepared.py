@@ -1,0 +1,83 @@
+"""PostgreSQL runs the lock operations as prepared statements, once per session,
+and runs them as plain SQL wherever a session loses them (a pooler in between)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from django_dlock.backends import backend_for
+from django_dlock.models import DistributedLock, ReleaseResult
+from tests import workers_core
+from tests.pgbouncer import pgbouncer
+from tests.testapp.models import Counter
+from tests.utils import run_in_processes, spawn
+
+pytestmark = [pytest.mark.requires_postgres, pytest.mark.django_db(transaction=True)]
+
+Locks = DistributedLock.objects
+
+
+@pytest.fixture
+def sent() -> Iterator[list[str]]:
+    """The SQL of every statement sent on the default connection."""
+    statements: list[str] = []
+
+    def wrapper(execute: Callable[..., Any], sql: str, *args: Any) -> Any:
+        statements.append(sql)
+        return execute(sql, *args)
+
+    with connection.execute_wrapper(wrapper):
+        yield statements
+    backend_for("default")._prepared.enabled = True  # type: ignore[attr-defined]
+
+
+def test_an_operation_is_prepared_on_its_first_run_and_executed_by_name_after(
+    sent: list[str],
+) -> None:
+    connection.close()  # a new session
+    Locks.acquire("prep:1", owner="a", ttl=30)
+    Locks.acquire("prep:2", owner="a", ttl=30)
+
+    first, second = sent
+    assert first.startswith("PREPARE ") and "FOR UPDATE" in first
+    assert first.split(";\n")[1].startswith("EXECUTE ")
+    assert second.startswith("EXECUTE ") and "FOR UPDATE" not in second
+    assert [lock.owner for lock in Locks.filter(resource__startswith="prep:")] == ["a", "a"]
+
+
+def test_a_session_that_lost_its_statements_runs_them_as_plain_sql(sent: list[str]) -> None:
+    Locks.acquire("prep:1", owner="a", ttl=30)
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")  # as if the next statement ran in another session
+    del sent[:]
+
+    assert Locks.acquire("prep:2", owner="a", ttl=30) is not None
+    assert Locks.release("prep:1", owner="a") is ReleaseResult.RELEASED
+
+    # The EXECUTE that failed changed nothing; the acquisition ran again as
+    # SQL, and so does every operation after it.
+    failed, acquire, release = sent
+    assert failed.startswith("EXECUTE ")
+    assert acquire.startswith("WITH locked AS") and release.startswith("WITH locked AS")
+    assert Locks.get(resource="prep:2").fencing_token == 1
+
+
+def test_behind_pgbouncer_in_transaction_mode_every_operation_succeeds() -> None:
+    # Four processes share PgBouncer's server sessions: a statement prepared in
+    # one session is not there in the next.
+    processes, iterations = 4, 40
+    Counter.objects.create(name="prep:counter")
+    start = spawn.Barrier(processes)
+    with pgbouncer("transaction") as bouncer:
+        results = run_in_processes(
+            workers_core.increment_under_lock,
+            [(bouncer, "prep:counter", iterations, start)] * processes,
+        )
+
+    assert Counter.objects.get(name="prep:counter").value == processes * iterations
+    tokens = sorted(token for worker in results for _, _, token in worker)
+    assert tokens == sorted(set(tokens))  # each turn its own fencing token
