@@ -4,13 +4,15 @@ manager, the model fields, ``purge_locks`` and the HTTP API."""
 from __future__ import annotations
 
 import math
+import re
 import sys
 import unicodedata
 from functools import cache
 
 from django.core.exceptions import ValidationError
+from django.utils.functional import Promise
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_noop
+from django.utils.translation import gettext_lazy, gettext_noop
 
 from django_dlock.conf import conf
 
@@ -28,7 +30,7 @@ FORBIDDEN_CATEGORIES = {
 }
 
 
-def _storable(value: str, what: str) -> None:
+def _storable(value: str, what: str | Promise) -> None:
     # PostgreSQL text cannot hold NUL, and a lone surrogate has no UTF-8 form:
     # either would fail in the database rather than here.
     if "\x00" in value:
@@ -43,16 +45,26 @@ def _storable(value: str, what: str) -> None:
         ) from None
 
 
+# A printable ASCII name without space or "/" passes every rule below (and is
+# NFC): the common case, checked without a look at each character.
+_PLAIN_ASCII_NAME = re.compile(rf"[!-.0-~]{{1,{MAX_LENGTH}}}")
+# The subjects of the messages, translated only when a message is made.
+A_RESOURCE = gettext_lazy("A resource")
+A_PREFIX = gettext_lazy("A prefix")
+
+
 def _describe(char: str) -> str:
     """``U+200B ZERO WIDTH SPACE``: how a message names a character."""
     return f"U+{ord(char):04X} {unicodedata.name(char, 'unnamed character')}"
 
 
-def _check_name(value: object, what: str) -> str:
+def _check_name(value: object, what: str | Promise) -> str:
     """The rules of a resource name, for a resource or the start of one (a prefix).
 
     ``what`` is the subject of the messages ("A resource", "A prefix").
     """
+    if isinstance(value, str) and _PLAIN_ASCII_NAME.fullmatch(value):
+        return value
     if not isinstance(value, str):
         raise ValidationError(
             _("%(what)s must be a string."), code="invalid", params={"what": what}
@@ -107,13 +119,13 @@ def validate_resource(value: object) -> str:
     formatting characters (Unicode Cf), line or paragraph separators, nor "/";
     in Unicode normal form NFC.
     """
-    return _check_name(value, _("A resource"))
+    return _check_name(value, A_RESOURCE)
 
 
 def validate_resource_prefix(value: object) -> str:
     """Return ``value`` if it can start a resource name, else raise
     ``ValidationError``: the rules of a resource, in messages that name the prefix."""
-    return _check_name(value, _("A prefix"))
+    return _check_name(value, A_PREFIX)
 
 
 @cache
