@@ -11,8 +11,8 @@ hosts would use it:
   one clock for every process of the host).
 - fairness: 8 processes take turns holding the lock 1 ms, beside one process alone
   doing the same (the ideal); Jain's index of the turns per process.
-- idle (PostgreSQL): the transactions the server committed per second while one
-  waiter is blocked on a held lock (``pg_stat_database.xact_commit``).
+- idle (PostgreSQL): the statements per second that one waiter blocked on a
+  held lock sends once queued (counted by an execute wrapper in its process).
 - async crowd: N ``async with lock(...)`` waiters in one process on a held lock:
   the most connections (``pg_stat_activity``) and threads seen, and how each ended.
 - release (PostgreSQL): what looking for a waiter to wake costs a release that
@@ -142,51 +142,39 @@ def fairness(processes: int = 8, hold: float = 0.001) -> tuple[float, float, lis
 # -- idle load ---------------------------------------------------------------------
 
 
-def idle_waiter(resource: str, seconds: float) -> str:
-    from django_dlock import LockNotAcquired, lock
-
-    try:
-        with lock(resource, ttl=30, timeout=seconds):
-            return "acquired"
-    except LockNotAcquired:
-        return "timed out"
-
-
-def server_commits() -> int:
-    with psycopg_connection(autocommit=True) as raw:
-        raw.execute("SELECT pg_stat_force_next_flush()")
-        row = raw.execute(
-            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-        ).fetchone()
-    return int(row[0])
-
-
-def idle_load() -> tuple[float, float]:
-    """Transactions per second the server commits while one waiter waits, and
-    in as long a time before it, with nobody waiting (the baseline)."""
+def idle_waiter(resource: str, seconds: float) -> list[float]:
+    """Wait for ``resource`` (held all along); when each statement was sent
+    (``time.monotonic()``), counted by an execute wrapper on the waiter's
+    connection. (The listener's connection sends nothing while it waits.)"""
     from django.db import connection
 
-    from django_dlock.models import DistributedLock, LockWaiter
+    from django_dlock import LockNotAcquired, lock
 
-    before = server_commits()
-    time.sleep(IDLE_SECONDS)
-    baseline = (server_commits() - before) / IDLE_SECONDS
+    sent: list[float] = []
+
+    def counted(execute: Callable[..., Any], sql: str, *args: Any) -> Any:
+        sent.append(time.monotonic())
+        return execute(sql, *args)
+
+    with (
+        connection.execute_wrapper(counted),
+        contextlib.suppress(LockNotAcquired),
+        lock(resource, ttl=30, timeout=seconds),
+    ):
+        raise AssertionError("the lock stays held")
+    return sent
+
+
+def idle_load() -> tuple[int, float]:
+    """The statements one waiter blocked on a held lock sends per second, once
+    queued (the first 2 s: queuing and listening; the last: leaving)."""
+    from django_dlock.models import DistributedLock
+
     DistributedLock.objects.acquire("idle", "holder", ttl=120)
-    waiter = run(idle_waiter, "idle", IDLE_SECONDS + 6)
-    while not LockWaiter.objects.filter(resource="idle").exists():
-        time.sleep(0.01)
-    # Ending the session sends its statistics now: else the polling just done
-    # would reach the view during the window.
-    connection.close()
-    time.sleep(2)  # past the start (connecting, queuing, listening)
-    before = server_commits()
-    time.sleep(IDLE_SECONDS)
-    # Each server_commits() is one transaction of its own; statistics reach the
-    # view up to a second late, so the window is long.
-    per_second = (server_commits() - before) / IDLE_SECONDS
-    result(waiter)
+    sent = result(run(idle_waiter, "idle", IDLE_SECONDS + 3))
     DistributedLock.objects.release("idle", "holder")
-    return per_second, baseline
+    window = [moment for moment in sent if sent[0] + 2 <= moment < sent[0] + 2 + IDLE_SECONDS]
+    return len(sent), len(window) / IDLE_SECONDS
 
 
 # -- async crowd -------------------------------------------------------------------
@@ -414,10 +402,10 @@ def main() -> None:
         of_ideal, jain, counts = fairness()
         print(f"8 acquirers, 1 ms hold: {of_ideal:.0%} of ideal, Jain {jain:.3f}, turns {counts}")
     if "idle" in sections and vendor == "postgresql":
-        waiting, baseline = idle_load()
+        total, per_second = idle_load()
         print(
-            f"one idle waiter: {waiting:.2f} transactions/s on the server, "
-            f"{baseline:.2f}/s with nobody waiting: {waiting - baseline:.2f}/s for the waiter"
+            f"one idle waiter: {per_second:.2f} statements/s once queued "
+            f"({total} in all over {IDLE_SECONDS + 3:.0f} s, queuing and leaving included)"
         )
     if "crowd" in sections:
         print(f"{WAITERS} async waiters in one process: {crowd(vendor)}")
