@@ -13,7 +13,7 @@ from django.db import models
 
 from django_dlock import signals
 from django_dlock.backends import backend_for
-from django_dlock.backends.base import Written
+from django_dlock.backends.base import Found, Written
 from django_dlock.backends.clock import DatabaseNow, expired_before
 from django_dlock.conf import conf
 from django_dlock.prefix import resource_prefix_q
@@ -270,17 +270,17 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         backend = backend_for(using)
         if backend.fuses_operations:
             written = backend.extend(resource, owner, duration)
-            lock = written.before
+            found, lock = written.before, written.after
         else:
             lock = self._select_for_update(resource, using)
-        if lock is None or lock.is_released:
+            found = _found(lock)
+        if found is None or found.released:
             raise self.model.DoesNotExist(f"There is no lock on {resource!r}.")
-        if backend.fuses_operations:
-            return written.after
-        now: datetime = lock.db_now  # type: ignore[attr-defined]
-        if not same_owner(lock.owner, owner) or not _holds(lock, now):
+        if backend.fuses_operations or lock is None:  # the statement decided and wrote
+            return lock
+        if not same_owner(found.owner, owner) or not found.held:
             return None
-        lock.expires_at = now + duration
+        lock.expires_at = lock.db_now + duration  # type: ignore[attr-defined]
         self._write(lock, using, ["expires_at"])
         return lock
 
@@ -293,19 +293,17 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         backend = backend_for(using)
         if backend.fuses_operations:
             written = backend.give_up(resource, owner)
-            lock = written.before
+            found, lock = written.before, written.after
         else:
             lock = self._select_for_update(resource, using)
-        if lock is None or not _holds(lock, lock.db_now):  # type: ignore[attr-defined]
+            found = _found(lock)
+        if found is None or not found.held:
             return None, "", ReleaseResult.NOT_FOUND
-        previous_owner = lock.owner
-        if owner is not None and not same_owner(lock.owner, owner):
-            return None, previous_owner, ReleaseResult.FORBIDDEN
-        if backend.fuses_operations:
-            lock = written.after
-        else:
+        if owner is not None and not same_owner(found.owner, owner):
+            return None, found.owner, ReleaseResult.FORBIDDEN
+        if not backend.fuses_operations and lock is not None:
             self._mark_released(lock, using)
-        return lock, previous_owner, ReleaseResult.RELEASED
+        return lock, found.owner, ReleaseResult.RELEASED
 
     # -- the statements ------------------------------------------------------
 
@@ -372,6 +370,13 @@ def _taken(written: Written, owner: str) -> tuple[DistributedLock | None, str | 
     # (A row that appeared after the statement's snapshot has no ``before``.)
     renewed = after.acquired_at < after.db_now  # type: ignore[attr-defined]
     return after, previous_owner, renewed
+
+
+def _found(lock: DistributedLock | None) -> Found | None:
+    """What the operations decide on, of a row read with SELECT ... FOR UPDATE."""
+    if lock is None:
+        return None
+    return Found(owner=lock.owner, held=_holds(lock, lock.db_now))  # type: ignore[attr-defined]
 
 
 def _holds(lock: DistributedLock, now: datetime) -> bool:

@@ -45,8 +45,20 @@ RENEW_CHUNK = 500
 class Written:
     """What a lock operation in one statement found and wrote (``fuses_operations``)."""
 
-    before: DistributedLock | None  # the row as SELECT ... FOR UPDATE found it, or None
+    before: Found | None  # the row as SELECT ... FOR UPDATE found it; None without one
     after: DistributedLock | None  # the row as written; None when nothing was written
+
+
+@dataclass(frozen=True)
+class Found:
+    """What a lock operation needs to know of the row it locked."""
+
+    owner: str  # "" once released
+    held: bool  # validly held at the database's now
+
+    @property
+    def released(self) -> bool:
+        return self.owner == ""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models.expressions import RawSQL
 
-from django_dlock.backends.base import LockBackend, Written
+from django_dlock.backends.base import Found, LockBackend, Written
 from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
 from django_dlock.backends.prepared import PreparedStatements, Statement
 
@@ -66,16 +66,16 @@ class PostgreSQLBackend(LockBackend):
         # that the lock did not see. (As two statements, an UPDATE's newer
         # snapshot could find a row inserted and committed between them and
         # write it unjudged: a force-release reported "nothing released" while it
-        # released a new holder's lock.) Its one row is the row as locked, then as
-        # written (all NULL when nothing was written).
+        # released a new holder's lock.) Its one row: the locked row's owner and
+        # whether it was held, then the row as written (NULL where there was none).
         locked = (
             f"WITH locked AS (SELECT {row} AS db_now "  # noqa: S608
             f"FROM {table} WHERE {c['resource']} = %(resource)s FOR UPDATE)"
         )
-        before = ", ".join(f"locked.{name}" for name in self.columns)
         after = ", ".join(f"{table}.{name}" for name in self.columns)
+        held = valid_in("locked.")
         answer = (
-            f"SELECT {before}, locked.db_now, written.* "  # noqa: S608
+            f"SELECT locked.{c['owner']}, {held}, written.* "  # noqa: S608
             "FROM (SELECT) one LEFT JOIN locked ON TRUE"
         )
 
@@ -139,7 +139,6 @@ class PostgreSQLBackend(LockBackend):
             f"{answer} LEFT JOIN written ON TRUE",
         )
 
-        held = valid_in("locked.")
         owned = f"{held} AND locked.{c['owner']} = %(owner)s"
         # The row stays, expired and ownerless, to keep the fencing token counting;
         # the head of the resource's waiter queue, if any, is woken (mark_released).
@@ -180,13 +179,12 @@ class PostgreSQLBackend(LockBackend):
         return self._decided(self._release if owner is not None else self._force_release, params)
 
     def _decided(self, statement: Statement, params: dict[str, Any]) -> Written:
-        """Run one operation's statement: its row holds the lock's row as locked
-        (with db_now), then as written; each all NULL when there was none."""
-        row = self._run(statement, params)
-        width = len(self.columns) + 1
-        before = row[:width] if row[0] is not None else None
-        after = row[width:] if row[width] is not None else None
-        return Written(before=self._lock(before), after=self._lock(after))
+        """Run one operation's statement: its row holds the locked row's owner
+        and whether it was held, then the row as written (with db_now); NULL
+        where there was no row, or no write."""
+        owner, held, *after = self._run(statement, params)
+        before = None if owner is None else Found(owner=owner, held=bool(held))
+        return Written(before=before, after=self._lock(after if after[0] is not None else None))
 
     def _run(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any]:
         """Run ``statement`` in the lock transaction; its one row.
