@@ -6,7 +6,6 @@ import enum
 import secrets
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from functools import partial
 from typing import TYPE_CHECKING, cast
 
 from django.db import models
@@ -18,7 +17,7 @@ from django_dlock.backends.clock import DatabaseNow, expired_before
 from django_dlock.conf import conf
 from django_dlock.prefix import resource_prefix_q
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
-from django_dlock.transactions import after_commit, lock_transaction
+from django_dlock.transactions import lock_transaction
 from django_dlock.validators import validate_owner, validate_resource, validate_ttl
 
 if TYPE_CHECKING:
@@ -109,7 +108,7 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         with lock_transaction(using):
             lock, previous_owner, renewed = self._take(resource, owner, duration, using, leaving)
         if lock is not None:
-            after_commit(using, partial(self._announce, lock, owner, previous_owner, renewed))
+            self._announce(lock, owner, previous_owner, renewed)
         return lock
 
     def _announce(
@@ -185,7 +184,7 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
             lock = self._extend(resource, owner, duration, using)
         if lock is None:
             return None
-        after_commit(using, partial(signals.lock_renewed.send, sender=self.model, lock=lock))
+        signals.lock_renewed.send(sender=self.model, lock=lock)
         return lock
 
     def release(self, resource: str, owner: str) -> ReleaseResult:
@@ -202,12 +201,7 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
             lock, _, outcome = self._give_up(resource, owner, using)
             if lock is None:
                 return outcome
-        after_commit(
-            using,
-            partial(
-                signals.lock_released.send, sender=self.model, lock=lock, owner=owner, forced=False
-            ),
-        )
+        signals.lock_released.send(sender=self.model, lock=lock, owner=owner, forced=False)
         return ReleaseResult.RELEASED
 
     def force_release(self, resource: str) -> bool:
@@ -222,12 +216,7 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
             lock, owner, _ = self._give_up(resource, None, using)
             if lock is None:
                 return False
-        after_commit(
-            using,
-            partial(
-                signals.lock_released.send, sender=self.model, lock=lock, owner=owner, forced=True
-            ),
-        )
+        signals.lock_released.send(sender=self.model, lock=lock, owner=owner, forced=True)
         return True
 
     def purge_expired(

@@ -3,7 +3,7 @@ a transaction the caller has open."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.db import connections, transaction
@@ -18,7 +18,7 @@ def refuse_callers_transaction(using: str) -> None:
     A lock written inside the caller's ``atomic()`` would stay invisible to
     other processes until that transaction commits, and vanish if it rolled
     back. Django's TestCase transaction is allowed, as it is for
-    ``atomic(durable=True)``, and so is a lock transaction of django-dlock's own.
+    ``atomic(durable=True)``.
     """
     connection = connections[using]
     blocks = connection.atomic_blocks
@@ -27,9 +27,7 @@ def refuse_callers_transaction(using: str) -> None:
     # (Read as an attribute: get_autocommit() would connect, which async code
     # must not do; a connection not yet open has no transaction.)
     autocommit_off = connection.connection is not None and not connection.autocommit
-    if (
-        blocks and not (_is_testcase_transaction(blocks[-1]) or getattr(blocks[-1], _OURS, False))
-    ) or (not blocks and autocommit_off):
+    if (blocks and not _is_testcase_transaction(blocks[-1])) or (not blocks and autocommit_off):
         raise LockTransactionError(
             f"A lock operation was called inside a transaction on database {using!r}. "
             "A lock written there would stay invisible to other processes until that "
@@ -49,56 +47,17 @@ def _is_testcase_transaction(block: object) -> bool:
     return bool(getattr(block, "_from_testcase", False))
 
 
-# Marks an atomic block that lock_transaction() opened.
-_OURS = "_django_dlock_transaction"
-
-
 @contextmanager
 def lock_transaction(using: str) -> Iterator[None]:
     """One transaction of its own for a lock operation, committed on exit.
 
     Raises ``LockTransactionError`` when the caller has a transaction open on
-    ``using`` (see ``refuse_callers_transaction``). Inside another
-    ``lock_transaction`` it joins that one, so that several lock operations
-    can commit together (``lock()`` takes the lock and leaves its waiter queue
-    in one commit).
+    ``using`` (see ``refuse_callers_transaction``). Durable: a savepoint only
+    inside Django's TestCase transaction, the one place where it nests.
 
     The backend may change how the transaction begins (SQLite starts it with
     ``BEGIN IMMEDIATE``: see ``SQLiteBackend.transaction``).
     """
     refuse_callers_transaction(using)
-    connection = connections[using]
-    blocks = connection.atomic_blocks
-    joining = bool(blocks) and getattr(blocks[-1], _OURS, False)
-    # Joining: no savepoint, the round trips are not worth it (an error ends the
-    # whole lock operation anyway). Otherwise durable: a savepoint only inside
-    # Django's TestCase transaction, the one place where it nests.
-    atomic = transaction.atomic(using=using, savepoint=not joining, durable=not joining)
-    setattr(atomic, _OURS, True)
-    if joining:
-        with atomic:
-            yield
-        return
-    callbacks: list[Callable[[], object]] = []
-    setattr(atomic, _AFTER_COMMIT, callbacks)
-    with backend_for(using).transaction(), atomic:
+    with backend_for(using).transaction(), transaction.atomic(using=using, durable=True):
         yield
-    for callback in callbacks:
-        callback()
-
-
-# The callbacks that after_commit() keeps for the outermost lock_transaction.
-_AFTER_COMMIT = "_django_dlock_after_commit"
-
-
-def after_commit(using: str, callback: Callable[[], object]) -> None:
-    """Call ``callback`` once the lock transaction on ``using`` has committed:
-    now, or, inside a lock_transaction that another one joined, after the
-    outermost commits. (Unlike ``transaction.on_commit`` this also works inside
-    Django's TestCase transaction, which never commits.)"""
-    for block in connections[using].atomic_blocks:
-        callbacks = getattr(block, _AFTER_COMMIT, None)
-        if callbacks is not None:
-            callbacks.append(callback)
-            return
-    callback()

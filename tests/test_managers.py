@@ -13,7 +13,6 @@ from django.test.utils import CaptureQueriesContext
 from django_dlock import signals
 from django_dlock.exceptions import LockTransactionError
 from django_dlock.models import DistributedLock, FencingFloor, ReleaseResult
-from django_dlock.transactions import lock_transaction
 from tests.utils import expire
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -178,23 +177,6 @@ class TestAcquire:
 
         assert seen == [False]
         assert DistributedLock.objects.active().filter(resource="job:42", owner="worker-1").exists()
-
-    def test_signals_of_a_joined_operation_wait_for_the_outer_commit(self) -> None:
-        # lock() takes the lock and leaves its waiter queue in one transaction.
-        seen: list[bool] = []
-
-        def receiver(sender: object, **kwargs: object) -> None:
-            seen.append(connection.in_atomic_block)
-
-        signals.lock_acquired.connect(receiver)
-        try:
-            with lock_transaction("default"):
-                assert Locks.acquire("job:42", owner="worker-1", ttl=30) is not None
-                assert seen == []
-        finally:
-            signals.lock_acquired.disconnect(receiver)
-
-        assert seen == [False]
 
 
 class TestRenew:

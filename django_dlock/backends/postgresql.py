@@ -194,9 +194,8 @@ class PostgreSQLBackend(LockBackend):
         cost no round trip (psycopg would wait for its BEGIN before sending the
         statement), and Django's commit on leaving ``atomic()`` finds no
         transaction open and sends nothing. It runs prepared (see
-        ``django_dlock.backends.prepared``). Inside another transaction (a
-        TestCase's, or a lock transaction that another joined) it runs in that
-        one, as plain SQL.
+        ``django_dlock.backends.prepared``). Inside another transaction (Django's
+        TestCase wraps each test in one) it runs in that one, as plain SQL.
         """
         connection = self.connection
         with connection.cursor() as cursor:
@@ -217,8 +216,8 @@ class PostgreSQLBackend(LockBackend):
             return cast(Sequence[Any], cursor.fetchone())  # the answer is one row
 
     def _lock(self, row: Sequence[Any] | None) -> DistributedLock | None:
-        """The lock in ``row``'s first columns, with its db_now (what follows is
-        another row's, or a release's count of woken waiters); None for no row."""
+        """The lock in ``row``'s first columns, with its db_now (a release's count
+        of woken waiters may follow); None for no row."""
         if row is None:
             return None
         values = self._convert(row[: len(self.columns) + 1], self.connection)
