@@ -3,7 +3,7 @@
 # locks, django-db-mutex, redis-py, python-redis-lock), on a throwaway
 # PostgreSQL cluster (fsync on, as in production), a SQLite file and a
 # redis-server that the benchmark starts and stops itself.
-#   scripts/benchmark.sh            # the full run (~30 min): docs/benchmark.{json,png}
+#   scripts/benchmark.sh            # the full run (~15 min): docs/benchmark.{json,png}
 #   scripts/benchmark.sh --quick    # for development: artifacts/benchmark-quick.*
 # Other arguments go to `python -m benchmarks` (--only, --delay-ms, --purge-rows, --purge-from).
 set -euo pipefail
