@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 import sqlite3
-import threading
 from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection
 
 from django_dlock.models import DistributedLock
-from tests.utils import wait_for
+from tests.utils import is_waiting_on_a_lock, postgres_dsn, run_in_thread, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run_in_thread(function: Any) -> dict[str, Any]:
-    """Start ``function(outcome)`` in a thread; ``outcome`` receives its result or error."""
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["result"] = function(outcome)
-        except BaseException as error:
-            outcome["error"] = error
-        finally:
-            connection.close()
-
-    outcome["thread"] = threading.Thread(target=target, daemon=True)
-    outcome["thread"].start()
-    return outcome
 
 
 @pytest.mark.requires_postgres
@@ -37,7 +19,7 @@ def test_backend_terminated_while_waiting_raises() -> None:
     import psycopg
 
     assert DistributedLock.objects.acquire("job:42", owner="holder", ttl=30) is not None
-    dsn = _dsn()
+    dsn = postgres_dsn()
     with (
         psycopg.connect(dsn, autocommit=False) as holder,
         psycopg.connect(dsn, autocommit=True) as admin,
@@ -53,7 +35,7 @@ def test_backend_terminated_while_waiting_raises() -> None:
             return DistributedLock.objects.acquire("job:42", owner="waiter", ttl=30)
 
         outcome = run_in_thread(acquire)
-        wait_for(lambda: _is_waiting_on_a_lock(admin, outcome.get("pid")), 20)
+        wait_for(lambda: is_waiting_on_a_lock(admin, outcome.get("pid")), 20)
         admin.execute("SELECT pg_terminate_backend(%s)", [outcome["pid"]])
         outcome["thread"].join(timeout=30)
         holder.rollback()
@@ -114,25 +96,9 @@ def test_sqlite_write_lock_held_too_long_raises() -> None:
     assert DistributedLock.objects.acquire("job:42", owner="a", ttl=30) is not None
 
 
-def _dsn() -> str:
-    s = connection.settings_dict
-    return f"host={s['HOST']} port={s['PORT']} user={s['USER']} dbname={s['NAME']}" + (
-        f" password={s['PASSWORD']}" if s.get("PASSWORD") else ""
-    )
-
-
 def _closed_port() -> int:
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _is_waiting_on_a_lock(admin: Any, pid: int | None) -> bool:
-    if pid is None:
-        return False
-    row = admin.execute(
-        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid]
-    ).fetchone()
-    return row is not None and row[0] == "Lock"

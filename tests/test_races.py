@@ -21,8 +21,7 @@ import pytest
 from django.db import connection
 
 from django_dlock.models import DistributedLock, ReleaseResult
-from tests.test_failures import _dsn, _is_waiting_on_a_lock, run_in_thread
-from tests.utils import wait_for
+from tests.utils import is_waiting_on_a_lock, postgres_dsn, run_in_thread, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.requires_postgres]
 
@@ -58,8 +57,8 @@ def _while_another_session_commits(
     DistributedLock.objects.acquire(RESOURCE, owner="old-holder", ttl=30)
     DistributedLock.objects.release(RESOURCE, "old-holder")
     with (
-        psycopg.connect(_dsn(), autocommit=False) as other,
-        psycopg.connect(_dsn(), autocommit=True) as admin,
+        psycopg.connect(postgres_dsn(), autocommit=False) as other,
+        psycopg.connect(postgres_dsn(), autocommit=True) as admin,
     ):
         for sql, params in statements:
             other.execute(sql, params)
@@ -71,7 +70,7 @@ def _while_another_session_commits(
             return operation()
 
         outcome = run_in_thread(run)
-        wait_for(lambda: _is_waiting_on_a_lock(admin, outcome.get("pid")), 20)
+        wait_for(lambda: is_waiting_on_a_lock(admin, outcome.get("pid")), 20)
         other.commit()
         outcome["thread"].join(timeout=30)
     return outcome, DistributedLock.objects.get(resource=RESOURCE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -111,3 +112,38 @@ def _call(index: int, results: Any, target: Callable[..., Any], args: tuple[Any,
         results.put((index, True, target(*args)))
     except BaseException:
         results.put((index, False, traceback.format_exc()))
+
+
+def run_in_thread(function: Any) -> dict[str, Any]:
+    """Start ``function(outcome)`` in a thread; ``outcome`` receives its result or error."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = function(outcome)
+        except BaseException as error:
+            outcome["error"] = error
+        finally:
+            connection.close()
+
+    outcome["thread"] = threading.Thread(target=target, daemon=True)
+    outcome["thread"].start()
+    return outcome
+
+
+def postgres_dsn() -> str:
+    """A libpq connection string for the test database (PostgreSQL)."""
+    s = connection.settings_dict
+    return f"host={s['HOST']} port={s['PORT']} user={s['USER']} dbname={s['NAME']}" + (
+        f" password={s['PASSWORD']}" if s.get("PASSWORD") else ""
+    )
+
+
+def is_waiting_on_a_lock(admin: Any, pid: int | None) -> bool:
+    """Whether the PostgreSQL backend ``pid`` waits for a lock (``admin``: a psycopg connection)."""
+    if pid is None:
+        return False
+    row = admin.execute(
+        "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid]
+    ).fetchone()
+    return row is not None and row[0] == "Lock"
