@@ -17,7 +17,7 @@ from django_dlock.backends.clock import DatabaseNow, expired_before
 from django_dlock.conf import conf
 from django_dlock.prefix import resource_prefix_q
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
-from django_dlock.transactions import lock_transaction
+from django_dlock.transactions import in_lock_transaction
 from django_dlock.validators import validate_owner, validate_resource, validate_ttl
 
 if TYPE_CHECKING:
@@ -105,8 +105,9 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         new holder still queued ahead of it."""
         duration = _duration(ttl)
         using = self._alias()
-        with lock_transaction(using):
-            lock, previous_owner, renewed = self._take(resource, owner, duration, using, leaving)
+        lock, previous_owner, renewed = in_lock_transaction(
+            using, lambda: self._take(resource, owner, duration, using, leaving)
+        )
         if lock is not None:
             self._announce(lock, owner, previous_owner, renewed)
         return lock
@@ -180,8 +181,7 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         validate_owner(owner)
         duration = _duration(ttl)
         using = self._alias()
-        with lock_transaction(using):
-            lock = self._extend(resource, owner, duration, using)
+        lock = in_lock_transaction(using, lambda: self._extend(resource, owner, duration, using))
         if lock is None:
             return None
         signals.lock_renewed.send(sender=self.model, lock=lock)
@@ -197,10 +197,9 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         validate_resource(resource)
         validate_owner(owner)
         using = self._alias()
-        with lock_transaction(using):
-            lock, _, outcome = self._give_up(resource, owner, using)
-            if lock is None:
-                return outcome
+        lock, _, outcome = in_lock_transaction(using, lambda: self._give_up(resource, owner, using))
+        if lock is None:
+            return outcome
         signals.lock_released.send(sender=self.model, lock=lock, owner=owner, forced=False)
         return ReleaseResult.RELEASED
 
@@ -212,10 +211,9 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         """
         validate_resource(resource)
         using = self._alias()
-        with lock_transaction(using):
-            lock, owner, _ = self._give_up(resource, None, using)
-            if lock is None:
-                return False
+        lock, owner, _ = in_lock_transaction(using, lambda: self._give_up(resource, None, using))
+        if lock is None:
+            return False
         signals.lock_released.send(sender=self.model, lock=lock, owner=owner, forced=True)
         return True
 
@@ -241,10 +239,12 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         backend = backend_for(using)
         deleted = 0
         while True:
-            with lock_transaction(using):
-                count = backend.purge_batch(
+            count = in_lock_transaction(
+                using,
+                lambda: backend.purge_batch(
                     older_than=older_than, batch_size=batch_size, prefix=prefix
-                )
+                ),
+            )
             if count == 0:
                 return deleted
             deleted += count

@@ -3,6 +3,7 @@ timeouts, the clock, resource collation and the MariaDB system checks."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,7 +20,7 @@ from django_dlock.checks_mysql import check_mysql_database
 from django_dlock.models import DistributedLock, FencingFloor
 from django_dlock.transactions import lock_transaction
 from tests import workers_mysql
-from tests.utils import database_settings, run_in_processes, spawn
+from tests.utils import database_settings, run_in_processes, run_in_thread, spawn
 
 pytestmark = [
     pytest.mark.skipif(
@@ -92,6 +93,78 @@ def test_a_lock_wait_timeout_raises(other_session: Any) -> None:
         with connection.cursor() as own:
             own.execute("SET SESSION innodb_lock_wait_timeout = DEFAULT")
     assert Locks.get(resource="job:held").owner == "a"
+
+
+def test_an_acquire_chosen_as_a_deadlock_victim_runs_again(other_session: Any) -> None:
+    # The deadlock the churn test met now and then, made on purpose: this
+    # acquire has locked the fencing floor for a first insert and waits for the
+    # resource's index entry, which another transaction holds (its own insert),
+    # and that transaction then asks for the floor. InnoDB rolls back the
+    # lighter one (the acquire: the other wrote rows) with error 1213.
+    FencingFloor.objects.create(pk=1, value=0)
+    paused, go = threading.Event(), threading.Event()
+    selects: list[str] = []
+
+    def pause_before_the_insert(execute: Any, sql: str, *args: Any) -> Any:
+        if sql.startswith("INSERT INTO `distributed_locks`") and not go.is_set():
+            paused.set()
+            go.wait(30)
+        if "FOR UPDATE" in sql and sql.startswith("SELECT"):
+            selects.append(sql)
+        return execute(sql, *args)
+
+    def acquire(outcome: dict[str, Any]) -> DistributedLock | None:
+        with connection.execute_wrapper(pause_before_the_insert):
+            return Locks.acquire("job:victim", owner="a", ttl=30)
+
+    deadlocks_before = innodb_deadlocks()
+    acquiring = run_in_thread(acquire)
+    assert paused.wait(30), "the acquire never reached its insert"
+    cursor = other_session.cursor()
+    # Heavier than the acquire, so that InnoDB picks the acquire as the victim.
+    cursor.executemany(
+        "INSERT INTO distributed_lock_waiters (resource, owner, expires_at) "
+        "VALUES (%s, 'other', UTC_TIMESTAMP())",
+        [(f"job:ballast-{n}",) for n in range(20)],
+    )
+    cursor.execute(
+        "INSERT INTO distributed_locks (resource, owner, acquired_at, expires_at, fencing_token) "
+        "VALUES ('job:victim', 'b', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 1 HOUR, 1)"
+    )
+    go.set()
+    wait_for(lambda: transactions_waiting_for_a_lock() == 1)
+    cursor.execute("SELECT value FROM distributed_locks_fencing_floor WHERE id = 1 FOR UPDATE")
+    other_session.commit()
+    acquiring["thread"].join(30)
+
+    assert "error" not in acquiring, acquiring.get("error")
+    assert acquiring["result"] is None  # the retry found b's lock, and b holds it
+    assert innodb_deadlocks() == deadlocks_before + 1
+    assert len(selects) == 2  # the acquire ran twice
+    assert Locks.get(resource="job:victim").owner == "b"
+
+
+def innodb_deadlocks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'")
+        return int(cursor.fetchone()[1])
+
+
+def transactions_waiting_for_a_lock() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def wait_for(condition: Any, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        # InnoDB refreshes information_schema.innodb_trx only when it was last
+        # read more than 0.1 s ago: looking more often would never see a change.
+        time.sleep(0.2)
 
 
 def test_a_killed_connection_raises(other_session: Any) -> None:

@@ -137,6 +137,11 @@ class LockBackend:
 
     # -- the transaction -----------------------------------------------------------
 
+    def is_deadlock(self, error: Exception) -> bool:
+        """Whether ``error`` says the database rolled the transaction back to
+        break a deadlock (``in_lock_transaction`` runs it again)."""
+        return False
+
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """Wrap the start of a lock transaction (a vendor may change how it begins)."""

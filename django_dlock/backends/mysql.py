@@ -14,6 +14,10 @@ InnoDB differs from PostgreSQL where races are decided:
 - There is no ``ctid``, and InnoDB's lock order decides deadlocks: a purge
   batch raises the fencing floor first and locks its rows by resource, in
   the order the lock operations take them (``purge_batch``).
+- Some deadlocks remain: a first insert locks the index entry after its key,
+  which a neighbouring resource's first insert may hold while it waits for the
+  floor. InnoDB rolls one back (error 1213), and that operation, which wrote
+  nothing, runs again (``is_deadlock``, ``in_lock_transaction``).
 
 Django's ``Now()`` is ``CURRENT_TIMESTAMP(6)`` here, which is in the session's
 time zone; the lock clock is ``UTC_TIMESTAMP(6)`` (``DatabaseNow.as_mysql``).
@@ -37,8 +41,16 @@ if TYPE_CHECKING:
 RESOURCE_INDEX = "distributed_locks_resource_key"
 
 
+# InnoDB's "Deadlock found when trying to get lock; try restarting transaction".
+ER_LOCK_DEADLOCK = 1213
+
+
 class MySQLBackend(LockBackend):
     vendor = "mysql"
+
+    def is_deadlock(self, error: Exception) -> bool:
+        # Django's error carries the driver's arguments: (code, message).
+        return bool(error.args) and error.args[0] == ER_LOCK_DEADLOCK
 
     def insert(self, resource: str, owner: str, duration: timedelta) -> DistributedLock | None:
         """Insert the first row of ``resource``; ``None`` if another process won.
