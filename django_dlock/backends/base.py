@@ -70,6 +70,16 @@ class QueueRow:
     now: datetime  # the database's time of the look
     ahead: int  # live waiters queued before the ticket
 
+    @classmethod
+    def of(cls, owner: str | None, expires_at: Any, now: Any, ahead: int) -> QueueRow:
+        """From a row's values, the times as the driver returned them."""
+        return cls(
+            owner=owner,
+            expires_at=None if expires_at is None else _to_datetime(expires_at),
+            now=_to_datetime(now),
+            ahead=ahead,
+        )
+
 
 class LockBackend:
     """The SQL of the lock operations on one database alias.
@@ -290,21 +300,16 @@ class LockBackend:
         connection = self.connection
         with connection.cursor() as cursor:
             cursor.execute(self.queue_state_sql, [resource, ticket or NO_TICKET, resource])
-            owner, expires_at, now, ahead = cursor.fetchone()
-        return QueueRow(
-            owner=owner,
-            expires_at=None if expires_at is None else _to_datetime(expires_at),
-            now=_to_datetime(now),
-            ahead=ahead,
-        )
+            return QueueRow.of(*cursor.fetchone())
 
-    def enqueue_waiter(self, resource: str, owner: str, seconds: float) -> int:
-        """Queue a waiter for ``seconds`` (unless refreshed); its ticket. One
-        INSERT in autocommit: no transaction of its own to wait for."""
+    def enqueue_waiter(self, resource: str, owner: str, seconds: float) -> tuple[int, QueueRow]:
+        """Queue a waiter for ``seconds`` (unless refreshed); its ticket, and the
+        queue as seen once the ticket is in it. An INSERT in autocommit (no
+        transaction of its own to wait for), then ``queue_state``."""
         waiter = self.waiter_model._default_manager.using(self.using).create(
             resource=resource, owner=owner, expires_at=now_plus(timedelta(seconds=seconds))
         )
-        return int(waiter.pk)
+        return int(waiter.pk), self.queue_state(resource, waiter.pk)
 
     def refresh_waiters(self, tickets: Sequence[int], seconds: float) -> None:
         """Keep the waiters of ``tickets`` queued for ``seconds`` more (one UPDATE)."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models.expressions import RawSQL
 
-from django_dlock.backends.base import Found, LockBackend, Written
+from django_dlock.backends.base import Found, LockBackend, QueueRow, Written
 from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
 from django_dlock.backends.prepared import PreparedStatements, Statement
 
@@ -258,25 +258,35 @@ class PostgreSQLBackend(LockBackend):
     # database's notification queue at commit, which a release without waiters
     # must not pay. The listener of the head's process wakes that waiter alone.
 
-    def enqueue_waiter(self, resource: str, owner: str, seconds: float) -> int:
+    def enqueue_waiter(self, resource: str, owner: str, seconds: float) -> tuple[int, QueueRow]:
         # FOR KEY SHARE of the lock row (when there is one) makes the INSERT wait
         # for a release in flight, and a release wait for an INSERT in flight: a
         # release either sees the ticket (and names it) or committed before the
-        # waiter's next look (which then sees the lock free).
+        # lock row was read here. (A locking read that waited returns the row as
+        # the release left it, though the statement's snapshot is older.) The
+        # queue ahead is counted in the same statement: one round trip, where
+        # an INSERT and a look took two, both on the path of a hand-over.
         qn = self.qn
+        now_sql, _ = compile_expression(self.using, DatabaseNow())
         expires_sql, expires_params = compile_expression(
             self.using, now_plus(timedelta(seconds=seconds))
         )
+        waiters = self.waiters_table
         sql = (
-            f"INSERT INTO {self.waiters_table} ({qn('resource')}, {qn('owner')}, "  # noqa: S608
-            f"{qn('expires_at')}) SELECT %s, %s, {expires_sql} FROM (SELECT COUNT(*) FROM "
-            f"(SELECT 1 FROM {self.table} WHERE {qn('resource')} = %s FOR KEY SHARE) held) "
-            f"locked, {ASYNC_COMMIT} RETURNING {qn('id')}"
+            f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at "  # noqa: S608
+            f"FROM {self.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
+            f"queued AS (INSERT INTO {waiters} ({qn('resource')}, {qn('owner')}, "
+            f"{qn('expires_at')}) SELECT %s, %s, {expires_sql} FROM (SELECT COUNT(*) FROM held) "
+            f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id) "
+            f"SELECT queued.id, held.owner, held.expires_at, {now_sql}, "
+            f"(SELECT COUNT(*) FROM {waiters} w WHERE w.{qn('resource')} = %s "
+            f"AND w.{qn('id')} < queued.id AND w.{qn('expires_at')} > {now_sql}) "
+            "FROM queued LEFT JOIN held ON TRUE"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [resource, owner, *expires_params, resource])
-            (ticket,) = cursor.fetchone()
-        return int(ticket)
+            cursor.execute(sql, [resource, resource, owner, *expires_params, resource])
+            ticket, *state = cursor.fetchone()
+        return int(ticket), QueueRow.of(*state)
 
     def mark_released(self, lock: DistributedLock) -> None:
         qn = self.qn

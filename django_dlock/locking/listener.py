@@ -97,7 +97,12 @@ class Listener:
         with self._lock:
             self._watches.setdefault(watch.channel, []).append(watch)
             self._start()
-        self._poke()
+            # A channel still listened to (lingering after its last waiter)
+            # needs nothing from the thread: waking it would cost the process
+            # a thread switch on every turn it takes on the lock.
+            new_channel = watch.channel not in self._listening
+        if new_channel:
+            self._poke()
         return watch
 
     def _claim(self, watch: Watch, ticket: int) -> None:

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 
 from django_dlock.backends import backend_for
+from django_dlock.backends.base import QueueRow
 from django_dlock.backends.clock import time_left
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
@@ -93,10 +94,9 @@ class Wait:
             # Another waiter of this process is queued for it: queue behind it
             # without looking, and sleep until it leaves (unless it left already).
             self._watch()
-            self._enqueue()
+            state = self._enqueue()
             if not _local_queues.first(self):
                 return self._remaining()
-            state = QueueState.read(self.using, self.resource, self.ticket)
         elif self.ticket is None:
             state = QueueState.read(self.using, self.resource, None)
             if state.free and state.ahead == 0:
@@ -104,14 +104,11 @@ class Wait:
                 acquired = self._try(queued=False)
                 if acquired is not None:
                     return acquired
-            listening = self._watch()
-            self._enqueue()
-            if state.free or listening:
-                # Taken meanwhile or came free, or (listening) released before
-                # the ticket existed, so no release will name it: look again.
-                state = QueueState.read(self.using, self.resource, self.ticket)
-            # Otherwise we are queued behind those counted just now (or a few
-            # more): no need to look again before sleeping.
+            self._watch()
+            # Queuing looks again: the lock may have been taken or come free
+            # meanwhile, or released before the ticket existed (so that no
+            # release names it).
+            state = self._enqueue()
         elif as_head and self._listening():
             # A release named this ticket the head: try at once, without looking.
             acquired = self._try(queued=True)
@@ -189,18 +186,20 @@ class Wait:
     def _listening(self) -> bool:
         return self.watch is not None and self.watch.listening()
 
-    def _enqueue(self) -> None:
+    def _enqueue(self) -> QueueState:
+        """Queue the waiter; the queue as seen once its ticket is in it."""
         backend = backend_for(self.using)
         if self.rng.random() < 0.05:
             # Now and then, drop the rows of waiters that crashed (they no
             # longer count anyway) so that the table stays small.
             backend.drop_dead_waiters(self.resource)
         seconds = self._ticket_ttl()
-        self.ticket = backend.enqueue_waiter(self.resource, self.owner, seconds)
+        self.ticket, row = backend.enqueue_waiter(self.resource, self.owner, seconds)
         self.ticket_until = time.monotonic() + seconds
         if self.watch is not None:
             self.watch.claim(self.ticket)
         _local_queues.join(self)
+        return QueueState.of(row)
 
     def _learn(self, state: QueueState) -> None:
         """Learn how long a turn of the queue takes, from how it moved."""
@@ -337,7 +336,10 @@ class QueueState:
     @classmethod
     def read(cls, using: str, resource: str, ticket: int | None) -> QueueState:
         """One statement, no transaction: whether the lock is free and who is ahead."""
-        row = backend_for(using).queue_state(resource, ticket)
+        return cls.of(backend_for(using).queue_state(resource, ticket))
+
+    @classmethod
+    def of(cls, row: QueueRow) -> QueueState:
         if not row.owner or row.expires_at is None or row.now >= row.expires_at:
             return cls(holder=None, free=True, holder_left=None, ahead=row.ahead)
         left = time_left(row.expires_at, row.now)
