@@ -18,7 +18,6 @@ from django.core.checks import Error
 from django.db import connection, connections
 
 from django_dlock import LockNotAcquired, lock
-from django_dlock.backends.postgresql import channel_for
 from django_dlock.checks import check_settings
 from django_dlock.locking.listener import listener_for
 from django_dlock.locking.waiting import QueueState
@@ -123,21 +122,32 @@ def test_a_release_notifies_only_when_someone_waits() -> None:
     for django_only in ("cursor_factory", "context", "prepare_threshold"):
         params.pop(django_only, None)
     with psycopg.connect(**params, autocommit=True) as spy:
-        spy.execute(f'LISTEN "{channel_for("listen:2")}"')
+        spy.execute('LISTEN "dlock_spy"')
         Locks.acquire("listen:2", "holder", ttl=60)
         Locks.release("listen:2", "holder")
         assert list(spy.notifies(timeout=0.5)) == []  # nobody waits: no NOTIFY
 
+        def queue(owner: str, channel: str) -> int:
+            expires_at = Locks.get(resource="listen:2").expires_at
+            waiter = LockWaiter.objects.create(
+                resource="listen:2", owner=owner, expires_at=expires_at, channel=channel
+            )
+            return int(waiter.pk)
+
         Locks.acquire("listen:2", "holder", ttl=60)
-        ticket = LockWaiter.objects.create(
-            resource="listen:2", owner="w", expires_at=Locks.get(resource="listen:2").expires_at
-        ).pk
-        LockWaiter.objects.create(
-            resource="listen:2", owner="w2", expires_at=Locks.get(resource="listen:2").expires_at
-        )
+        ticket = queue("w", "dlock_spy")
+        queue("w2", "dlock_spy")
         assert Locks.force_release("listen:2")
         [notify] = list(spy.notifies(timeout=2, stop_after=1))
-        assert notify.payload == str(ticket)  # the head alone is named
+        # The head alone is named, on its own process's channel.
+        assert (notify.channel, notify.payload) == ("dlock_spy", str(ticket))
+
+        LockWaiter.objects.all().delete()
+        Locks.acquire("listen:2", "holder", ttl=60)
+        queue("polling", "")
+        queue("w3", "dlock_spy")
+        Locks.release("listen:2", "holder")
+        assert list(spy.notifies(timeout=0.5)) == []  # the head polls: nobody is notified
 
 
 @pytest.mark.requires_postgres
@@ -161,7 +171,7 @@ def test_the_listener_reconnects_and_a_release_still_wakes_the_waiter(
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [killed])
     wait_for(lambda: listener.connects > connects and listener.backend_pid not in (None, killed))
-    wait_for(lambda: listener._wait_listening(channel_for("listen:3"), 0))
+    wait_for(lambda: listener._wait_listening(0))
     # While the listener was down the waiter polled; its first look once it is
     # back sends it to sleep until a release (or 20 s).
     back = len(looks)

@@ -302,12 +302,18 @@ class LockBackend:
             cursor.execute(self.queue_state_sql, [resource, ticket or NO_TICKET, resource])
             return QueueRow.of(*cursor.fetchone())
 
-    def enqueue_waiter(self, resource: str, owner: str, seconds: float) -> tuple[int, QueueRow]:
-        """Queue a waiter for ``seconds`` (unless refreshed); its ticket, and the
-        queue as seen once the ticket is in it. An INSERT in autocommit (no
-        transaction of its own to wait for), then ``queue_state``."""
+    def enqueue_waiter(
+        self, resource: str, owner: str, seconds: float, *, channel: str = ""
+    ) -> tuple[int, QueueRow]:
+        """Queue a waiter for ``seconds`` (unless refreshed), to be woken on
+        ``channel`` (PostgreSQL; "" polls); its ticket, and the queue as seen
+        once the ticket is in it. An INSERT in autocommit (no transaction of its
+        own to wait for), then ``queue_state``."""
         waiter = self.waiter_model._default_manager.using(self.using).create(
-            resource=resource, owner=owner, expires_at=now_plus(timedelta(seconds=seconds))
+            resource=resource,
+            owner=owner,
+            expires_at=now_plus(timedelta(seconds=seconds)),
+            channel=channel,
         )
         return int(waiter.pk), self.queue_state(resource, waiter.pk)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import cached_property
@@ -16,13 +15,6 @@ from django_dlock.backends.prepared import PreparedStatements, Statement
 
 if TYPE_CHECKING:
     from django_dlock.models import DistributedLock
-
-
-def channel_for(resource: str) -> str:
-    """The ``LISTEN`` channel of ``resource``'s waiters: a hash, since channel
-    names are identifiers of at most 63 bytes (the payload, a ticket, tells
-    resources that share one apart)."""
-    return "dlock_" + hashlib.sha256(resource.encode()).hexdigest()[:32]
 
 
 class PostgreSQLBackend(LockBackend):
@@ -45,7 +37,7 @@ class PostgreSQLBackend(LockBackend):
         super().__init__(using)
         # Built and tested with psycopg 3's client-side binding (Django's
         # default); otherwise the manager's statements run. (Imported here: this
-        # module is also imported, for channel_for(), where no driver is installed.)
+        # module is also imported where no driver is installed.)
         from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
         options = self.connection.settings_dict.get("OPTIONS") or {}
@@ -146,7 +138,7 @@ class PostgreSQLBackend(LockBackend):
         release = {
             "assignments": f"{c['owner']} = '', {c['expires_at']} = {now}",
             "ctes": f", head AS ({head})",
-            "woken": ", (SELECT COUNT(*) FROM head, LATERAL pg_notify(%(channel)s, head.id::text))",
+            "woken": f", ({WAKE_HEAD})",
         }
         self._extend = Statement(
             "extend", decide_and_write(f"{c['expires_at']} = {now} + %(duration)s", owned)
@@ -175,7 +167,7 @@ class PostgreSQLBackend(LockBackend):
         return self._decided(self._extend, params)
 
     def give_up(self, resource: str, owner: str | None) -> Written:
-        params = {"resource": resource, "owner": owner, "channel": channel_for(resource)}
+        params = {"resource": resource, "owner": owner}
         return self._decided(self._release if owner is not None else self._force_release, params)
 
     def _decided(self, statement: Statement, params: dict[str, Any]) -> Written:
@@ -253,12 +245,15 @@ class PostgreSQLBackend(LockBackend):
         return int(count)
 
     # -- waking the head of the queue ------------------------------------------------
-    # A release NOTIFYs the resource's channel with the ticket of the head of its
-    # queue, and only when there is one: NOTIFY takes a lock on the whole
-    # database's notification queue at commit, which a release without waiters
-    # must not pay. The listener of the head's process wakes that waiter alone.
+    # A release NOTIFYs the channel of the head of the resource's queue (its
+    # process's listener) with the head's ticket, and only when there is one:
+    # NOTIFY takes a lock on the whole database's notification queue at commit,
+    # which a release without waiters must not pay. The listener wakes that
+    # waiter alone.
 
-    def enqueue_waiter(self, resource: str, owner: str, seconds: float) -> tuple[int, QueueRow]:
+    def enqueue_waiter(
+        self, resource: str, owner: str, seconds: float, *, channel: str = ""
+    ) -> tuple[int, QueueRow]:
         # FOR KEY SHARE of the lock row (when there is one) makes the INSERT wait
         # for a release in flight, and a release wait for an INSERT in flight: a
         # release either sees the ticket (and names it) or committed before the
@@ -276,7 +271,8 @@ class PostgreSQLBackend(LockBackend):
             f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at "  # noqa: S608
             f"FROM {self.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
             f"queued AS (INSERT INTO {waiters} ({qn('resource')}, {qn('owner')}, "
-            f"{qn('expires_at')}) SELECT %s, %s, {expires_sql} FROM (SELECT COUNT(*) FROM held) "
+            f"{qn('expires_at')}, {qn('channel')}) SELECT %s, %s, {expires_sql}, %s "
+            "FROM (SELECT COUNT(*) FROM held) "
             f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id) "
             f"SELECT queued.id, held.owner, held.expires_at, {now_sql}, "
             f"(SELECT COUNT(*) FROM {waiters} w WHERE w.{qn('resource')} = %s "
@@ -284,7 +280,7 @@ class PostgreSQLBackend(LockBackend):
             "FROM queued LEFT JOIN held ON TRUE"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [resource, resource, owner, *expires_params, resource])
+            cursor.execute(sql, [resource, resource, owner, *expires_params, channel, resource])
             ticket, *state = cursor.fetchone()
         return int(ticket), QueueRow.of(*state)
 
@@ -297,12 +293,12 @@ class PostgreSQLBackend(LockBackend):
         sql = (
             f"WITH head AS ({self._head_sql()}) UPDATE {self.table} "  # noqa: S608
             f"SET {qn('owner')} = %s, {qn('expires_at')} = %s WHERE {self.pk_column} = %s "
-            f"RETURNING (SELECT COUNT(*) FROM head, LATERAL pg_notify(%s, head.id::text))"
+            f"RETURNING ({WAKE_HEAD})"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(
                 sql,
-                [lock.resource, NO_TICKET_EXCLUDED, *values, lock.pk, channel_for(lock.resource)],
+                [lock.resource, NO_TICKET_EXCLUDED, *values, lock.pk],
             )
 
     def give_up_waiting(self, resource: str, ticket: int) -> None:
@@ -318,10 +314,10 @@ class PostgreSQLBackend(LockBackend):
             f"WITH gone AS (DELETE FROM {self.waiters_table} WHERE {qn('id')} = %s "  # noqa: S608
             f"AND {ASYNC_COMMIT_CONDITION}), "
             f"head AS ({self._head_sql(f'AND NOT EXISTS ({held})')}) "
-            f"SELECT COUNT(*) FROM head, LATERAL pg_notify(%s, head.id::text)"
+            f"{WAKE_HEAD}"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [ticket, resource, ticket, resource, channel_for(resource)])
+            cursor.execute(sql, [ticket, resource, ticket, resource])
 
     def _head_sql(self, condition: str = "", *, resource: str = "%s", ticket: str = "%s") -> str:
         """The live waiter first in line for ``resource`` (a placeholder), other
@@ -330,7 +326,8 @@ class PostgreSQLBackend(LockBackend):
         now_sql, now_params = compile_expression(self.using, DatabaseNow())
         assert not now_params  # noqa: S101 - DatabaseNow() is plain SQL
         return (
-            f"SELECT w.{qn('id')} AS id FROM {self.waiters_table} w "  # noqa: S608
+            f"SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel "  # noqa: S608
+            f"FROM {self.waiters_table} w "
             f"WHERE w.{qn('resource')} = {resource} AND w.{qn('id')} <> {ticket} "
             f"AND w.{qn('expires_at')} > {now_sql} {condition} ORDER BY w.{qn('id')} LIMIT 1"
         )
@@ -340,6 +337,15 @@ class PostgreSQLBackend(LockBackend):
         return self.qn(self.waiter_model._meta.db_table)
 
 
+# SQL: NOTIFY the head of the queue (the CTE ``head``) on its process's channel,
+# with its ticket; a head that polls (no channel) is not notified. Its value:
+# how many were woken.
+# (OFFSET 0 keeps the filter in its subquery, ahead of the call: pg_notify()
+# refuses an empty channel.)
+WAKE_HEAD = (
+    "SELECT COUNT(*) FROM (SELECT id, channel FROM head WHERE channel <> '' OFFSET 0) h, "
+    "LATERAL pg_notify(h.channel, h.id::text)"
+)
 # libpq's transaction status of a connection with no transaction open.
 PQTRANS_IDLE = 0
 # No waiter has this ticket: mark_released() excludes none from the head.

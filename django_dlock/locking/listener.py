@@ -1,13 +1,15 @@
 """The PostgreSQL listener: one connection per process and alias that ``LISTEN``s
-for the releases its waiters wait for.
+on a channel of the process's own, for the releases its waiters wait for.
 
-A release of a resource that has waiters sends ``NOTIFY`` on the resource's
-channel with the ticket of the head of its queue as payload; the listener wakes
-that waiter alone (the others of its process keep sleeping). The connection is
-opened on a thread of its own when the first waiter needs it, reconnects when
-it breaks (waiters poll meanwhile, and all of them look once it is back, since
-notifications may have been missed), and is closed once no waiter has needed it
-for ``LINGER`` seconds, or at exit.
+A waiter queues with that channel in its ticket's row. A release of a resource
+that has waiters sends ``NOTIFY`` on the channel of the head of its queue, with
+the head's ticket as payload; the listener wakes that waiter alone. Only the
+head's process hears it: with a channel per resource, every process waiting on
+the resource would wake for each release, to find the ticket not its own. The
+connection is opened on a thread of its own when the first waiter needs it,
+reconnects when it breaks (waiters poll meanwhile, and all of them look once it
+is back, since notifications may have been missed), and is closed once no
+waiter has needed it for ``LINGER`` seconds, or at exit.
 
 Behind a connection pooler in transaction mode (PgBouncer) a ``LISTEN`` lands
 on some server connection that the next transaction no longer has, so with
@@ -22,6 +24,7 @@ import atexit
 import contextlib
 import logging
 import os
+import secrets
 import select
 import threading
 import time
@@ -29,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from django_dlock.backends.postgresql import channel_for
 from django_dlock.conf import conf
 from django_dlock.locking.per_alias import PerAlias
 
@@ -40,9 +42,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_dlock")
 
-# Seconds a channel (and, with none left, the connection and its thread) stays
-# after its last waiter left: a process that takes turns on a lock need not
-# reconnect and LISTEN again for each turn.
+# Seconds the connection and its thread stay after the last waiter left: a
+# process that takes turns on a lock need not reconnect and LISTEN for each turn.
 LINGER = 5.0
 # The longest pause between two attempts to reconnect, in seconds.
 RECONNECT_MAX = 2.0
@@ -51,19 +52,18 @@ IDLE_TICK = 1.0
 
 
 class Watch:
-    """One waiter's subscription to the releases of one resource."""
+    """One waiter's subscription to the releases that name its ticket."""
 
-    def __init__(self, listener: Listener, resource: str, wakeup: Wakeup) -> None:
+    def __init__(self, listener: Listener, wakeup: Wakeup) -> None:
         self.listener = listener
-        self.resource = resource
-        self.channel = channel_for(resource)
+        self.channel = listener.channel
         self.wakeup = wakeup
         self.ticket: int | None = None
 
     def listening(self, timeout: float = 0.0) -> bool:
         """Whether a release now reaches this waiter; waits up to ``timeout``
         seconds for the listener to get there (connecting, ``LISTEN``)."""
-        return self.listener._wait_listening(self.channel, timeout)
+        return self.listener._wait_listening(timeout)
 
     def claim(self, ticket: int) -> None:
         """Name the waiter's ticket: the payload that wakes it."""
@@ -78,12 +78,15 @@ class Listener:
 
     def __init__(self, using: str) -> None:
         self.using = using
+        # Random, not the process id: a channel outlives its process in the
+        # rows of waiters that crashed, and process ids come round again.
+        self.channel = f"dlock_{secrets.token_hex(12)}"
         self.usable = True  # False once a pooler was found in between
         self._lock = threading.Condition()
-        self._watches: dict[str, list[Watch]] = {}  # channel -> watches
-        self._last_used: dict[str, float] = {}  # channel -> when its last waiter left
-        self._listening: set[str] = set()  # channels LISTENed on the live connection
-        self._unclaimed: dict[str, set[int]] = {}  # tickets woken before their claim
+        self._watches: list[Watch] = []
+        self._last_used = 0.0  # when the last waiter left
+        self._listening = False  # the channel is LISTENed on the live connection
+        self._unclaimed: set[int] = set()  # tickets woken before their claim
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._wake_read, self._wake_write = os.pipe()
@@ -92,42 +95,33 @@ class Listener:
 
     # -- the waiters' side ---------------------------------------------------------
 
-    def watch(self, resource: str, wakeup: Wakeup) -> Watch:
-        watch = Watch(self, resource, wakeup)
+    def watch(self, wakeup: Wakeup) -> Watch:
+        watch = Watch(self, wakeup)
         with self._lock:
-            self._watches.setdefault(watch.channel, []).append(watch)
+            self._watches.append(watch)
             self._start()
-            # A channel still listened to (lingering after its last waiter)
-            # needs nothing from the thread: waking it would cost the process
-            # a thread switch on every turn it takes on the lock.
-            new_channel = watch.channel not in self._listening
-        if new_channel:
-            self._poke()
         return watch
 
     def _claim(self, watch: Watch, ticket: int) -> None:
         with self._lock:
             watch.ticket = ticket
-            unclaimed = self._unclaimed.get(watch.channel)
-            if unclaimed is not None and ticket in unclaimed:
-                unclaimed.discard(ticket)
+            if ticket in self._unclaimed:
+                self._unclaimed.discard(ticket)
                 watch.wakeup.set(as_head=True)
 
     def _unwatch(self, watch: Watch) -> None:
         with self._lock:
-            watches = self._watches.get(watch.channel, [])
-            if watch in watches:
-                watches.remove(watch)
-            if not watches:
-                self._watches.pop(watch.channel, None)
-                self._unclaimed.pop(watch.channel, None)
-                self._last_used[watch.channel] = time.monotonic()
+            if watch in self._watches:
+                self._watches.remove(watch)
+            if not self._watches:
+                self._unclaimed.clear()
+                self._last_used = time.monotonic()
 
-    def _wait_listening(self, channel: str, timeout: float) -> bool:
+    def _wait_listening(self, timeout: float) -> bool:
         with self._lock:
-            return self._lock.wait_for(
-                lambda: not self.usable or channel in self._listening, timeout
-            ) and (self.usable and channel in self._listening)
+            return self._lock.wait_for(lambda: not self.usable or self._listening, timeout) and (
+                self.usable and self._listening
+            )
 
     def _poke(self) -> None:
         with contextlib.suppress(OSError):
@@ -164,8 +158,8 @@ class Listener:
                         connection = self._connect()
                         if connection is None:
                             return  # a pooler: nothing to listen on
+                        self._listen(connection)
                         delay = 0.05
-                    self._sync_channels(connection)
                     self._receive(connection)
                 except Exception as error:
                     # (psycopg's errors, and OSError from a socket gone bad.)
@@ -181,10 +175,7 @@ class Listener:
     def _done(self) -> bool:
         """Whether the thread should end: stopping, or idle past the linger."""
         with self._lock:
-            now = time.monotonic()
-            idle = not self._watches and all(
-                now - last > LINGER for last in self._last_used.values()
-            )
+            idle = not self._watches and time.monotonic() - self._last_used > LINGER
             if self._stopping or idle:
                 self._thread = None
                 return True
@@ -214,31 +205,16 @@ class Listener:
                 self._wake_all()
             return None
         self.backend_pid = pid
-        connection.add_notify_handler(lambda notify: self._dispatch(notify.channel, notify.payload))
+        connection.add_notify_handler(lambda notify: self._dispatch(notify.payload))
         return connection
 
-    def _sync_channels(self, connection: psycopg.Connection[Any]) -> None:
-        """LISTEN to the channels waiters need; UNLISTEN those idle past the linger."""
+    def _listen(self, connection: psycopg.Connection[Any]) -> None:
+        """LISTEN on the process's channel (once per connection)."""
         from psycopg import sql
 
+        connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         with self._lock:
-            now = time.monotonic()
-            for channel, last in list(self._last_used.items()):
-                if channel in self._watches or now - last > LINGER:
-                    del self._last_used[channel]
-            wanted = set(self._watches) | set(self._last_used)
-            to_listen = wanted - self._listening
-            to_unlisten = self._listening - wanted
-        statements = [
-            *(sql.SQL("LISTEN {}").format(sql.Identifier(c)) for c in sorted(to_listen)),
-            *(sql.SQL("UNLISTEN {}").format(sql.Identifier(c)) for c in sorted(to_unlisten)),
-        ]
-        if not statements:
-            return
-        connection.execute(sql.SQL("; ").join(statements))
-        with self._lock:
-            self._listening |= to_listen
-            self._listening -= to_unlisten
+            self._listening = True
             self._lock.notify_all()
 
     def _receive(self, connection: psycopg.Connection[Any]) -> None:
@@ -256,22 +232,21 @@ class Listener:
             if pgconn.status != pq.ConnStatus.OK:
                 raise ConnectionError("the listening connection broke")
             while (notify := pgconn.notifies()) is not None:
-                self._dispatch(notify.relname.decode(), notify.extra.decode())
+                self._dispatch(notify.extra.decode())
 
-    def _dispatch(self, channel: str, payload: str) -> None:
+    def _dispatch(self, payload: str) -> None:
         try:
             ticket = int(payload)
         except ValueError:
             return
         with self._lock:
-            watches = self._watches.get(channel, [])
-            for watch in watches:
+            for watch in self._watches:
                 if watch.ticket == ticket:
                     watch.wakeup.set(as_head=True)
                     return
-            if any(watch.ticket is None for watch in watches):
+            if any(watch.ticket is None for watch in self._watches):
                 # A waiter between queuing and claiming its ticket: keep it.
-                self._unclaimed.setdefault(channel, set()).add(ticket)
+                self._unclaimed.add(ticket)
 
     def _lost(self, connection: psycopg.Connection[Any] | None) -> None:
         """The connection is gone: waiters poll, and all look once (a release may
@@ -280,15 +255,14 @@ class Listener:
             with contextlib.suppress(Exception):
                 connection.close()
         with self._lock:
-            self._listening.clear()
+            self._listening = False
             self.backend_pid = None
             self._lock.notify_all()
             self._wake_all()
 
     def _wake_all(self) -> None:
-        for watches in self._watches.values():
-            for watch in watches:
-                watch.wakeup.set()
+        for watch in self._watches:
+            watch.wakeup.set()
 
 
 _listeners = PerAlias(Listener)

@@ -80,6 +80,7 @@ class Wait:
     started: float = 0.0  # monotonic time before the last acquire was sent
     cancelled: bool = False
     watch: Watch | None = None
+    channel: str = ""  # the LISTEN channel the ticket carries ("" when it polls)
     rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
@@ -180,11 +181,13 @@ class Wait:
         listener = listener_for(self.using)
         if listener is None:
             return False
-        self.watch = listener.watch(self.resource, self.wakeup)
+        self.watch = listener.watch(self.wakeup)
         return self.watch.listening(min(LISTEN_WAIT, self._remaining()))
 
     def _listening(self) -> bool:
-        return self.watch is not None and self.watch.listening()
+        """Whether a release naming this waiter reaches it: its ticket carries
+        the listener's channel, and the listener is connected."""
+        return self.watch is not None and self.channel != "" and self.watch.listening()
 
     def _enqueue(self) -> QueueState:
         """Queue the waiter; the queue as seen once its ticket is in it."""
@@ -194,7 +197,12 @@ class Wait:
             # longer count anyway) so that the table stays small.
             backend.drop_dead_waiters(self.resource)
         seconds = self._ticket_ttl()
-        self.ticket, row = backend.enqueue_waiter(self.resource, self.owner, seconds)
+        # Releases notify the head's channel: only where it is listened to now.
+        listening = self.watch is not None and self.watch.listening()
+        self.channel = self.watch.channel if self.watch is not None and listening else ""
+        self.ticket, row = backend.enqueue_waiter(
+            self.resource, self.owner, seconds, channel=self.channel
+        )
         self.ticket_until = time.monotonic() + seconds
         if self.watch is not None:
             self.watch.claim(self.ticket)
