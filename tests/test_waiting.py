@@ -6,20 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
+import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.checks import Error
 from django.db import connection, connections
+from django.utils import timezone
 
 from django_dlock import LockNotAcquired, lock
+from django_dlock.backends import backend_for
+from django_dlock.backends.sqlite import host_address
 from django_dlock.checks import check_settings
 from django_dlock.locking.listener import listener_for
+from django_dlock.locking.listener_postgres import PostgresListener
 from django_dlock.locking.waiting import QueueState
 from django_dlock.models import DistributedLock, LockWaiter
 from django_dlock.signals import lock_renewed
@@ -165,7 +172,7 @@ def test_the_listener_reconnects_and_a_release_still_wakes_the_waiter(
     waiter = in_thread(wait)
     wait_for(lambda: LockWaiter.objects.filter(resource="listen:3").exists())
     listener = listener_for("default")
-    assert listener is not None
+    assert isinstance(listener, PostgresListener)
     wait_for(lambda: listener.backend_pid is not None)
     killed, connects = listener.backend_pid, listener.connects
     with connection.cursor() as cursor:
@@ -181,6 +188,99 @@ def test_the_listener_reconnects_and_a_release_still_wakes_the_waiter(
     waiter.join(15)
     assert got, "after the reconnect, the release did not wake the waiter"
     assert len(looks) == polled  # woken as the head by the release: no look needed
+
+
+# -- SQLite: the release wakes the head, with a datagram ------------------------------
+
+
+@pytest.mark.requires_sqlite
+def test_on_sqlite_a_release_wakes_the_head_without_polling(
+    settings: Any, looks: list[str]
+) -> None:
+    settings.DLOCK_BACKOFF_MAX = 5  # safety looks every 20 s: only a release wakes it
+    Locks.acquire("host:1", "holder", ttl=60)
+    got: list[str] = []
+
+    def wait() -> None:
+        with lock("host:1", timeout=15) as held:
+            got.append(held.owner)
+
+    waiter = in_thread(wait)
+    wait_for(lambda: LockWaiter.objects.filter(resource="host:1").exists())
+    [queued] = LockWaiter.objects.filter(resource="host:1")
+    listener = listener_for("default")
+    assert listener is not None and queued.channel == listener.channel
+    looked = len(looks)
+    Locks.release("host:1", "holder")
+    waiter.join(15)
+    assert got, "the release did not wake the waiter"
+    assert len(looks) == looked  # woken as the head, it took the lock without looking
+
+
+@pytest.mark.requires_sqlite
+def test_on_sqlite_a_head_the_datagram_cannot_reach_still_gets_the_lock_soon(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As for processes in other network namespaces (containers sharing the
+    # file): the release's datagram goes nowhere. Safety looks every 20 s.
+    settings.DLOCK_BACKOFF_MAX = 5
+    monkeypatch.setattr("django_dlock.backends.sqlite.wake", lambda channel, ticket: None)
+    Locks.acquire("host:3", "holder", ttl=60)
+    got: list[float] = []
+
+    def wait() -> None:
+        with lock("host:3", timeout=15):
+            got.append(time.monotonic())
+
+    waiter = in_thread(wait)
+    wait_for(lambda: LockWaiter.objects.filter(resource="host:3").exists())
+    Locks.release("host:3", "holder")
+    released = time.monotonic()
+    waiter.join(15)
+    assert got and got[0] - released < 1.0, "the head waited for a datagram that never came"
+
+
+@pytest.mark.requires_sqlite
+def test_on_sqlite_a_waiter_that_gives_up_wakes_the_next_when_the_lock_is_free() -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as spy:
+        spy.bind(host_address("dlock_spy"))
+        spy.settimeout(0.5)
+
+        def queue(owner: str) -> int:
+            expires_at = timezone.now() + timedelta(seconds=60)
+            waiter = LockWaiter.objects.create(
+                resource="host:2", owner=owner, expires_at=expires_at, channel="dlock_spy"
+            )
+            return int(waiter.pk)
+
+        Locks.acquire("host:2", "holder", ttl=60)
+        first, second = queue("first"), queue("second")
+        backend_for("default").give_up_waiting("host:2", first)
+        with pytest.raises(TimeoutError):
+            spy.recv(64)  # held: the next waiter is woken by the release
+
+        Locks.release("host:2", "holder")
+        assert spy.recv(64) == str(second).encode()  # the release woke the head
+        third = queue("third")
+        backend_for("default").give_up_waiting("host:2", second)
+        assert spy.recv(64) == str(third).encode()  # free: the next one is told
+
+
+def test_a_forked_process_makes_its_own_listener() -> None:
+    listener = listener_for("default")
+    if listener is None:
+        pytest.skip("this database has no listener here")
+    child = multiprocessing.get_context("fork").Pool(1)
+    try:
+        channel = child.apply(_listener_channel)
+    finally:
+        child.terminate()
+    assert channel not in (None, listener.channel)
+
+
+def _listener_channel() -> str | None:
+    listener = listener_for("default")
+    return None if listener is None else listener.channel
 
 
 @pytest.mark.requires_postgres

@@ -141,6 +141,10 @@ class LockBackend:
         # connection, since a connection belongs to one thread.
         return sql, compiler.get_converters(selected)
 
+    @cached_property
+    def waiters_table(self) -> str:
+        return self.qn(self.waiter_model._meta.db_table)
+
     @property
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.using]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models.expressions import RawSQL
@@ -331,10 +330,6 @@ class PostgreSQLBackend(LockBackend):
             f"WHERE w.{qn('resource')} = {resource} AND w.{qn('id')} <> {ticket} "
             f"AND w.{qn('expires_at')} > {now_sql} {condition} ORDER BY w.{qn('id')} LIMIT 1"
         )
-
-    @cached_property
-    def waiters_table(self) -> str:
-        return self.qn(self.waiter_model._meta.db_table)
 
 
 # SQL: NOTIFY the head of the queue (the CTE ``head``) on its process's channel,

@@ -1,11 +1,34 @@
-"""SQLite's SQL for the lock operations."""
+"""SQLite's SQL for the lock operations, and the wake-up of the head of a queue."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from django.db import transaction
 
 from django_dlock.backends.base import LockBackend
+from django_dlock.backends.clock import DatabaseNow, compile_expression
+
+if TYPE_CHECKING:
+    from django_dlock.models import DistributedLock
+
+
+def host_address(channel: str) -> str:
+    """The Unix socket (Linux's abstract namespace) of the listener whose
+    channel is ``channel`` (``django_dlock.locking.listener_host``)."""
+    return "\0" + channel
+
+
+def wake(channel: str, ticket: int) -> None:
+    """Tell the listener of ``channel`` that ``ticket`` heads its queue and the
+    lock is free. A listener that is gone (its process ended) is not there to
+    tell: its waiter's ticket lapses, and the next waiter looks by itself."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender, contextlib.suppress(OSError):
+        sender.sendto(str(ticket).encode(), host_address(channel))
 
 
 class SQLiteBackend(LockBackend):
@@ -28,6 +51,60 @@ class SQLiteBackend(LockBackend):
         finally:
             connection.transaction_mode = configured_mode  # type: ignore[attr-defined]
 
+    # -- waking the head of the queue ------------------------------------------------
+    # A release reads the head of the resource's queue in its transaction and,
+    # once committed, sends it a datagram (``wake``) if it listens (a channel).
+
+    def mark_released(self, lock: DistributedLock) -> None:
+        # The UPDATE returns the head of the queue (one statement, as before).
+        qn = self.qn
+        values = [
+            self.fields[name].get_db_prep_save(getattr(lock, name), self.connection)
+            for name in ("owner", "expires_at")
+        ]
+        sql = (
+            f"UPDATE {self.table} SET {qn('owner')} = %s, {qn('expires_at')} = %s "  # noqa: S608
+            f"WHERE {self.pk_column} = %s RETURNING ({self._head_sql()})"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [*values, lock.pk, lock.resource])
+            head = _listening(cursor.fetchone()[0])
+        if head is not None:
+            transaction.on_commit(lambda: wake(*head), using=self.using)
+
+    def give_up_waiting(self, resource: str, ticket: int) -> None:
+        # Leaving without the lock while it is free: the next waiter would
+        # otherwise wait for a release that already happened.
+        self.leave_queue(ticket)
+        head = self._head(resource, unless_held=True)
+        if head is not None:
+            wake(*head)
+
+    def _head(self, resource: str, *, unless_held: bool = False) -> tuple[str, int] | None:
+        """The channel and ticket of the live waiter first in line for
+        ``resource``, when it listens (and, ``unless_held``, the lock is free)."""
+        with self.connection.cursor() as cursor:
+            sql = self._head_sql(unless_held=unless_held)
+            cursor.execute(sql, [resource, resource] if unless_held else [resource])
+            row = cursor.fetchone()
+        return None if row is None else _listening(row[0])
+
+    def _head_sql(self, *, unless_held: bool = False) -> str:
+        """SQL: "channel ticket" of the first live waiter of a resource (a
+        placeholder). ``unless_held``: only while the lock (a second
+        placeholder) is free."""
+        qn = self.qn
+        now_sql, _ = compile_expression(self.using, DatabaseNow())
+        held = (
+            f"AND NOT EXISTS (SELECT 1 FROM {self.table} l WHERE l.{qn('resource')} = %s "  # noqa: S608
+            f"AND l.{qn('owner')} <> '' AND l.{qn('expires_at')} > {now_sql})"
+        )
+        return (
+            f"SELECT w.{qn('channel')} || ' ' || w.{qn('id')} FROM {self.waiters_table} w "  # noqa: S608
+            f"WHERE w.{qn('resource')} = %s AND w.{qn('expires_at')} > {now_sql} "
+            f"{held if unless_held else ''} ORDER BY w.{qn('id')} LIMIT 1"
+        )
+
     def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> int:
         ids = self._purge_candidates(older_than, prefix).values("pk")[:batch_size]
         ids_sql, ids_params = ids.query.get_compiler(using=self.using).as_sql()
@@ -44,3 +121,10 @@ class SQLiteBackend(LockBackend):
         if tokens:
             self._raise_fencing_floor(max(tokens))
         return len(tokens)
+
+
+def _listening(head: str | None) -> tuple[str, int] | None:
+    """The channel and ticket of a head read as "channel ticket"; ``None`` for
+    none, or for a head that polls (no channel)."""
+    channel, _, ticket = (head or "").partition(" ")
+    return (channel, int(ticket)) if channel else None

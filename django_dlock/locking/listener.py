@@ -1,21 +1,20 @@
-"""The PostgreSQL listener: one connection per process and alias that ``LISTEN``s
-on a channel of the process's own, for the releases its waiters wait for.
+"""The listener: one per process and database alias, on a thread of its own,
+that receives the releases its waiters wait for.
 
-A waiter queues with that channel in its ticket's row. A release of a resource
-that has waiters sends ``NOTIFY`` on the channel of the head of its queue, with
-the head's ticket as payload; the listener wakes that waiter alone. Only the
-head's process hears it: with a channel per resource, every process waiting on
-the resource would wake for each release, to find the ticket not its own. The
-connection is opened on a thread of its own when the first waiter needs it,
-reconnects when it breaks (waiters poll meanwhile, and all of them look once it
-is back, since notifications may have been missed), and is closed once no
-waiter has needed it for ``LINGER`` seconds, or at exit.
+A waiter queues with the listener's channel in its ticket's row. A release of a
+resource that has waiters sends its ticket to the channel of the head of its
+queue, and the listener wakes that waiter alone. Only the head's process hears
+it (with a channel per resource, every process waiting on the resource would
+wake for each release, to find the ticket not its own). How it travels:
 
-Behind a connection pooler in transaction mode (PgBouncer) a ``LISTEN`` lands
-on some server connection that the next transaction no longer has, so with
-``DLOCK_LISTEN = "auto"`` (the default) the listener tells a pooler apart from
-the server (a pooler reports its own process id to the client, not the
-server's) and does not listen behind one: waiters poll, as with ``False``.
+- PostgreSQL: ``LISTEN``/``NOTIFY`` (``listener_postgres``);
+- SQLite, whose processes all run on one host: a datagram to a Unix socket
+  named by the channel (``listener_host``).
+
+The listener starts when the first waiter needs it, reconnects when its
+connection breaks (waiters poll meanwhile, and all of them look once it is
+back, since wake-ups may have been missed), and stops once no waiter has needed
+it for ``LINGER`` seconds, or at exit.
 """
 
 from __future__ import annotations
@@ -25,10 +24,10 @@ import contextlib
 import logging
 import os
 import secrets
-import select
+import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from django.db import connections
 
@@ -36,8 +35,6 @@ from django_dlock.conf import conf
 from django_dlock.locking.per_alias import PerAlias
 
 if TYPE_CHECKING:
-    import psycopg
-
     from django_dlock.locking.wakeup import Wakeup
 
 logger = logging.getLogger("django_dlock")
@@ -51,10 +48,13 @@ RECONNECT_MAX = 2.0
 IDLE_TICK = 1.0
 
 
+_C = TypeVar("_C")  # a listener's connection: what its thread receives on
+
+
 class Watch:
     """One waiter's subscription to the releases that name its ticket."""
 
-    def __init__(self, listener: Listener, wakeup: Wakeup) -> None:
+    def __init__(self, listener: Listener[Any], wakeup: Wakeup) -> None:
         self.listener = listener
         self.channel = listener.channel
         self.wakeup = wakeup
@@ -73,8 +73,10 @@ class Watch:
         self.listener._unwatch(self)
 
 
-class Listener:
-    """The listening connection of one database alias in this process."""
+class Listener(Generic[_C]):
+    """The listening connection of one database alias in this process: the
+    waiters' side and the thread. What the thread listens on, a subclass says
+    (``_connect``, ``_subscribe``, ``_receive``, ``_close``)."""
 
     def __init__(self, using: str) -> None:
         self.using = using
@@ -91,7 +93,6 @@ class Listener:
         self._stopping = False
         self._wake_read, self._wake_write = os.pipe()
         self.connects = 0  # how many times it connected (for tests and benchmarks)
-        self.backend_pid: int | None = None
 
     # -- the waiters' side ---------------------------------------------------------
 
@@ -149,7 +150,7 @@ class Listener:
     # -- the thread ----------------------------------------------------------------
 
     def _run(self) -> None:
-        connection: psycopg.Connection[Any] | None = None
+        connection: _C | None = None
         delay = 0.05
         try:
             while not self._done():
@@ -157,12 +158,15 @@ class Listener:
                     if connection is None:
                         connection = self._connect()
                         if connection is None:
-                            return  # a pooler: nothing to listen on
-                        self._listen(connection)
+                            return  # nothing to listen on (a pooler)
+                        self._subscribe(connection)
+                        with self._lock:
+                            self._listening = True
+                            self._lock.notify_all()
                         delay = 0.05
                     self._receive(connection)
                 except Exception as error:
-                    # (psycopg's errors, and OSError from a socket gone bad.)
+                    # (The driver's errors, and OSError from a socket gone bad.)
                     logger.warning("django-dlock listener on %r: %s", self.using, error)
                     self._lost(connection)
                     connection = None
@@ -181,59 +185,6 @@ class Listener:
                 return True
             return False
 
-    def _connect(self) -> psycopg.Connection[Any] | None:
-        import psycopg
-
-        params = connections[self.using].get_connection_params()
-        for django_only in ("cursor_factory", "context", "prepare_threshold"):
-            params.pop(django_only, None)
-        connection = psycopg.connect(**params, autocommit=True)
-        self.connects += 1
-        (pid,) = connection.execute("SELECT pg_backend_pid()").fetchone() or (None,)
-        if conf.LISTEN == "auto" and pid != connection.info.backend_pid:
-            logger.info(
-                "django-dlock: database %r is reached through a connection pooler; "
-                "waiters poll instead of listening (set DLOCK_LISTEN = True if it "
-                "pools sessions).",
-                self.using,
-            )
-            connection.close()
-            with self._lock:
-                self.usable = False
-                self._thread = None
-                self._lock.notify_all()
-                self._wake_all()
-            return None
-        self.backend_pid = pid
-        connection.add_notify_handler(lambda notify: self._dispatch(notify.payload))
-        return connection
-
-    def _listen(self, connection: psycopg.Connection[Any]) -> None:
-        """LISTEN on the process's channel (once per connection)."""
-        from psycopg import sql
-
-        connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
-        with self._lock:
-            self._listening = True
-            self._lock.notify_all()
-
-    def _receive(self, connection: psycopg.Connection[Any]) -> None:
-        """Wait for notifications (or a poke) and hand them out."""
-        socket = connection.fileno()
-        ready, _, _ = select.select([socket, self._wake_read], [], [], IDLE_TICK)
-        if self._wake_read in ready:
-            os.read(self._wake_read, 4096)
-        if socket in ready:
-            from psycopg import pq
-
-            pgconn = connection.pgconn
-            # Raises once the server closed the session (pg_terminate_backend).
-            pgconn.consume_input()
-            if pgconn.status != pq.ConnStatus.OK:
-                raise ConnectionError("the listening connection broke")
-            while (notify := pgconn.notifies()) is not None:
-                self._dispatch(notify.extra.decode())
-
     def _dispatch(self, payload: str) -> None:
         try:
             ticket = int(payload)
@@ -248,15 +199,14 @@ class Listener:
                 # A waiter between queuing and claiming its ticket: keep it.
                 self._unclaimed.add(ticket)
 
-    def _lost(self, connection: psycopg.Connection[Any] | None) -> None:
+    def _lost(self, connection: _C | None) -> None:
         """The connection is gone: waiters poll, and all look once (a release may
         have been missed while it was down)."""
         if connection is not None:
             with contextlib.suppress(Exception):
-                connection.close()
+                self._close(connection)
         with self._lock:
             self._listening = False
-            self.backend_pid = None
             self._lock.notify_all()
             self._wake_all()
 
@@ -264,18 +214,52 @@ class Listener:
         for watch in self._watches:
             watch.wakeup.set()
 
+    # -- what the thread listens on (a subclass's) -----------------------------------
 
-_listeners = PerAlias(Listener)
+    def _connect(self) -> _C | None:
+        """A new connection, or None where there is nothing to listen on."""
+        raise NotImplementedError
+
+    def _subscribe(self, connection: _C) -> None:
+        """Start receiving on the process's channel."""
+        raise NotImplementedError
+
+    def _receive(self, connection: _C) -> None:
+        """Wait up to ``IDLE_TICK`` for wake-ups (or a poke); hand them out."""
+        raise NotImplementedError
+
+    def _close(self, connection: _C) -> None:
+        raise NotImplementedError
 
 
-def listener_for(using: str) -> Listener | None:
-    """This process's listener for ``using``, or ``None`` where waiters poll
-    (not PostgreSQL, no psycopg 3, ``DLOCK_LISTEN = False``, or a pooler)."""
-    if conf.LISTEN is False or connections[using].vendor != "postgresql":
+def _listener(using: str) -> Listener[Any]:
+    # (Imported here: each kind imports this module.)
+    if connections[using].vendor == "postgresql":
+        from django_dlock.locking.listener_postgres import PostgresListener
+
+        return PostgresListener(using)
+    from django_dlock.locking.listener_host import HostListener
+
+    return HostListener(using)
+
+
+_listeners = PerAlias(_listener)
+
+
+def listener_for(using: str) -> Listener[Any] | None:
+    """This process's listener for ``using``, or ``None`` where waiters poll:
+    ``DLOCK_LISTEN = False``; PostgreSQL without psycopg 3 (psycopg2 has no
+    notify handlers) or behind a pooler; SQLite off Linux (the datagrams go to
+    abstract Unix sockets); MariaDB."""
+    if conf.LISTEN is False:
         return None
-    try:
-        import psycopg  # noqa: F401 - psycopg2 has no notify handlers: poll
-    except ImportError:
+    vendor = connections[using].vendor
+    if vendor == "postgresql":
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            return None
+    elif vendor != "sqlite" or sys.platform != "linux":
         return None
     listener = _listeners(using)
     return listener if listener.usable else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -16,6 +17,13 @@ class PerAlias(Generic[_T]):
         self._factory = factory
         self._instances: dict[str, _T] = {}
         self._lock = threading.Lock()
+        # A forked child has none of the parent's threads, and must not share
+        # its connections, sockets or listening channel: it makes its own.
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()  # the parent may have held it while forking
+        self._instances = {}
 
     def __call__(self, using: str) -> _T:
         with self._lock:

@@ -7,15 +7,18 @@ back in ahead of those already waiting.
 
 How the head learns that the lock came free:
 
-- PostgreSQL, connected directly: a release of a resource with waiters sends
-  ``NOTIFY`` naming the head's ticket, and this process's listener wakes that
-  waiter alone. It still looks now and then (``LISTENING_LOOKS`` times the
-  longest backoff), and at the holder's expiry, which no release announces.
-- SQLite: all processes share one host and looking costs microseconds, so the
-  head looks every few milliseconds (slower the longer it has waited).
-- Elsewhere (behind PgBouncer, while the listener is down): capped exponential
-  backoff with full jitter; waiters further back sleep about as long as the
-  turns ahead of them take.
+- Where the process has a listener (PostgreSQL connected directly; SQLite on
+  Linux): a release of a resource with waiters sends the head's ticket to the
+  channel its ticket carries (``NOTIFY``, or a datagram), and this process's
+  listener wakes that waiter alone. It still looks now and then
+  (``LISTENING_LOOKS`` times the longest backoff), and at the holder's expiry,
+  which no release announces. See ``django_dlock.locking.listener``.
+- SQLite without a listener: all processes share one host and looking costs
+  microseconds, so the head looks every few milliseconds (slower the longer it
+  has waited).
+- Elsewhere (behind PgBouncer, MariaDB, while the listener is down): capped
+  exponential backoff with full jitter; waiters further back sleep about as
+  long as the turns ahead of them take.
 
 In one process only the first waiter of a resource looks at all: the others
 sleep until it leaves, so that a thousand waiters cost what one does.
@@ -47,6 +50,8 @@ WAITER_TTL = 10.0
 # A listening waiter still looks every LISTENING_LOOKS x DLOCK_BACKOFF_MAX
 # seconds, in case a wake-up went astray.
 LISTENING_LOOKS = 4
+# The longest a listening head of a queue sleeps on SQLite, in seconds.
+SHARED_HOST_HEAD_LOOKS = 0.05
 # How long a waiter waits for the listener to be there before it queues (its
 # first connection, a LISTEN), in seconds; past that it polls.
 LISTEN_WAIT = 2.0
@@ -243,6 +248,10 @@ class Wait:
         if self._listening() and (state.ahead == 0 or not state.free):
             # A release wakes us; the timer covers an expiry and the ticket.
             sleep = min(LISTENING_LOOKS * conf.BACKOFF_MAX, max(refresh_in, 0.0))
+            if state.ahead == 0 and backend_for(self.using).waiters_share_host:
+                # A datagram does not cross network namespaces (containers that
+                # share the SQLite file): the head still looks now and then.
+                sleep = min(sleep, SHARED_HOST_HEAD_LOOKS)
         elif state.ahead and self.turn is not None:
             # Nothing to do before those ahead have had their turns: sleep a
             # quarter to half of that, so that looking costs little while the

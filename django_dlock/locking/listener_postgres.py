@@ -1,0 +1,83 @@
+"""The PostgreSQL listener: ``LISTEN`` on a connection of its own, on the
+process's channel; a release ``NOTIFY``s the head's channel with its ticket.
+
+Behind a connection pooler in transaction mode (PgBouncer) a ``LISTEN`` lands
+on some server connection that the next transaction no longer has, so with
+``DLOCK_LISTEN = "auto"`` (the default) the listener tells a pooler apart from
+the server (a pooler reports its own process id to the client, not the
+server's) and does not listen behind one: waiters poll, as with ``False``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections
+
+from django_dlock.conf import conf
+from django_dlock.locking.listener import IDLE_TICK, Listener, logger
+
+if TYPE_CHECKING:
+    import psycopg
+
+
+class PostgresListener(Listener["psycopg.Connection[Any]"]):
+    """``LISTEN`` on a connection of its own; releases ``NOTIFY`` the channel."""
+
+    def __init__(self, using: str) -> None:
+        super().__init__(using)
+        self.backend_pid: int | None = None
+
+    def _connect(self) -> psycopg.Connection[Any] | None:
+        import psycopg
+
+        params = connections[self.using].get_connection_params()
+        for django_only in ("cursor_factory", "context", "prepare_threshold"):
+            params.pop(django_only, None)
+        connection = psycopg.connect(**params, autocommit=True)
+        self.connects += 1
+        (pid,) = connection.execute("SELECT pg_backend_pid()").fetchone() or (None,)
+        if conf.LISTEN == "auto" and pid != connection.info.backend_pid:
+            logger.info(
+                "django-dlock: database %r is reached through a connection pooler; "
+                "waiters poll instead of listening (set DLOCK_LISTEN = True if it "
+                "pools sessions).",
+                self.using,
+            )
+            connection.close()
+            with self._lock:
+                self.usable = False
+                self._thread = None
+                self._lock.notify_all()
+                self._wake_all()
+            return None
+        self.backend_pid = pid
+        connection.add_notify_handler(lambda notify: self._dispatch(notify.payload))
+        return connection
+
+    def _subscribe(self, connection: psycopg.Connection[Any]) -> None:
+        from psycopg import sql
+
+        connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+
+    def _receive(self, connection: psycopg.Connection[Any]) -> None:
+        socket = connection.fileno()
+        ready, _, _ = select.select([socket, self._wake_read], [], [], IDLE_TICK)
+        if self._wake_read in ready:
+            os.read(self._wake_read, 4096)
+        if socket in ready:
+            from psycopg import pq
+
+            pgconn = connection.pgconn
+            # Raises once the server closed the session (pg_terminate_backend).
+            pgconn.consume_input()
+            if pgconn.status != pq.ConnStatus.OK:
+                raise ConnectionError("the listening connection broke")
+            while (notify := pgconn.notifies()) is not None:
+                self._dispatch(notify.extra.decode())
+
+    def _close(self, connection: psycopg.Connection[Any]) -> None:
+        self.backend_pid = None
+        connection.close()
