@@ -345,6 +345,14 @@ class LockBackend:
         """Write the released ``lock`` (no owner, expired) inside its lock transaction."""
         self.update(lock, ["owner", "expires_at"])
 
+    def _released_values(self, lock: DistributedLock) -> list[Any]:
+        """The released ``lock``'s owner and expiry, as parameters of a hand-written
+        ``UPDATE`` (a vendor's ``mark_released`` that also wakes the head)."""
+        return [
+            self.fields[name].get_db_prep_save(getattr(lock, name), self.connection)
+            for name in ("owner", "expires_at")
+        ]
+
     def renew_many(
         self, pairs: Sequence[tuple[str, str]], seconds: float
     ) -> dict[tuple[str, str], DistributedLock]:

@@ -285,10 +285,7 @@ class PostgreSQLBackend(LockBackend):
 
     def mark_released(self, lock: DistributedLock) -> None:
         qn = self.qn
-        values = [
-            self.fields[name].get_db_prep_save(getattr(lock, name), self.connection)
-            for name in ("owner", "expires_at")
-        ]
+        values = self._released_values(lock)
         sql = (
             f"WITH head AS ({self._head_sql()}) UPDATE {self.table} "  # noqa: S608
             f"SET {qn('owner')} = %s, {qn('expires_at')} = %s WHERE {self.pk_column} = %s "

@@ -58,10 +58,7 @@ class SQLiteBackend(LockBackend):
     def mark_released(self, lock: DistributedLock) -> None:
         # The UPDATE returns the head of the queue (one statement, as before).
         qn = self.qn
-        values = [
-            self.fields[name].get_db_prep_save(getattr(lock, name), self.connection)
-            for name in ("owner", "expires_at")
-        ]
+        values = self._released_values(lock)
         sql = (
             f"UPDATE {self.table} SET {qn('owner')} = %s, {qn('expires_at')} = %s "  # noqa: S608
             f"WHERE {self.pk_column} = %s RETURNING ({self._head_sql()})"

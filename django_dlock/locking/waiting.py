@@ -181,13 +181,14 @@ class Wait:
             self.ticket = None
         return acquired
 
-    def _watch(self) -> bool:
-        """Subscribe to the releases of the resource; whether they reach us."""
+    def _watch(self) -> None:
+        """Subscribe to the releases that name this waiter, and give the listener
+        a moment to get there (its first connection) before queuing."""
         listener = listener_for(self.using)
         if listener is None:
-            return False
+            return
         self.watch = listener.watch(self.wakeup)
-        return self.watch.listening(min(LISTEN_WAIT, self._remaining()))
+        self.watch.listening(min(LISTEN_WAIT, self._remaining()))
 
     def _listening(self) -> bool:
         """Whether a release naming this waiter reaches it: its ticket carries
