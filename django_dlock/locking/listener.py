@@ -87,7 +87,7 @@ class Listener(Generic[_C]):
         self._lock = threading.Condition()
         self._watches: list[Watch] = []
         self._last_used = 0.0  # when the last waiter left
-        self._listening = False  # the channel is LISTENed on the live connection
+        self._listening = False  # the live connection receives on the channel
         self._unclaimed: set[int] = set()  # tickets woken before their claim
         self._thread: threading.Thread | None = None
         self._stopping = False
