@@ -12,7 +12,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.utils.module_loading import import_string
 
-from django_dlock.backends.base import LockBackend, QueueRow
+from django_dlock.backends.base import LockBackend
+from django_dlock.backends.queue import QueueRow
 
 __all__ = ["BACKENDS", "LockBackend", "QueueRow", "backend_for"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -28,6 +28,7 @@ from django.db.models.functions import Greatest
 from django.db.models.sql import Query
 
 from django_dlock.backends.clock import DatabaseNow, compile_expression, expired_before, now_plus
+from django_dlock.backends.queue import WaiterQueue
 
 if TYPE_CHECKING:
     from django_dlock.managers import DistributedLockQuerySet
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
 
 _PLACEHOLDER = "django-dlock:placeholder"
 
-# "No ticket yet" for queue_state(): every queued waiter is ahead.
-NO_TICKET = 2**62
 # Locks per statement of renew_many(): well under every database's parameter limit.
 RENEW_CHUNK = 500
 
@@ -61,27 +60,7 @@ class Found:
         return self.owner == ""
 
 
-@dataclass(frozen=True)
-class QueueRow:
-    """What a waiter sees in one look (``queue_state``)."""
-
-    owner: str | None  # the lock row's owner: None without a row, "" once released
-    expires_at: datetime | None  # the lock row's expiry, None without a row
-    now: datetime  # the database's time of the look
-    ahead: int  # live waiters queued before the ticket
-
-    @classmethod
-    def of(cls, owner: str | None, expires_at: Any, now: Any, ahead: int) -> QueueRow:
-        """From a row's values, the times as the driver returned them."""
-        return cls(
-            owner=owner,
-            expires_at=None if expires_at is None else _to_datetime(expires_at),
-            now=_to_datetime(now),
-            ahead=ahead,
-        )
-
-
-class LockBackend:
+class LockBackend(WaiterQueue):
     """The SQL of the lock operations on one database alias.
 
     ``select_for_update``, ``insert`` and ``update`` run inside the lock
@@ -119,7 +98,6 @@ class LockBackend:
         }
         self.columns = list(self.column_sql.values())
         self.pk_column = self.column_sql[self.model._meta.pk.attname]
-        self.queue_state_sql = self._queue_state_sql()
 
     @cached_property
     def _select(self) -> tuple[str, dict[int, tuple[list[Any], Any]]]:
@@ -140,10 +118,6 @@ class LockBackend:
         # {column index: (converters, expression)}; called with the caller's
         # connection, since a connection belongs to one thread.
         return sql, compiler.get_converters(selected)
-
-    @cached_property
-    def waiters_table(self) -> str:
-        return self.qn(self.waiter_model._meta.db_table)
 
     @property
     def connection(self) -> BaseDatabaseWrapper:
@@ -296,51 +270,6 @@ class LockBackend:
             floors.bulk_create([self.floor_model(pk=1, value=token)], ignore_conflicts=True)
             floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
 
-    # -- the waiter queue ------------------------------------------------------------
-
-    def queue_state(self, resource: str, ticket: int | None) -> QueueRow:
-        """One statement, no transaction: the lock row and how many live waiters
-        are queued before ``ticket`` (all of them when ``ticket`` is None)."""
-        connection = self.connection
-        with connection.cursor() as cursor:
-            cursor.execute(self.queue_state_sql, [resource, ticket or NO_TICKET, resource])
-            return QueueRow.of(*cursor.fetchone())
-
-    def enqueue_waiter(
-        self, resource: str, owner: str, seconds: float, *, channel: str = ""
-    ) -> tuple[int, QueueRow]:
-        """Queue a waiter for ``seconds`` (unless refreshed), to be woken on
-        ``channel`` (PostgreSQL; "" polls); its ticket, and the queue as seen
-        once the ticket is in it. An INSERT in autocommit (no transaction of its
-        own to wait for), then ``queue_state``."""
-        waiter = self.waiter_model._default_manager.using(self.using).create(
-            resource=resource,
-            owner=owner,
-            expires_at=now_plus(timedelta(seconds=seconds)),
-            channel=channel,
-        )
-        return int(waiter.pk), self.queue_state(resource, waiter.pk)
-
-    def refresh_waiters(self, tickets: Sequence[int], seconds: float) -> None:
-        """Keep the waiters of ``tickets`` queued for ``seconds`` more (one UPDATE)."""
-        self.waiter_model._default_manager.using(self.using).filter(pk__in=tickets).update(
-            expires_at=now_plus(timedelta(seconds=seconds))
-        )
-
-    def leave_queue(self, ticket: int) -> None:
-        """Drop the waiter that took the lock (inside its lock transaction)."""
-        self.waiter_model._default_manager.using(self.using).filter(pk=ticket).delete()
-
-    def give_up_waiting(self, resource: str, ticket: int) -> None:
-        """Drop a waiter that leaves without the lock (timed out, cancelled)."""
-        self.leave_queue(ticket)
-
-    def drop_dead_waiters(self, resource: str) -> None:
-        """Delete the rows of waiters of ``resource`` that stopped refreshing them."""
-        self.waiter_model._default_manager.using(self.using).filter(
-            resource=resource, expires_at__lte=DatabaseNow()
-        ).delete()
-
     def mark_released(self, lock: DistributedLock) -> None:
         """Write the released ``lock`` (no owner, expired) inside its lock transaction."""
         self.update(lock, ["owner", "expires_at"])
@@ -380,23 +309,6 @@ class LockBackend:
                 renewed[(lock.resource, lock.owner)] = lock
         return renewed
 
-    def _queue_state_sql(self) -> str:
-        # Waiters run this in a loop, so it is one hand-written SELECT rather than
-        # ORM queries (a third of the cost).
-        qn = self.qn
-        now_sql, now_params = compile_expression(self.using, DatabaseNow())
-        assert not now_params  # noqa: S101 - DatabaseNow() is plain SQL
-        waiters = qn(self.waiter_model._meta.db_table)
-        # A one-row SELECT of the queue count, LEFT JOINed to the lock row (there is
-        # none before the first acquisition of the resource).
-        # Table and column names only; the values are parameters.
-        return (
-            f"SELECT l.{qn('owner')}, l.{qn('expires_at')}, {now_sql}, q.n FROM "  # noqa: S608
-            f"(SELECT COUNT(*) AS n FROM {waiters} w WHERE w.{qn('resource')} = %s "
-            f"AND w.{qn('id')} < %s AND w.{qn('expires_at')} > {now_sql}) q "
-            f"LEFT JOIN {self.table} l ON l.{qn('resource')} = %s"
-        )
-
     # -- rows --------------------------------------------------------------------------
 
     def _convert(self, row: Sequence[Any], connection: BaseDatabaseWrapper) -> list[Any]:
@@ -406,10 +318,3 @@ class LockBackend:
                 for converter in converters:
                     values[index] = converter(values[index], expression, connection)
         return values
-
-
-def _to_datetime(value: Any) -> datetime:
-    """A timestamp as the backend returned it (SQLite: text) as an aware datetime."""
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    return datetime.fromisoformat(value).replace(tzinfo=UTC)

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models.expressions import RawSQL
 
-from django_dlock.backends.base import Found, LockBackend, QueueRow, Written
+from django_dlock.backends.base import Found, LockBackend, Written
 from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
 from django_dlock.backends.prepared import PreparedStatements, Statement
+from django_dlock.backends.queue import QueueRow
 
 if TYPE_CHECKING:
     from django_dlock.models import DistributedLock

@@ -33,8 +33,8 @@ import time
 from dataclasses import dataclass, field
 
 from django_dlock.backends import backend_for
-from django_dlock.backends.base import QueueRow
 from django_dlock.backends.clock import time_left
+from django_dlock.backends.queue import QueueRow
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.locking.listener import Watch, listener_for

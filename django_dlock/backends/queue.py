@@ -1,0 +1,123 @@
+"""The queue of waiters of ``lock()``: one row per waiting call, its ticket.
+
+A waiter queues once, looks at the lock row and at how many live waiters are
+ahead of it, and tries to take the lock when it is the head (``locking/waiting.py``).
+Its process refreshes the row while it waits, so a crashed waiter's row expires
+and is dropped. These statements are the same on every vendor; a vendor
+overrides the ones it answers with fewer statements or uses to wake the head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import Any
+
+from django.db import connections, models
+
+from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
+
+# "No ticket yet" for queue_state(): every queued waiter is ahead.
+NO_TICKET = 2**62
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """What a waiter sees in one look (``queue_state``)."""
+
+    owner: str | None  # the lock row's owner: None without a row, "" once released
+    expires_at: datetime | None  # the lock row's expiry, None without a row
+    now: datetime  # the database's time of the look
+    ahead: int  # live waiters queued before the ticket
+
+    @classmethod
+    def of(cls, owner: str | None, expires_at: Any, now: Any, ahead: int) -> QueueRow:
+        """From a row's values, the times as the driver returned them."""
+        return cls(
+            owner=owner,
+            expires_at=None if expires_at is None else _to_datetime(expires_at),
+            now=_to_datetime(now),
+            ahead=ahead,
+        )
+
+
+class WaiterQueue:
+    """The waiter-queue statements of a ``LockBackend`` (which sets these attributes)."""
+
+    using: str
+    qn: Callable[[str], str]
+    table: str
+    waiter_model: type[models.Model]
+
+    @cached_property
+    def waiters_table(self) -> str:
+        return self.qn(self.waiter_model._meta.db_table)
+
+    @cached_property
+    def queue_state_sql(self) -> str:
+        """The SELECT of ``queue_state``."""
+        # Waiters run this in a loop, so it is one hand-written SELECT rather than
+        # ORM queries (a third of the cost).
+        qn = self.qn
+        now_sql, now_params = compile_expression(self.using, DatabaseNow())
+        assert not now_params  # noqa: S101 - DatabaseNow() is plain SQL
+        # A one-row SELECT of the queue count, LEFT JOINed to the lock row (there is
+        # none before the first acquisition of the resource).
+        # Table and column names only; the values are parameters.
+        return (
+            f"SELECT l.{qn('owner')}, l.{qn('expires_at')}, {now_sql}, q.n FROM "  # noqa: S608
+            f"(SELECT COUNT(*) AS n FROM {self.waiters_table} w WHERE w.{qn('resource')} = %s "
+            f"AND w.{qn('id')} < %s AND w.{qn('expires_at')} > {now_sql}) q "
+            f"LEFT JOIN {self.table} l ON l.{qn('resource')} = %s"
+        )
+
+    def queue_state(self, resource: str, ticket: int | None) -> QueueRow:
+        """One statement, no transaction: the lock row and how many live waiters
+        are queued before ``ticket`` (all of them when ``ticket`` is None)."""
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(self.queue_state_sql, [resource, ticket or NO_TICKET, resource])
+            return QueueRow.of(*cursor.fetchone())
+
+    def enqueue_waiter(
+        self, resource: str, owner: str, seconds: float, *, channel: str = ""
+    ) -> tuple[int, QueueRow]:
+        """Queue a waiter for ``seconds`` (unless refreshed), to be woken on
+        ``channel`` (PostgreSQL; "" polls); its ticket, and the queue as seen
+        once the ticket is in it. An INSERT in autocommit (no transaction of its
+        own to wait for), then ``queue_state``."""
+        waiter = self.waiter_model._default_manager.using(self.using).create(
+            resource=resource,
+            owner=owner,
+            expires_at=now_plus(timedelta(seconds=seconds)),
+            channel=channel,
+        )
+        return int(waiter.pk), self.queue_state(resource, waiter.pk)
+
+    def refresh_waiters(self, tickets: Sequence[int], seconds: float) -> None:
+        """Keep the waiters of ``tickets`` queued for ``seconds`` more (one UPDATE)."""
+        self.waiter_model._default_manager.using(self.using).filter(pk__in=tickets).update(
+            expires_at=now_plus(timedelta(seconds=seconds))
+        )
+
+    def leave_queue(self, ticket: int) -> None:
+        """Drop the waiter that took the lock (inside its lock transaction)."""
+        self.waiter_model._default_manager.using(self.using).filter(pk=ticket).delete()
+
+    def give_up_waiting(self, resource: str, ticket: int) -> None:
+        """Drop a waiter that leaves without the lock (timed out, cancelled)."""
+        self.leave_queue(ticket)
+
+    def drop_dead_waiters(self, resource: str) -> None:
+        """Delete the rows of waiters of ``resource`` that stopped refreshing them."""
+        self.waiter_model._default_manager.using(self.using).filter(
+            resource=resource, expires_at__lte=DatabaseNow()
+        ).delete()
+
+
+def _to_datetime(value: Any) -> datetime:
+    """A timestamp as the backend returned it (SQLite: text) as an aware datetime."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime.fromisoformat(value).replace(tzinfo=UTC)
