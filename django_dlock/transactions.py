@@ -3,22 +3,16 @@ a transaction the caller has open."""
 
 from __future__ import annotations
 
-import random
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from django.db import DatabaseError, connections, transaction
+from django.db import connections, transaction
 
 from django_dlock.backends import backend_for
 from django_dlock.exceptions import LockTransactionError
 
 _T = TypeVar("_T")
-
-# How many times a lock operation runs at most when the database keeps choosing
-# its transaction as a deadlock's victim.
-DEADLOCK_ATTEMPTS = 5
 
 
 def refuse_callers_transaction(using: str) -> None:
@@ -73,25 +67,24 @@ def lock_transaction(using: str) -> Iterator[None]:
 
 
 def in_lock_transaction(using: str, operation: Callable[[], _T]) -> _T:
-    """``operation()`` in a lock transaction of its own (``lock_transaction``).
+    """``operation()`` in a lock transaction of its own (``lock_transaction``),
+    run again when the backend says the failure was a lost race that wrote
+    nothing (``LockBackend.retry_after``).
 
     InnoDB breaks a deadlock by rolling one transaction back (error 1213), and
     its row and index locks make some unavoidable: a first insert locks the
-    index entry after its key, which a neighbour's first insert may hold. The
-    victim wrote nothing, so the operation runs again: a lost race is never an
-    exception. (Inside Django's TestCase transaction the rollback undid the
-    test's own work too, so there it raises.)
+    index entry after its key, which a neighbour's first insert may hold.
+    SQLite's lock transaction does not wait in SQLite's busy handler, which
+    sleeps whole milliseconds, but here, in steps a lock hand-over can afford.
+    Either way a lost race is never an exception. (Inside Django's TestCase
+    transaction a rollback would undo the test's own work too, so there it
+    raises.)
     """
-    backend = backend_for(using)
-    nested = bool(connections[using].atomic_blocks)
-    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
-        try:
-            with lock_transaction(using):
-                return operation()
-        except DatabaseError as error:
-            if nested or attempt == DEADLOCK_ATTEMPTS or not backend.is_deadlock(error):
-                raise
-            # The winner commits within a statement or two; a jittered pause
-            # keeps two victims from meeting again.
-            time.sleep(random.uniform(0, 0.002 * attempt))  # noqa: S311 - jitter, not a secret
-    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def attempt() -> _T:
+        with lock_transaction(using):
+            return operation()
+
+    if connections[using].atomic_blocks:
+        return attempt()
+    return backend_for(using).retrying(attempt)

@@ -13,15 +13,17 @@ vendor may answer an operation with fewer statements, or fuse several.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import itertools
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from django.apps import apps
-from django.db import connections, models
+from django.db import DatabaseError, connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Value
 from django.db.models.functions import Greatest
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from django_dlock.models import DistributedLock
 
 _PLACEHOLDER = "django-dlock:placeholder"
+_T = TypeVar("_T")
 
 # Locks per statement of renew_many(): well under every database's parameter limit.
 RENEW_CHUNK = 500
@@ -125,10 +128,25 @@ class LockBackend(WaiterQueue):
 
     # -- the transaction -----------------------------------------------------------
 
-    def is_deadlock(self, error: Exception) -> bool:
-        """Whether ``error`` says the database rolled the transaction back to
-        break a deadlock (``in_lock_transaction`` runs it again)."""
-        return False
+    def retrying(self, operation: Callable[[], _T]) -> _T:
+        """``operation()``, run again while it fails with an error that says it
+        lost a race and wrote nothing (``retry_after``)."""
+        started = time.monotonic()
+        for attempt in itertools.count(1):
+            try:
+                return operation()
+            except DatabaseError as error:
+                pause = self.retry_after(error, attempt, started)
+                if pause is None:
+                    raise
+                time.sleep(pause)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:
+        """Seconds to pause before ``retrying`` runs an operation again that
+        failed with ``error`` (its ``attempt``-th, the first begun at
+        ``time.monotonic()`` ``started``); ``None``: raise ``error``."""
+        return None
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

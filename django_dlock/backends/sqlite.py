@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -15,6 +16,14 @@ from django_dlock.backends.clock import DatabaseNow, compile_expression
 
 if TYPE_CHECKING:
     from django_dlock.models import DistributedLock
+
+
+# SQLite's primary result code for "database is locked".
+SQLITE_BUSY = 5
+# The pauses between tries to begin a lock transaction: 0.1 ms more each time,
+# up to 1 ms (a write of another lock operation lasts about 0.3 ms).
+BUSY_PAUSE = 0.0001
+BUSY_PAUSE_MAX = 0.001
 
 
 def host_address(channel: str) -> str:
@@ -40,16 +49,55 @@ class SQLiteBackend(LockBackend):
         """Start the lock transaction with ``BEGIN IMMEDIATE``, whatever the
         database's ``transaction_mode``: a deferred transaction that reads and then
         writes fails at once with "database is locked" when another process got the
-        write lock first, while ``IMMEDIATE`` waits for it (the busy timeout)."""
+        write lock first, while ``IMMEDIATE`` waits for it (``without_busy_handler``).
+        """
         connection = self.connection
         connection.ensure_connection()  # the backend reads transaction_mode on connecting
         configured_mode = connection.transaction_mode  # type: ignore[attr-defined]
         if configured_mode != "EXCLUSIVE":
             connection.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
         try:
-            yield
+            with self._without_busy_handler():
+                yield
         finally:
             connection.transaction_mode = configured_mode  # type: ignore[attr-defined]
+
+    @contextmanager
+    def _without_busy_handler(self) -> Iterator[None]:
+        """Wait for the write lock in ``retrying`` (``retry_after``), not in SQLite's
+        busy handler: that one sleeps 1, 2, 5... ms between tries, and a hand-over of
+        a busy lock, whose writes last a fraction of a millisecond each, would wait
+        a millisecond whenever the next holder's write met the last one's. So the
+        busy timeout is 0 inside (set on the driver's connection: a setting of the
+        session, not a statement of the operation).
+
+        Not inside a transaction (Django's TestCase): nothing begins there, and
+        nothing would run the operation again.
+        """
+        connection = self.connection
+        connection.ensure_connection()
+        session = connection.connection
+        if connection.atomic_blocks:
+            yield
+            return
+        (busy_ms,) = session.execute("PRAGMA busy_timeout").fetchone()
+        session.execute("PRAGMA busy_timeout = 0")
+        try:
+            yield
+        finally:
+            if connection.connection is session:  # not closed meanwhile
+                session.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+
+    def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:
+        code = getattr(error.__cause__, "sqlite_errorcode", None)
+        if code is None or code & 0xFF != SQLITE_BUSY:
+            return None
+        # Up to the session's busy timeout (OPTIONS "timeout", the driver's
+        # default 5 s, or a PRAGMA), as SQLite's own handler would wait.
+        (busy_ms,) = self.connection.connection.execute("PRAGMA busy_timeout").fetchone()
+        if time.monotonic() - started >= busy_ms / 1000:
+            return None
+        return min(BUSY_PAUSE_MAX, BUSY_PAUSE * attempt)
 
     # -- waking the head of the queue ------------------------------------------------
     # A release reads the head of the resource's queue in its transaction and,
