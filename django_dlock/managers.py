@@ -103,7 +103,7 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         ``lock()``'s waiter ticket ``leaving`` leaves its queue in the same
         transaction: one commit, and no moment where the next waiter sees the
         new holder still queued ahead of it."""
-        duration = _duration(ttl)
+        duration = duration_of(ttl)
         using = self._alias()
         lock, previous_owner, renewed = in_lock_transaction(
             using, lambda: self._take(resource, owner, duration, using, leaving)
@@ -179,7 +179,7 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         """
         validate_resource(resource)
         validate_owner(owner)
-        duration = _duration(ttl)
+        duration = duration_of(ttl)
         using = self._alias()
         lock = in_lock_transaction(using, lambda: self._extend(resource, owner, duration, using))
         if lock is None:
@@ -377,6 +377,7 @@ def _holds(lock: DistributedLock, now: datetime) -> bool:
 SHORTEST_TTL = 0.001
 
 
-def _duration(ttl: float | None) -> timedelta:
+def duration_of(ttl: float | None) -> timedelta:
+    """How long a lock taken for ``ttl`` seconds (``None``: the default) lasts."""
     seconds = validate_ttl(conf.DEFAULT_TTL if ttl is None else ttl)
     return timedelta(seconds=max(seconds, SHORTEST_TTL))

@@ -96,6 +96,10 @@ class LockWaiter(models.Model):
     # database default lets processes that predate the column queue meanwhile
     # (a rolling upgrade): they poll.
     channel = models.CharField(_("channel"), max_length=63, blank=True, default="", db_default="")
+    # How long the waiter takes the lock for. On SQLite a release hands the lock
+    # straight to a listening head with one (see ``SQLiteBackend.mark_released``);
+    # null for processes that predate the column: they take it themselves.
+    ttl = models.DurationField(_("ttl"), null=True, blank=True)
 
     class Meta:
         db_table = "distributed_lock_waiters"

@@ -27,9 +27,9 @@ from django_dlock.backends.sqlite import host_address
 from django_dlock.checks import check_settings
 from django_dlock.locking.listener import listener_for
 from django_dlock.locking.listener_postgres import PostgresListener
-from django_dlock.locking.waiting import QueueState
-from django_dlock.models import DistributedLock, LockWaiter
-from django_dlock.signals import lock_renewed
+from django_dlock.locking.waiting import QueueState, Wait
+from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
+from django_dlock.signals import lock_acquired, lock_released, lock_renewed
 from tests.pgbouncer import pgbouncer
 from tests.utils import run_in_processes, wait_for
 from tests.workers_listening import wait_for_lock
@@ -264,6 +264,73 @@ def test_on_sqlite_a_waiter_that_gives_up_wakes_the_next_when_the_lock_is_free()
         third = queue("third")
         backend_for("default").give_up_waiting("host:2", second)
         assert spy.recv(64) == str(third).encode()  # free: the next one is told
+
+
+@pytest.mark.requires_sqlite
+def test_on_sqlite_a_release_hands_the_lock_to_a_listening_head() -> None:
+    backend = backend_for("default")
+    held = Locks.acquire("host:4", "holder", ttl=60)
+    assert held is not None
+
+    def queue(owner: str, channel: str = "dlock_spy", ttl: float | None = 30) -> int:
+        duration = None if ttl is None else timedelta(seconds=ttl)
+        return backend.enqueue_waiter("host:4", owner, 60, channel=channel, ttl=duration)[0]
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as spy:
+        spy.bind(host_address("dlock_spy"))
+        spy.settimeout(2)
+        head, behind = queue("head"), queue("behind")
+        assert Locks.release("host:4", "holder") is ReleaseResult.RELEASED
+        assert spy.recv(64) == str(head).encode()  # told once the hand-over committed
+
+    # The head holds it, for its own ttl and with a larger token, before it did
+    # anything; its ticket is gone, the one behind it still queued.
+    lock = DistributedLock.objects.get(resource="host:4")
+    assert (lock.owner, lock.fencing_token) == ("head", held.fencing_token + 1)
+    assert lock.expires_at - lock.acquired_at == timedelta(seconds=30)
+    assert list(LockWaiter.objects.values_list("pk", flat=True)) == [behind]
+    granted = backend.granted("host:4", "head", head)
+    assert granted is not None and granted.fencing_token == lock.fencing_token
+    assert backend.granted("host:4", "behind", behind) is None
+
+    # A head that polls, or whose process predates the ttl, takes it itself.
+    LockWaiter.objects.all().delete()
+    Locks.release("host:4", "head")
+    for owner, channel, ttl in [("polls", "", 30.0), ("old", "dlock_spy", None)]:
+        Locks.acquire("host:4", "holder", ttl=60)
+        ticket = queue(owner, channel, ttl)
+        Locks.release("host:4", "holder")
+        assert DistributedLock.objects.get(resource="host:4").owner == ""
+        assert LockWaiter.objects.filter(pk=ticket).exists()
+        LockWaiter.objects.all().delete()
+
+
+@pytest.mark.requires_sqlite
+def test_on_sqlite_a_wait_that_ends_as_the_lock_is_handed_to_it_gives_it_back() -> None:
+    # The release hands the lock over just as the wait is cancelled (or times
+    # out): the waiter leaves without it, so it must not keep it for its ttl.
+    Locks.acquire("host:5", "holder", ttl=60)
+    seen: list[tuple[str, str]] = []
+
+    def record(name: str) -> Callable[..., None]:
+        return lambda sender, lock, **kwargs: seen.append((name, lock.owner))
+
+    acquired, released = record("acquired"), record("released")
+    lock_acquired.connect(acquired)
+    lock_released.connect(released)
+    try:
+        wait = Wait("host:5", "late", 30, 10, "default")
+        assert isinstance(wait.step(), float)  # queued behind the holder
+        Locks.release("host:5", "holder")
+        assert DistributedLock.objects.get(resource="host:5").owner == "late"
+        wait.cancel()
+        wait.finish()
+    finally:
+        lock_acquired.disconnect(acquired)
+        lock_released.disconnect(released)
+    assert DistributedLock.objects.get(resource="host:5").owner == ""
+    assert not LockWaiter.objects.exists()
+    assert seen[1:] == [("acquired", "late"), ("released", "")]
 
 
 def test_a_forked_process_makes_its_own_listener() -> None:

@@ -77,6 +77,9 @@ class LockBackend(WaiterQueue):
     #: then the head of a queue may look often, each look costing microseconds.
     waiters_share_host: ClassVar[bool] = False
 
+    #: Whether a release hands the lock to the head of its queue (``granted``).
+    grants_on_release: ClassVar[bool] = False
+
     #: Whether the backend does acquire, renew, release and force_release in one
     #: statement each (``take``, ``extend``, ``give_up``), deciding in SQL; otherwise
     #: the manager selects the row FOR UPDATE, decides, and writes.
@@ -158,9 +161,13 @@ class LockBackend(WaiterQueue):
     def select_for_update(self, resource: str) -> DistributedLock | None:
         """The resource's row, locked until commit, with ``db_now`` set to the
         database's time; ``None`` if there is no row."""
+        return self._fetch_lock(self._select[0], [resource])
+
+    def _fetch_lock(self, sql: str, params: Sequence[Any]) -> DistributedLock | None:
+        """The lock row ``sql`` (the columns of ``_select``) returns, with ``db_now``."""
         connection = self.connection
         with connection.cursor() as cursor:
-            cursor.execute(self._select[0], [resource])
+            cursor.execute(sql, params)
             row = cursor.fetchone()
         if row is None:
             return None
@@ -287,6 +294,11 @@ class LockBackend(WaiterQueue):
         if not floors.filter(pk=1).update(**raise_to):
             floors.bulk_create([self.floor_model(pk=1, value=token)], ignore_conflicts=True)
             floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
+
+    def granted(self, resource: str, owner: str, ticket: int) -> DistributedLock | None:
+        """The lock, if a release handed it to the waiter of ``ticket`` (one
+        ``SELECT``, no transaction): held by ``owner``, the ticket gone."""
+        return None
 
     def mark_released(self, lock: DistributedLock) -> None:
         """Write the released ``lock`` (no owner, expired) inside its lock transaction."""

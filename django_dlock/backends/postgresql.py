@@ -252,7 +252,13 @@ class PostgreSQLBackend(LockBackend):
     # waiter alone.
 
     def enqueue_waiter(
-        self, resource: str, owner: str, seconds: float, *, channel: str = ""
+        self,
+        resource: str,
+        owner: str,
+        seconds: float,
+        *,
+        channel: str = "",
+        ttl: timedelta | None = None,
     ) -> tuple[int, QueueRow]:
         # FOR KEY SHARE of the lock row (when there is one) makes the INSERT wait
         # for a release in flight, and a release wait for an INSERT in flight: a
@@ -271,7 +277,7 @@ class PostgreSQLBackend(LockBackend):
             f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at "  # noqa: S608
             f"FROM {self.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
             f"queued AS (INSERT INTO {waiters} ({qn('resource')}, {qn('owner')}, "
-            f"{qn('expires_at')}, {qn('channel')}) SELECT %s, %s, {expires_sql}, %s "
+            f"{qn('expires_at')}, {qn('channel')}, {qn('ttl')}) SELECT %s, %s, {expires_sql}, %s, %s::interval "
             "FROM (SELECT COUNT(*) FROM held) "
             f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id) "
             f"SELECT queued.id, held.owner, held.expires_at, {now_sql}, "
@@ -280,7 +286,18 @@ class PostgreSQLBackend(LockBackend):
             "FROM queued LEFT JOIN held ON TRUE"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [resource, resource, owner, *expires_params, channel, resource])
+            cursor.execute(
+                sql,
+                [
+                    resource,
+                    resource,
+                    owner,
+                    *expires_params,
+                    channel,
+                    self._ttl_value(ttl),
+                    resource,
+                ],
+            )
             ticket, *state = cursor.fetchone()
         return int(ticket), QueueRow.of(*state)
 
@@ -298,7 +315,7 @@ class PostgreSQLBackend(LockBackend):
                 [lock.resource, NO_TICKET_EXCLUDED, *values, lock.pk],
             )
 
-    def give_up_waiting(self, resource: str, ticket: int) -> None:
+    def give_up_waiting(self, resource: str, ticket: int) -> bool:
         # Leaving without the lock while it is free: the next waiter would
         # otherwise wait for a release that already happened.
         qn = self.qn
@@ -315,6 +332,7 @@ class PostgreSQLBackend(LockBackend):
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [ticket, resource, ticket, resource])
+        return True  # no release hands a lock over here (grants_on_release)
 
     def _head_sql(self, condition: str = "", *, resource: str = "%s", ticket: str = "%s") -> str:
         """The live waiter first in line for ``resource`` (a placeholder), other

@@ -81,22 +81,29 @@ class WaiterQueue:
             return QueueRow.of(*cursor.fetchone())
 
     def enqueue_waiter(
-        self, resource: str, owner: str, seconds: float, *, channel: str = ""
+        self,
+        resource: str,
+        owner: str,
+        seconds: float,
+        *,
+        channel: str = "",
+        ttl: timedelta | None = None,
     ) -> tuple[int, QueueRow]:
         """Queue a waiter for ``seconds`` (unless refreshed), to be woken on
-        ``channel`` ("" polls); its ticket, and the queue as seen once the
-        ticket is in it. An INSERT in autocommit (no transaction of its own to
-        wait for), then ``queue_state``."""
+        ``channel`` ("" polls), that takes the lock for ``ttl``; its ticket, and
+        the queue as seen once the ticket is in it. An INSERT in autocommit (no
+        transaction of its own to wait for), then ``queue_state``."""
         qn = self.qn
         expires_sql, expires_params = self._from_now(seconds)
-        columns = ", ".join(qn(name) for name in ("resource", "owner", "expires_at", "channel"))
+        names = ("resource", "owner", "expires_at", "channel", "ttl")
+        columns = ", ".join(qn(name) for name in names)
         # Only quoted identifiers and Django-compiled SQL are formatted in.
         sql = (
             f"INSERT INTO {self.waiters_table} ({columns}) "  # noqa: S608
-            f"VALUES (%s, %s, {expires_sql}, %s)"
+            f"VALUES (%s, %s, {expires_sql}, %s, %s)"
         )
         with connections[self.using].cursor() as cursor:
-            cursor.execute(sql, [resource, owner, *expires_params, channel])
+            cursor.execute(sql, [resource, owner, *expires_params, channel, self._ttl_value(ttl)])
             ticket = int(cursor.lastrowid)
         return ticket, self.queue_state(resource, ticket)
 
@@ -111,23 +118,35 @@ class WaiterQueue:
         with connections[self.using].cursor() as cursor:
             cursor.execute(sql, [*expires_params, *tickets])
 
-    def leave_queue(self, ticket: int) -> None:
-        """Drop the waiter that took the lock (inside its lock transaction)."""
+    def leave_queue(self, ticket: int) -> bool:
+        """Drop the waiter that took the lock (inside its lock transaction);
+        whether its ticket was still there."""
         # The next holder runs this in a hand-over: hand-written, as the ORM's
         # delete() costs three times the statement.
-        sql = f"DELETE FROM {self.waiters_table} WHERE {self.qn('id')} = %s"  # noqa: S608
         with connections[self.using].cursor() as cursor:
-            cursor.execute(sql, [ticket])
+            cursor.execute(self._leave_sql, [ticket])
+            return bool(cursor.rowcount == 1)
 
-    def give_up_waiting(self, resource: str, ticket: int) -> None:
-        """Drop a waiter that leaves without the lock (timed out, cancelled)."""
-        self.leave_queue(ticket)
+    @cached_property
+    def _leave_sql(self) -> str:
+        return f"DELETE FROM {self.waiters_table} WHERE {self.qn('id')} = %s"  # noqa: S608
+
+    def give_up_waiting(self, resource: str, ticket: int) -> bool:
+        """Drop a waiter that leaves without the lock (timed out, cancelled);
+        whether its ticket was still queued (if not, a release may have handed
+        it the lock: ``granted``)."""
+        return self.leave_queue(ticket)
 
     def drop_dead_waiters(self, resource: str) -> None:
         """Delete the rows of waiters of ``resource`` that stopped refreshing them."""
         self.waiter_model._default_manager.using(self.using).filter(
             resource=resource, expires_at__lte=DatabaseNow()
         ).delete()
+
+    def _ttl_value(self, ttl: timedelta | None) -> Any:
+        """``ttl`` as the driver takes a ``DurationField`` (SQLite: microseconds)."""
+        field = self.waiter_model._meta.get_field("ttl")
+        return field.get_db_prep_save(ttl, connections[self.using])  # type: ignore[union-attr]
 
     def _from_now(self, seconds: float) -> tuple[str, list[Any]]:
         """SQL and parameters of the database's time plus ``seconds``."""

@@ -7,9 +7,11 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.db.models import DurationField
+from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow, compile_expression
@@ -43,6 +45,7 @@ def wake(channel: str, ticket: int) -> None:
 class SQLiteBackend(LockBackend):
     vendor = "sqlite"
     waiters_share_host = True
+    grants_on_release = True
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -99,12 +102,20 @@ class SQLiteBackend(LockBackend):
             return None
         return min(BUSY_PAUSE_MAX, BUSY_PAUSE * attempt)
 
-    # -- waking the head of the queue ------------------------------------------------
-    # A release reads the head of the resource's queue in its transaction and,
-    # once committed, sends it a datagram (``wake``) if it listens (a channel).
+    # -- handing the lock to the head of the queue ---------------------------------
+    # A release reads the head of the resource's queue in its transaction. When
+    # the head listens and says how long it takes the lock for, the release
+    # hands the lock over (a new holder, a larger token) and drops its ticket;
+    # once committed, it sends the head a datagram (``wake``), and the waiter
+    # finds the lock its own (``granted``). The next holder then writes nothing
+    # before its turn begins: on SQLite, where every write waits for the one
+    # write lock, that write was a third of a hand-over. A head that crashed
+    # while queued holds the lock until its ttl runs out, as a holder that
+    # crashed does. A head that polls, or whose process predates the ttl
+    # column, takes the lock itself.
 
     def mark_released(self, lock: DistributedLock) -> None:
-        # The UPDATE returns the head of the queue (one statement, as before).
+        # The UPDATE returns the head of the queue (one statement, as without waiters).
         qn = self.qn
         values = self._released_values(lock)
         sql = (
@@ -114,16 +125,51 @@ class SQLiteBackend(LockBackend):
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [*values, lock.pk, lock.resource])
             head = _listening(cursor.fetchone()[0])
+            if head is not None and self._grant(cursor, lock, head[1]):
+                cursor.execute(self._leave_sql, [head[1]])
         if head is not None:
             transaction.on_commit(lambda: wake(*head), using=self.using)
 
-    def give_up_waiting(self, resource: str, ticket: int) -> None:
+    def _grant(self, cursor: Any, lock: DistributedLock, ticket: int) -> bool:
+        """Give the released ``lock`` to the waiter of ``ticket`` if it has a ttl."""
+        qn = self.qn
+        ttl = RawSQL(self._of_waiter("ttl"), [ticket], output_field=DurationField())  # noqa: S611 - identifiers only
+        now_sql, _ = compile_expression(self.using, DatabaseNow())
+        expires_sql, expires_params = compile_expression(self.using, DatabaseNow() + ttl)
+        sql = (
+            f"UPDATE {self.table} SET {qn('owner')} = {self._of_waiter('owner')}, "  # noqa: S608
+            f"{qn('acquired_at')} = {now_sql}, {qn('expires_at')} = {expires_sql}, "
+            f"{qn('fencing_token')} = {qn('fencing_token')} + 1 "
+            f"WHERE {self.pk_column} = %s AND {self._of_waiter('ttl')} IS NOT NULL"
+        )
+        cursor.execute(sql, [ticket, *expires_params, lock.pk, ticket])
+        return bool(cursor.rowcount == 1)
+
+    def _of_waiter(self, column: str) -> str:
+        """SQL: ``column`` of the waiter whose ticket is a placeholder."""
+        qn = self.qn
+        return f"(SELECT w.{qn(column)} FROM {self.waiters_table} w WHERE w.{qn('id')} = %s)"  # noqa: S608
+
+    def granted(self, resource: str, owner: str, ticket: int) -> DistributedLock | None:
+        qn = self.qn
+        # _select is the plain SELECT of the row on SQLite (no FOR UPDATE there).
+        sql = (
+            f"{self._select[0]} AND {qn('owner')} = %s AND NOT EXISTS "  # noqa: S608
+            f"(SELECT 1 FROM {self.waiters_table} w WHERE w.{qn('id')} = %s)"
+        )
+        lock = self._fetch_lock(sql, [resource, owner, ticket])
+        if lock is None or lock.expires_at <= lock.db_now:  # type: ignore[attr-defined]
+            return None
+        return lock
+
+    def give_up_waiting(self, resource: str, ticket: int) -> bool:
         # Leaving without the lock while it is free: the next waiter would
         # otherwise wait for a release that already happened.
-        self.leave_queue(ticket)
+        queued = self.leave_queue(ticket)
         head = self._head(resource, unless_held=True)
         if head is not None:
             wake(*head)
+        return queued
 
     def _head(self, resource: str, *, unless_held: bool = False) -> tuple[str, int] | None:
         """The channel and ticket of the live waiter first in line for

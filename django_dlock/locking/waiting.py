@@ -39,6 +39,7 @@ from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.locking.listener import Watch, listener_for
 from django_dlock.locking.wakeup import Wakeup
+from django_dlock.managers import duration_of
 from django_dlock.models import DistributedLock
 from django_dlock.transactions import refuse_callers_transaction
 
@@ -116,8 +117,9 @@ class Wait:
             # release names it).
             state = self._enqueue()
         elif as_head and self._listening():
-            # A release named this ticket the head: try at once, without looking.
-            acquired = self._try(queued=True)
+            # A release named this ticket the head: it handed the lock over
+            # (SQLite), or the lock is free: take it at once, without looking.
+            acquired = self._granted() or self._try(queued=True)
             if acquired is not None:
                 return acquired
             state = QueueState.read(self.using, self.resource, self.ticket)
@@ -125,6 +127,12 @@ class Wait:
             return self._remaining()  # the first waiter of this process looks
         else:
             state = QueueState.read(self.using, self.resource, self.ticket)
+        if state.holder == self.owner:
+            # Handed the lock by a release whose wake-up went astray (unless
+            # this owner holds it elsewhere: then the wait goes on).
+            acquired = self._granted()
+            if acquired is not None:
+                return acquired
         if state.free and state.ahead == 0:
             acquired = self._try(queued=True)
             if acquired is not None:
@@ -161,8 +169,10 @@ class Wait:
         try:
             if self.ticket is not None:
                 # Without the lock: if it is free, the next waiter is told.
-                backend_for(self.using).give_up_waiting(self.resource, self.ticket)
-                self.ticket = None
+                backend = backend_for(self.using)
+                ticket, self.ticket = self.ticket, None
+                if not backend.give_up_waiting(self.resource, ticket):
+                    self._give_back(backend.granted(self.resource, self.owner, ticket))
         finally:
             _local_queues.leave(self)
             if self.watch is not None:
@@ -180,6 +190,30 @@ class Wait:
         if acquired is not None and leaving is not None:
             self.ticket = None
         return acquired
+
+    def _granted(self) -> DistributedLock | None:
+        """The lock, if a release handed it to this waiter (``grants_on_release``)."""
+        backend = backend_for(self.using)
+        if not backend.grants_on_release or self.ticket is None:
+            return None
+        lock = backend.granted(self.resource, self.owner, self.ticket)
+        if lock is None:
+            return None
+        self.ticket = None  # the release dropped it
+        # The lock's time runs from the release that handed it over, not from now.
+        taken_ago = (lock.db_now - lock.acquired_at).total_seconds()  # type: ignore[attr-defined]
+        self.started = time.monotonic() - max(taken_ago, 0.0)
+        manager = DistributedLock.objects.db_manager(self.using)
+        manager._announce(lock, self.owner, previous_owner="", renewed=False)
+        return lock
+
+    def _give_back(self, lock: DistributedLock | None) -> None:
+        """Release a lock a release handed over as this wait ended without it
+        (timed out, cancelled): the next waiter gets it."""
+        if lock is not None:
+            manager = DistributedLock.objects.db_manager(self.using)
+            manager._announce(lock, self.owner, previous_owner="", renewed=False)
+            manager.release(self.resource, self.owner)
 
     def _watch(self) -> None:
         """Subscribe to the releases that name this waiter, and give the listener
@@ -207,7 +241,7 @@ class Wait:
         listening = self.watch is not None and self.watch.listening()
         self.channel = self.watch.channel if self.watch is not None and listening else ""
         self.ticket, row = backend.enqueue_waiter(
-            self.resource, self.owner, seconds, channel=self.channel
+            self.resource, self.owner, seconds, channel=self.channel, ttl=duration_of(self.ttl)
         )
         self.ticket_until = time.monotonic() + seconds
         if self.watch is not None:
