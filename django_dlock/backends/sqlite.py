@@ -7,7 +7,8 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.db.models import DurationField
@@ -115,35 +116,43 @@ class SQLiteBackend(LockBackend):
     # column, takes the lock itself.
 
     def mark_released(self, lock: DistributedLock) -> None:
-        # The UPDATE returns the head of the queue (one statement, as without waiters).
-        qn = self.qn
         values = self._released_values(lock)
-        sql = (
-            f"UPDATE {self.table} SET {qn('owner')} = %s, {qn('expires_at')} = %s "  # noqa: S608
-            f"WHERE {self.pk_column} = %s RETURNING ({self._head_sql()})"
-        )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [*values, lock.pk, lock.resource])
+            # The UPDATE returns the head of the queue (one statement, as without waiters).
+            cursor.execute(self._release_sql, [*values, lock.pk, lock.resource])
             head = _listening(cursor.fetchone()[0])
-            if head is not None and self._grant(cursor, lock, head[1]):
-                cursor.execute(self._leave_sql, [head[1]])
+            if head is not None:
+                ticket = head[1]
+                cursor.execute(self._grant_sql, [ticket, ticket, lock.pk, ticket])
+                if cursor.rowcount == 1:  # the head had a ttl: it holds the lock now
+                    cursor.execute(self._leave_sql, [ticket])
         if head is not None:
             transaction.on_commit(lambda: wake(*head), using=self.using)
 
-    def _grant(self, cursor: Any, lock: DistributedLock, ticket: int) -> bool:
-        """Give the released ``lock`` to the waiter of ``ticket`` if it has a ttl."""
+    @cached_property
+    def _release_sql(self) -> str:
         qn = self.qn
-        ttl = RawSQL(self._of_waiter("ttl"), [ticket], output_field=DurationField())  # noqa: S611 - identifiers only
+        return (
+            f"UPDATE {self.table} SET {qn('owner')} = %s, {qn('expires_at')} = %s "  # noqa: S608
+            f"WHERE {self.pk_column} = %s RETURNING ({self._head_sql()})"
+        )
+
+    @cached_property
+    def _grant_sql(self) -> str:
+        """UPDATE: the released lock (a placeholder) to the waiter of a ticket
+        (three placeholders), if it has a ttl."""
+        qn = self.qn
+        # The ticket's placeholder inside the expression gets its value with the others.
+        ttl = RawSQL(self._of_waiter("ttl"), [], output_field=DurationField())  # noqa: S611 - identifiers only
         now_sql, _ = compile_expression(self.using, DatabaseNow())
         expires_sql, expires_params = compile_expression(self.using, DatabaseNow() + ttl)
-        sql = (
+        assert not expires_params  # noqa: S101 - DatabaseNow() and a column are plain SQL
+        return (
             f"UPDATE {self.table} SET {qn('owner')} = {self._of_waiter('owner')}, "  # noqa: S608
             f"{qn('acquired_at')} = {now_sql}, {qn('expires_at')} = {expires_sql}, "
             f"{qn('fencing_token')} = {qn('fencing_token')} + 1 "
             f"WHERE {self.pk_column} = %s AND {self._of_waiter('ttl')} IS NOT NULL"
         )
-        cursor.execute(sql, [ticket, *expires_params, lock.pk, ticket])
-        return bool(cursor.rowcount == 1)
 
     def _of_waiter(self, column: str) -> str:
         """SQL: ``column`` of the waiter whose ticket is a placeholder."""
