@@ -10,9 +10,12 @@ How the head learns that the lock came free:
 - Where the process has a listener (PostgreSQL connected directly; SQLite on
   Linux): a release of a resource with waiters sends the head's ticket to the
   channel its ticket carries (``NOTIFY``, or a datagram), and this process's
-  listener wakes that waiter alone. It still looks now and then
-  (``LISTENING_LOOKS`` times the longest backoff), and at the holder's expiry,
-  which no release announces. See ``django_dlock.locking.listener``.
+  listener wakes that waiter alone. On SQLite the release has made it the
+  holder already (``grants_on_release``): it finds the lock its own
+  (``_granted``), and gives it back if its wait ended meanwhile. It still looks
+  now and then (``LISTENING_LOOKS`` times the longest backoff), and at the
+  holder's expiry, which no release announces. See
+  ``django_dlock.locking.listener``.
 - SQLite without a listener: all processes share one host and looking costs
   microseconds, so the head looks every few milliseconds (slower the longer it
   has waited).
