@@ -53,7 +53,7 @@ class SQLiteBackend(LockBackend):
         """Start the lock transaction with ``BEGIN IMMEDIATE``, whatever the
         database's ``transaction_mode``: a deferred transaction that reads and then
         writes fails at once with "database is locked" when another process got the
-        write lock first, while ``IMMEDIATE`` waits for it (``without_busy_handler``).
+        write lock first, while ``IMMEDIATE`` waits for it (``_without_busy_handler``).
         """
         connection = self.connection
         connection.ensure_connection()  # the backend reads transaction_mode on connecting
