@@ -31,8 +31,8 @@ from django_dlock.locking.waiting import QueueState, Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.signals import lock_acquired, lock_released, lock_renewed
 from tests.pgbouncer import pgbouncer
-from tests.utils import run_in_processes, wait_for
-from tests.workers_listening import wait_for_lock
+from tests.utils import database_settings, run_in_processes, spawn, wait_for
+from tests.workers_listening import wait_briefly, wait_for_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -331,6 +331,21 @@ def test_on_sqlite_a_wait_that_ends_as_the_lock_is_handed_to_it_gives_it_back() 
     assert DistributedLock.objects.get(resource="host:5").owner == ""
     assert not LockWaiter.objects.exists()
     assert seen[1:] == [("acquired", "late"), ("released", "")]
+
+
+@pytest.mark.requires_sqlite
+def test_on_sqlite_waits_that_end_as_the_lock_is_handed_over_leave_it_free() -> None:
+    # Four processes wait a few milliseconds each for a lock held 1 ms at a time:
+    # most waits end without it, many just as a release hands it to them.
+    start = spawn.Barrier(4)
+    results = run_in_processes(wait_briefly, [(database_settings(), "host:7", start, 150)] * 4)
+    lock = DistributedLock.objects.get(resource="host:7")
+    got = sum(got for got, _ in results)
+    assert sum(got + gave_up for got, gave_up in results) == 600
+    # Every hand-over that came too late was given back: the lock is free, and
+    # more tokens were drawn than locks were used.
+    assert lock.owner == "" and not LockWaiter.objects.exists()
+    assert lock.fencing_token > got
 
 
 def test_a_forked_process_makes_its_own_listener() -> None:

@@ -35,3 +35,24 @@ def wait_for_lock(
     except LockNotAcquired:
         acquired = False
     return {"acquired": acquired, "listening": listener_for("default") is not None, "looks": looks}
+
+
+def wait_briefly(db: dict[str, Any], resource: str, start: Any, rounds: int) -> tuple[int, int]:
+    """``rounds`` times: wait 0.5-4 ms for ``resource`` and hold it 1 ms; how
+    many times it got the lock, and how many it gave up."""
+    setup_worker(db)
+    import random
+    import time
+
+    from django_dlock import LockNotAcquired, lock
+
+    got = gave_up = 0
+    start.wait()
+    for _ in range(rounds):
+        try:
+            with lock(resource, ttl=30, timeout=random.uniform(0.0005, 0.004)):
+                time.sleep(0.001)
+                got += 1
+        except LockNotAcquired:
+            gave_up += 1
+    return got, gave_up
