@@ -122,6 +122,37 @@ def test_an_idle_waiter_makes_at_most_a_query_a_second() -> None:
 
 
 @pytest.mark.requires_postgres
+def test_a_head_no_release_woke_looks_again_soon_after_queuing(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A release whose statement began before the waiter's ticket was queued does
+    # not see it, and notifies nobody; here the lock is released without a
+    # NOTIFY right after the waiter queued and saw it held.
+    settings.DLOCK_BACKOFF_MAX = 5  # a timed look every 20 s
+    Locks.acquire("listen:9", "holder", ttl=60)
+    backend_class = type(backend_for("default"))
+    enqueue = backend_class.enqueue_waiter
+    released: list[float] = []
+
+    def enqueue_then_release_silently(self: Any, *args: Any, **kwargs: Any) -> Any:
+        queued = enqueue(self, *args, **kwargs)
+        DistributedLock.objects.filter(resource="listen:9").update(owner="")
+        released.append(time.monotonic())
+        return queued
+
+    monkeypatch.setattr(backend_class, "enqueue_waiter", enqueue_then_release_silently)
+    got: list[float] = []
+
+    def wait() -> None:
+        with lock("listen:9", timeout=15):
+            got.append(time.monotonic())
+
+    in_thread(wait).join(20)
+    assert released and got, "the waiter never got the lock"
+    assert got[0] - released[0] < 1.0, "the head slept until its timed look"
+
+
+@pytest.mark.requires_postgres
 def test_a_release_notifies_only_when_someone_waits() -> None:
     import psycopg
 

@@ -56,6 +56,9 @@ WAITER_TTL = 10.0
 LISTENING_LOOKS = 4
 # The longest a listening head of a queue sleeps on SQLite, in seconds.
 SHARED_HOST_HEAD_LOOKS = 0.05
+# When a listening waiter that queued as the head looks a second time, in
+# seconds: after any release in flight as it queued has committed.
+NEW_HEAD_LOOKS_AGAIN = 0.05
 # How long a waiter waits for the listener to be there before it queues (its
 # first connection, a LISTEN), in seconds; past that it polls.
 LISTEN_WAIT = 2.0
@@ -86,6 +89,7 @@ class Wait:
     head_since: float | None = None  # when it was first seen at the head
     turn: float | None = None  # seconds per turn of the queue, as observed
     tries: int = 0
+    looked_again: bool = False  # a listening head's early second look is scheduled
     started: float = 0.0  # monotonic time before the last acquire was sent
     cancelled: bool = False
     watch: Watch | None = None
@@ -290,6 +294,12 @@ class Wait:
                 # A datagram does not cross network namespaces (containers that
                 # share the SQLite file): the head still looks now and then.
                 sleep = min(sleep, SHARED_HOST_HEAD_LOOKS)
+            elif state.ahead == 0 and not self.looked_again:
+                # A release whose statement began before this ticket was queued
+                # does not see it (PostgreSQL: one snapshot per statement), and
+                # wakes nobody: the new head looks once more soon after.
+                self.looked_again = True
+                sleep = min(sleep, NEW_HEAD_LOOKS_AGAIN)
         elif state.ahead and self.turn is not None:
             # Nothing to do before those ahead have had their turns: sleep a
             # quarter to half of that, so that looking costs little while the
