@@ -3,11 +3,13 @@ a transaction the caller has open."""
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from django_dlock.backends import backend_for
 from django_dlock.exceptions import LockTransactionError
@@ -80,11 +82,16 @@ def in_lock_transaction(using: str, operation: Callable[[], _T]) -> _T:
     transaction a rollback would undo the test's own work too, so there it
     raises.)
     """
-
-    def attempt() -> _T:
-        with lock_transaction(using):
-            return operation()
-
-    if connections[using].atomic_blocks:
-        return attempt()
-    return backend_for(using).retrying(attempt)
+    backend = backend_for(using)
+    nested = bool(connections[using].atomic_blocks)
+    started = time.monotonic()
+    for attempt in itertools.count(1):
+        try:
+            with lock_transaction(using):
+                return operation()
+        except DatabaseError as error:
+            pause = None if nested else backend.retry_after(error, attempt, started)
+            if pause is None:
+                raise
+            time.sleep(pause)
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises

@@ -13,17 +13,15 @@ vendor may answer an operation with fewer statements, or fuse several.
 
 from __future__ import annotations
 
-import itertools
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django.apps import apps
-from django.db import DatabaseError, connections, models
+from django.db import connections, models
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Value
 from django.db.models.functions import Greatest
@@ -37,7 +35,6 @@ if TYPE_CHECKING:
     from django_dlock.models import DistributedLock
 
 _PLACEHOLDER = "django-dlock:placeholder"
-_T = TypeVar("_T")
 
 # Locks per statement of renew_many(): well under every database's parameter limit.
 RENEW_CHUNK = 500
@@ -131,23 +128,9 @@ class LockBackend(WaiterQueue):
 
     # -- the transaction -----------------------------------------------------------
 
-    def retrying(self, operation: Callable[[], _T]) -> _T:
-        """``operation()``, run again while it fails with an error that says it
-        lost a race and wrote nothing (``retry_after``)."""
-        started = time.monotonic()
-        for attempt in itertools.count(1):
-            try:
-                return operation()
-            except DatabaseError as error:
-                pause = self.retry_after(error, attempt, started)
-                if pause is None:
-                    raise
-                time.sleep(pause)
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
-
     def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:
-        """Seconds to pause before ``retrying`` runs an operation again that
-        failed with ``error`` (its ``attempt``-th, the first begun at
+        """Seconds to pause before ``in_lock_transaction`` runs a lock transaction
+        again that failed with ``error`` (its ``attempt``-th, the first begun at
         ``time.monotonic()`` ``started``); ``None``: raise ``error``."""
         return None
 

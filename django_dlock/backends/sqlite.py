@@ -53,43 +53,32 @@ class SQLiteBackend(LockBackend):
         """Start the lock transaction with ``BEGIN IMMEDIATE``, whatever the
         database's ``transaction_mode``: a deferred transaction that reads and then
         writes fails at once with "database is locked" when another process got the
-        write lock first, while ``IMMEDIATE`` waits for it (``_without_busy_handler``).
+        write lock first, while ``IMMEDIATE`` waits for it.
+
+        It waits in ``in_lock_transaction`` (``retry_after``), not in SQLite's busy
+        handler: that one sleeps 1, 2, 5... ms between tries, and a hand-over of a
+        busy lock, whose writes last a fraction of a millisecond each, would wait
+        a millisecond whenever the next holder's write met the last one's. So the
+        busy timeout is 0 for the transaction (set on the driver's connection: a
+        setting of the session, not a statement of the operation), except inside
+        a transaction (Django's TestCase), where nothing begins and nothing would
+        run the operation again.
         """
         connection = self.connection
         connection.ensure_connection()  # the backend reads transaction_mode on connecting
         configured_mode = connection.transaction_mode  # type: ignore[attr-defined]
         if configured_mode != "EXCLUSIVE":
             connection.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
+        session = connection.connection
+        busy_ms = None
+        if not connection.atomic_blocks:
+            (busy_ms,) = session.execute("PRAGMA busy_timeout").fetchone()
+            session.execute("PRAGMA busy_timeout = 0")
         try:
-            with self._without_busy_handler():
-                yield
+            yield
         finally:
             connection.transaction_mode = configured_mode  # type: ignore[attr-defined]
-
-    @contextmanager
-    def _without_busy_handler(self) -> Iterator[None]:
-        """Wait for the write lock in ``retrying`` (``retry_after``), not in SQLite's
-        busy handler: that one sleeps 1, 2, 5... ms between tries, and a hand-over of
-        a busy lock, whose writes last a fraction of a millisecond each, would wait
-        a millisecond whenever the next holder's write met the last one's. So the
-        busy timeout is 0 inside (set on the driver's connection: a setting of the
-        session, not a statement of the operation).
-
-        Not inside a transaction (Django's TestCase): nothing begins there, and
-        nothing would run the operation again.
-        """
-        connection = self.connection
-        connection.ensure_connection()
-        session = connection.connection
-        if connection.atomic_blocks:
-            yield
-            return
-        (busy_ms,) = session.execute("PRAGMA busy_timeout").fetchone()
-        session.execute("PRAGMA busy_timeout = 0")
-        try:
-            yield
-        finally:
-            if connection.connection is session:  # not closed meanwhile
+            if busy_ms is not None and connection.connection is session:  # not closed meanwhile
                 session.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
 
     def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:
