@@ -303,9 +303,7 @@ class LockBackend(WaiterQueue):
         ``RENEW_CHUNK`` locks, in autocommit."""
         qn = self.qn
         now_sql, now_params = compile_expression(self.using, DatabaseNow())
-        expires_sql, expires_params = compile_expression(
-            self.using, now_plus(timedelta(seconds=seconds))
-        )
+        expires_sql, expires_params = self._from_now(seconds)
         manager = self.model._default_manager.db_manager(self.using)
         renewed: dict[tuple[str, str], DistributedLock] = {}
         for start in range(0, len(pairs), RENEW_CHUNK):

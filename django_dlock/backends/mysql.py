@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError
 
 from django_dlock.backends.base import RENEW_CHUNK, LockBackend
-from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
+from django_dlock.backends.clock import DatabaseNow, compile_expression
 
 if TYPE_CHECKING:
     from django_dlock.models import DistributedLock
@@ -97,9 +97,7 @@ class MySQLBackend(LockBackend):
         # in between is not reported, as if it had not been renewed).
         qn = self.qn
         now_sql, now_params = compile_expression(self.using, DatabaseNow())
-        expires_sql, expires_params = compile_expression(
-            self.using, now_plus(timedelta(seconds=seconds))
-        )
+        expires_sql, expires_params = self._from_now(seconds)
         manager = self.model._default_manager.db_manager(self.using)
         still_held = (
             f"({qn('resource')}, {qn('owner')}) IN ({{}}) AND {qn('expires_at')} > {now_sql}"

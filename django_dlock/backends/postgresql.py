@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import Found, LockBackend, Written
-from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
+from django_dlock.backends.clock import DatabaseNow, compile_expression
 from django_dlock.backends.prepared import PreparedStatements, Statement
 from django_dlock.backends.queue import QueueRow
 
@@ -269,9 +269,7 @@ class PostgreSQLBackend(LockBackend):
         # an INSERT and a look took two, both on the path of a hand-over.
         qn = self.qn
         now_sql, _ = compile_expression(self.using, DatabaseNow())
-        expires_sql, expires_params = compile_expression(
-            self.using, now_plus(timedelta(seconds=seconds))
-        )
+        expires_sql, expires_params = self._from_now(seconds)
         waiters = self.waiters_table
         sql = (
             f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at "  # noqa: S608
