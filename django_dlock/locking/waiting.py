@@ -24,14 +24,13 @@ How the head learns that the lock came free:
   long as the turns ahead of them take.
 
 In one process only the first waiter of a resource looks at all: the others
-sleep until it leaves, so that a thousand waiters cost what one does.
+sleep until it leaves (``local_queues``), so that a thousand waiters cost
+what one does.
 """
 
 from __future__ import annotations
 
-import bisect
 import random
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -41,6 +40,7 @@ from django_dlock.backends.queue import QueueRow
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.locking.listener import Watch, listener_for
+from django_dlock.locking.local_queues import local_queues
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.managers import duration_of
 from django_dlock.models import DistributedLock
@@ -104,12 +104,12 @@ class Wait:
 
     def step(self) -> DistributedLock | float:
         as_head = self.wakeup.clear()
-        if self.ticket is None and _local_queues.busy(self):
+        if self.ticket is None and local_queues.busy(self):
             # Another waiter of this process is queued for it: queue behind it
             # without looking, and sleep until it leaves (unless it left already).
             self._watch()
             state = self._enqueue()
-            if not _local_queues.first(self):
+            if not local_queues.first(self):
                 return self._remaining()
         elif self.ticket is None:
             state = QueueState.read(self.using, self.resource, None)
@@ -130,7 +130,7 @@ class Wait:
             if acquired is not None:
                 return acquired
             state = QueueState.read(self.using, self.resource, self.ticket)
-        elif not _local_queues.first(self):
+        elif not local_queues.first(self):
             return self._remaining()  # the first waiter of this process looks
         else:
             state = QueueState.read(self.using, self.resource, self.ticket)
@@ -181,7 +181,7 @@ class Wait:
                 if not backend.give_up_waiting(self.resource, ticket):
                     self._give_back(backend.granted(self.resource, self.owner, ticket))
         finally:
-            _local_queues.leave(self)
+            local_queues.leave(self)
             if self.watch is not None:
                 self.watch.close()
                 self.watch = None
@@ -253,7 +253,7 @@ class Wait:
         self.ticket_until = time.monotonic() + seconds
         if self.watch is not None:
             self.watch.claim(self.ticket)
-        _local_queues.join(self)
+        local_queues.join(self)
         return QueueState.of(row)
 
     def _learn(self, state: QueueState) -> None:
@@ -279,14 +279,14 @@ class Wait:
 
     def _refresh_tickets(self) -> None:
         """Keep this process's tickets for the resource alive: one statement for all."""
-        if _local_queues.refresh_in(self) <= 0:
-            tickets = _local_queues.tickets(self)
+        if local_queues.refresh_in(self) <= 0:
+            tickets = local_queues.tickets(self)
             backend_for(self.using).refresh_waiters(tickets, WAITER_TTL)
-            _local_queues.refreshed(self, time.monotonic() + WAITER_TTL)
+            local_queues.refreshed(self, time.monotonic() + WAITER_TTL)
 
     def _sleep(self, state: QueueState) -> float:
         now = time.monotonic()
-        refresh_in = _local_queues.refresh_in(self)
+        refresh_in = local_queues.refresh_in(self)
         if self._listening() and (state.ahead == 0 or not state.free):
             # A release wakes us; the timer covers an expiry and the ticket.
             sleep = min(LISTENING_LOOKS * conf.BACKOFF_MAX, max(refresh_in, 0.0))
@@ -326,7 +326,7 @@ class Wait:
     def _remaining(self) -> float:
         return max(self.deadline - time.monotonic(), 0.0)
 
-    def _refresh_in(self) -> float:
+    def refresh_in(self) -> float:
         """Seconds until the ticket needs refreshing: when it has less than half
         of ``WAITER_TTL`` left, unless it outlives the wait anyway."""
         if self.ticket_until >= self.deadline + 1.0:
@@ -335,60 +335,6 @@ class Wait:
 
     def _ticket_ttl(self) -> float:
         return min(WAITER_TTL, self._remaining() + 1.0)
-
-
-class _LocalQueues:
-    """This process's waiters per (alias, resource), in ticket order. Only the
-    first of each looks at the database; the others sleep until it leaves."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queues: dict[tuple[str, str], list[tuple[int, int, Wait]]] = {}
-
-    def join(self, wait: Wait) -> None:
-        assert wait.ticket is not None  # noqa: S101 - called right after queuing
-        with self._lock:
-            queue = self._queues.setdefault((wait.using, wait.resource), [])
-            bisect.insort(queue, (wait.ticket, id(wait), wait))
-
-    def busy(self, wait: Wait) -> bool:
-        """Whether other waiters of this process are queued for ``wait``'s resource."""
-        with self._lock:
-            return bool(self._queues.get((wait.using, wait.resource)))
-
-    def first(self, wait: Wait) -> bool:
-        with self._lock:
-            queue = self._queues.get((wait.using, wait.resource))
-            return not queue or queue[0][2] is wait
-
-    def tickets(self, wait: Wait) -> list[int]:
-        with self._lock:
-            return [ticket for ticket, _, _ in self._queues.get((wait.using, wait.resource), [])]
-
-    def refresh_in(self, wait: Wait) -> float:
-        """Seconds until a ticket of this process for ``wait``'s resource needs refreshing."""
-        with self._lock:
-            queue = self._queues.get((wait.using, wait.resource)) or [(0, 0, wait)]
-            return min(waiting._refresh_in() for _, _, waiting in queue)
-
-    def refreshed(self, wait: Wait, until: float) -> None:
-        with self._lock:
-            for _, _, waiting in self._queues.get((wait.using, wait.resource), []):
-                waiting.ticket_until = max(waiting.ticket_until, until)
-
-    def leave(self, wait: Wait) -> None:
-        key = (wait.using, wait.resource)
-        with self._lock:
-            queue = self._queues.get(key, [])
-            was_first = bool(queue) and queue[0][2] is wait
-            queue[:] = [entry for entry in queue if entry[2] is not wait]
-            if not queue:
-                self._queues.pop(key, None)
-            elif was_first:
-                queue[0][2].wakeup.set()  # the next one looks from now on
-
-
-_local_queues = _LocalQueues()
 
 
 @dataclass
