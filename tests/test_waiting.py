@@ -22,11 +22,10 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from django_dlock import LockNotAcquired, lock
-from django_dlock.backends import backend_for
-from django_dlock.backends.sqlite import host_address
+from django_dlock.backends import backend_for, listener_for
 from django_dlock.checks import check_settings
-from django_dlock.locking.listener import listener_for
-from django_dlock.locking.listener_postgres import PostgresListener
+from django_dlock.listeners.postgresql import PostgresListener
+from django_dlock.listeners.sqlite import host_address
 from django_dlock.locking.waiting import QueueState, Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.signals import lock_acquired, lock_released, lock_renewed
@@ -255,7 +254,7 @@ def test_on_sqlite_a_head_the_datagram_cannot_reach_still_gets_the_lock_soon(
     # As for processes in other network namespaces (containers sharing the
     # file): the release's datagram goes nowhere. Safety looks every 20 s.
     settings.DLOCK_BACKOFF_MAX = 5
-    monkeypatch.setattr("django_dlock.backends.sqlite.wake", lambda channel, ticket: None)
+    monkeypatch.setattr("django_dlock.backends.sqlite.base.wake", lambda channel, ticket: None)
     Locks.acquire("host:3", "holder", ttl=60)
     got: list[float] = []
 

@@ -16,7 +16,7 @@ def wait_for_lock(
     from django.conf import settings
 
     from django_dlock import LockNotAcquired, lock
-    from django_dlock.locking.listener import listener_for
+    from django_dlock.backends import listener_for
     from django_dlock.locking.waiting import QueueState
 
     settings.DLOCK_LISTEN = listen

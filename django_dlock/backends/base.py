@@ -77,6 +77,10 @@ class LockBackend(WaiterQueue):
     #: Whether a release hands the lock to the head of its queue (``granted``).
     grants_on_release: ClassVar[bool] = False
 
+    #: The dotted path of the ``Listener`` class whose thread receives the
+    #: releases that wake this database's waiters; None: waiters poll.
+    listener_class: ClassVar[str | None] = None
+
     #: Whether the backend does acquire, renew, release and force_release in one
     #: statement each (``take``, ``extend``, ``give_up``), deciding in SQL; otherwise
     #: the manager selects the row FOR UPDATE, decides, and writes.
@@ -121,6 +125,10 @@ class LockBackend(WaiterQueue):
         # {column index: (converters, expression)}; called with the caller's
         # connection, since a connection belongs to one thread.
         return sql, compiler.get_converters(selected)
+
+    def can_listen(self) -> bool:
+        """Whether releases can wake this process's waiters (``listener_class``)."""
+        return self.listener_class is not None
 
     @property
     def connection(self) -> BaseDatabaseWrapper:

@@ -21,9 +21,9 @@ from django.db import DatabaseError, connections
 
 from django_dlock import signals
 from django_dlock.backends import backend_for
-from django_dlock.locking.per_alias import PerAlias
 from django_dlock.locking.renewal import RenewalFailure, failure_of, renew_lock
 from django_dlock.models import DistributedLock
+from django_dlock.per_alias import PerAlias
 
 if TYPE_CHECKING:
     from django_dlock.locking.handle import LockHandle

@@ -15,7 +15,7 @@ How the head learns that the lock came free:
   (``_granted``), and gives it back if its wait ended meanwhile. It still looks
   now and then (``LISTENING_LOOKS`` times the longest backoff), and at the
   holder's expiry, which no release announces. See
-  ``django_dlock.locking.listener``.
+  ``django_dlock.listeners``.
 - SQLite without a listener: all processes share one host and looking costs
   microseconds, so the head looks every few milliseconds (slower the longer it
   has waited).
@@ -34,12 +34,12 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from django_dlock.backends import backend_for
+from django_dlock.backends import backend_for, listener_for
 from django_dlock.backends.clock import time_left
 from django_dlock.backends.queue import QueueRow
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
-from django_dlock.locking.listener import Watch, listener_for
+from django_dlock.listeners.base import Watch
 from django_dlock.locking.local_queues import local_queues
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.managers import duration_of

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections
 
-from django_dlock.locking.per_alias import PerAlias
+from django_dlock.per_alias import PerAlias
 
 _T = TypeVar("_T")
 

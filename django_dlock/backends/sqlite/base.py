@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import socket
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow, compile_expression
+from django_dlock.listeners.sqlite import wake
 
 if TYPE_CHECKING:
     from django_dlock.models import DistributedLock
@@ -29,24 +29,15 @@ BUSY_PAUSE = 0.0001
 BUSY_PAUSE_MAX = 0.001
 
 
-def host_address(channel: str) -> str:
-    """The Unix socket (Linux's abstract namespace) of the listener whose
-    channel is ``channel`` (``django_dlock.locking.listener_host``)."""
-    return "\0" + channel
-
-
-def wake(channel: str, ticket: int) -> None:
-    """Tell the listener of ``channel`` that ``ticket`` heads its queue and the
-    lock is free. A listener that is gone (its process ended) is not there to
-    tell: its waiter's ticket lapses, and the next waiter looks by itself."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender, contextlib.suppress(OSError):
-        sender.sendto(str(ticket).encode(), host_address(channel))
-
-
 class SQLiteBackend(LockBackend):
     vendor = "sqlite"
     waiters_share_host = True
     grants_on_release = True
+    listener_class = "django_dlock.listeners.sqlite.DatagramListener"
+
+    def can_listen(self) -> bool:
+        # The datagrams go to abstract Unix sockets, which only Linux has.
+        return sys.platform == "linux"
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

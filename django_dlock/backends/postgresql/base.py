@@ -10,7 +10,7 @@ from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import Found, LockBackend, Written
 from django_dlock.backends.clock import DatabaseNow, compile_expression
-from django_dlock.backends.prepared import PreparedStatements, Statement
+from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.queue import QueueRow
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ class PostgreSQLBackend(LockBackend):
     """
 
     vendor = "postgresql"
+    listener_class = "django_dlock.listeners.postgresql.PostgresListener"
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
@@ -149,6 +150,14 @@ class PostgreSQLBackend(LockBackend):
         )
         self._prepared = PreparedStatements(using)
 
+    def can_listen(self) -> bool:
+        # psycopg2 has no notify handlers.
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            return False
+        return True
+
     def take(
         self, resource: str, owner: str, duration: timedelta, *, leaving: int | None = None
     ) -> Written:
@@ -186,7 +195,7 @@ class PostgreSQLBackend(LockBackend):
         cost no round trip (psycopg would wait for its BEGIN before sending the
         statement), and Django's commit on leaving ``atomic()`` finds no
         transaction open and sends nothing. It runs prepared (see
-        ``django_dlock.backends.prepared``). Inside another transaction (Django's
+        ``django_dlock.backends.postgresql.prepared``). Inside another transaction (Django's
         TestCase wraps each test in one) it runs in that one, as plain SQL.
         """
         connection = self.connection

@@ -7,9 +7,9 @@ queue, and the listener wakes that waiter alone. Only the head's process hears
 it (with a channel per resource, every process waiting on the resource would
 wake for each release, to find the ticket not its own). How it travels:
 
-- PostgreSQL: ``LISTEN``/``NOTIFY`` (``listener_postgres``);
+- PostgreSQL: ``LISTEN``/``NOTIFY`` (``listeners.postgresql``);
 - SQLite, whose processes all run on one host: a datagram to a Unix socket
-  named by the channel (``listener_host``).
+  named by the channel (``listeners.sqlite``).
 
 The listener starts when the first waiter needs it, reconnects when its
 connection breaks (waiters poll meanwhile, and all of them look once it is
@@ -19,20 +19,13 @@ it for ``LINGER`` seconds, or at exit.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
 import secrets
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-from django.db import connections
-
-from django_dlock.conf import conf
-from django_dlock.locking.per_alias import PerAlias
 
 if TYPE_CHECKING:
     from django_dlock.locking.wakeup import Wakeup
@@ -230,46 +223,3 @@ class Listener(Generic[_C]):
 
     def _close(self, connection: _C) -> None:
         raise NotImplementedError
-
-
-def _listener(using: str) -> Listener[Any]:
-    # (Imported here: each kind imports this module.)
-    if connections[using].vendor == "postgresql":
-        from django_dlock.locking.listener_postgres import PostgresListener
-
-        return PostgresListener(using)
-    from django_dlock.locking.listener_host import HostListener
-
-    return HostListener(using)
-
-
-_listeners = PerAlias(_listener)
-
-
-def listener_for(using: str) -> Listener[Any] | None:
-    """This process's listener for ``using``, or ``None`` where waiters poll:
-    ``DLOCK_LISTEN = False``; PostgreSQL without psycopg 3 (psycopg2 has no
-    notify handlers) or behind a pooler; SQLite off Linux (the datagrams go to
-    abstract Unix sockets); MariaDB."""
-    if conf.LISTEN is False:
-        return None
-    vendor = connections[using].vendor
-    if vendor == "postgresql":
-        try:
-            import psycopg  # noqa: F401
-        except ImportError:
-            return None
-    elif vendor != "sqlite" or sys.platform != "linux":
-        return None
-    listener = _listeners(using)
-    return listener if listener.usable else None
-
-
-def stop_listeners() -> None:
-    """Close every listening connection of this process (at exit; tests call it
-    before the test database is dropped). Waiters that need one reopen it."""
-    for listener in _listeners.pop_all():
-        listener.stop()
-
-
-atexit.register(stop_listeners)

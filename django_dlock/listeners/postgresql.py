@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 
 from django_dlock.conf import conf
-from django_dlock.locking.listener import IDLE_TICK, Listener, logger
+from django_dlock.listeners.base import IDLE_TICK, Listener, logger
 
 if TYPE_CHECKING:
     import psycopg

@@ -1,25 +1,40 @@
-"""The SQLite listener: every process of a SQLite database runs on its host, so
-a release wakes the head of the queue with a datagram to the Unix socket of the
-head's process, in Linux's abstract namespace (no file to create or clean up),
-named by the listener's channel. The datagram carries the head's ticket and is
-sent after the release commits; one that finds no socket (the process is gone)
-is dropped.
+"""The wake-ups of SQLite's waiters, both ends: every process of a SQLite
+database runs on its host, so a release wakes the head of the queue with a
+datagram (``wake``) to the Unix socket of the head's process, in Linux's
+abstract namespace (no file to create or clean up), named by the listener's
+channel. The datagram carries the head's ticket and is sent after the release
+commits; one that finds no socket (the process is gone) is dropped. The
+``DatagramListener`` receives them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import socket
 
-from django_dlock.backends.sqlite import host_address
-from django_dlock.locking.listener import IDLE_TICK, Listener
+from django_dlock.listeners.base import IDLE_TICK, Listener
 
 # A ticket, in decimal digits: the largest datagram worth reading.
 DATAGRAM_SIZE = 64
 
 
-class HostListener(Listener[socket.socket]):
+def host_address(channel: str) -> str:
+    """The Unix socket (Linux's abstract namespace) of the listener whose
+    channel is ``channel``."""
+    return "\0" + channel
+
+
+def wake(channel: str, ticket: int) -> None:
+    """Tell the listener of ``channel`` that ``ticket`` heads its queue and the
+    lock is free. A listener that is gone (its process ended) is not there to
+    tell: its waiter's ticket lapses, and the next waiter looks by itself."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender, contextlib.suppress(OSError):
+        sender.sendto(str(ticket).encode(), host_address(channel))
+
+
+class DatagramListener(Listener[socket.socket]):
     """Receives the releases' datagrams on the process's abstract Unix socket."""
 
     def _connect(self) -> socket.socket:
