@@ -335,7 +335,7 @@ def release_cost(rounds: int = 7, cycles: int = 200) -> tuple[float, float]:
 
     def per_second(plain: bool) -> float:
         if plain:  # the base class's release: an UPDATE of the row, nothing else
-            backend.mark_released = lambda lock: LockBackend.mark_released(backend, lock)  # type: ignore[method-assign]
+            backend.mark_released = lambda row: LockBackend.mark_released(backend, row)  # type: ignore[method-assign]
         try:
             started = time.perf_counter()
             for n in range(cycles):
@@ -366,7 +366,7 @@ def acquire_floor(rounds: int = 50) -> float:
             resource=f"floor:{n}", owner="me", expires_at=_in_a_minute()
         ).pk
         started = time.monotonic()
-        taken = locks._acquire(f"floor:{n}", "me", 30, leaving=ticket)
+        taken = locks.acquire_queued(f"floor:{n}", "me", 30, ticket=ticket)
         times.append((time.monotonic() - started) * 1000)
         assert taken is not None and not LockWaiter.objects.filter(pk=ticket).exists()  # noqa: S101
     return statistics.median(times)

@@ -87,7 +87,9 @@ class StatusFilter(admin.SimpleListFilter):
         return [(ACTIVE, _("Active")), (EXPIRED, _("Expired or released"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
-        locks = cast("DistributedLockQuerySet", queryset)  # LockAdmin's, from the manager
+        locks = cast(
+            "DistributedLockQuerySet[DistributedLock]", queryset
+        )  # LockAdmin's, from the manager
         if self.value() == ACTIVE:
             return locks.active()
         if self.value() == EXPIRED:

@@ -1,57 +1,52 @@
-"""The lock operations: ``DistributedLock.objects`` and its queryset."""
+"""The lock operations: ``DistributedLock.objects`` and its queryset.
+
+The manager validates what callers pass, asks the backend of its database to
+run the operation (each is one backend method, which decides), turns the rows
+the backend answers into model instances and sends the signals. It knows no
+vendor. The model class reaches it as ``self.model`` (this module does not
+import ``models``, which imports it): its annotations use a type variable bound
+to Django's ``Model``, and ``DistributedLock`` declares its manager as
+``DistributedLockManager["DistributedLock"]``.
+"""
 
 from __future__ import annotations
 
-import enum
-import secrets
 from collections.abc import Callable
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, cast
+from typing import Any, TypeVar, cast
 
 from django.db import models
 
 from django_dlock import signals
 from django_dlock.backends import backend_for
-from django_dlock.backends.base import Found, Written
-from django_dlock.backends.clock import DatabaseNow, expired_before
+from django_dlock.backends.base import LockBackend, expired_q
+from django_dlock.backends.clock import DatabaseNow
+from django_dlock.backends.results import LOCK_FIELDS, LockRow
 from django_dlock.conf import conf
 from django_dlock.prefix import resource_prefix_q
+from django_dlock.rules import ReleaseResult, duration_of, new_owner_token
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
-from django_dlock.transactions import in_lock_transaction
-from django_dlock.validators import validate_owner, validate_resource, validate_ttl
+from django_dlock.validators import validate_owner, validate_resource
 
-if TYPE_CHECKING:
-    from django_dlock.models import DistributedLock
+__all__ = ["DistributedLockManager", "DistributedLockQuerySet", "ReleaseResult"]
 
-
-class ReleaseResult(enum.Enum):
-    """What ``DistributedLock.objects.release()`` did."""
-
-    RELEASED = "released"
-    NOT_FOUND = "not_found"  # no lock, or it had expired or been released already
-    FORBIDDEN = "forbidden"  # another owner holds it
+_Lock = TypeVar("_Lock", bound=models.Model)
 
 
-def new_owner_token() -> str:
-    """A random 128-bit owner token, for callers that name no owner."""
-    return secrets.token_hex(16)
-
-
-class DistributedLockQuerySet(models.QuerySet["DistributedLock"]):
-    def active(self) -> DistributedLockQuerySet:
+class DistributedLockQuerySet(models.QuerySet[_Lock]):
+    def active(self) -> DistributedLockQuerySet[_Lock]:
         """Locks that are held now, by the database's clock."""
         return self.filter(expires_at__gt=DatabaseNow())
 
-    def expired(self, older_than: float = 0) -> DistributedLockQuerySet:
+    def expired(self, older_than: float = 0) -> DistributedLockQuerySet[_Lock]:
         """Locks that expired or were released (at least ``older_than`` seconds
         ago), by the database's clock."""
-        return self.filter(expires_at__lte=expired_before(older_than))
+        return self.filter(expired_q(older_than))
 
-    def owned_by(self, owner: str) -> DistributedLockQuerySet:
+    def owned_by(self, owner: str) -> DistributedLockQuerySet[_Lock]:
         """Locks whose current (or last, if expired) holder is ``owner``."""
         return self.filter(owner=owner)
 
-    def with_resource_prefix(self, prefix: str) -> DistributedLockQuerySet:
+    def with_resource_prefix(self, prefix: str) -> DistributedLockQuerySet[_Lock]:
         """Locks whose resource starts with ``prefix`` (case-sensitive)."""
         return self.filter(resource_prefix_q(prefix))
 
@@ -60,7 +55,7 @@ class DistributedLockQuerySet(models.QuerySet["DistributedLock"]):
 _DistributedLockManagerBase = models.Manager.from_queryset(DistributedLockQuerySet)
 
 
-class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
+class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
     """Owns the lock operations. Each runs in one transaction of its own on the
     ``DLOCK_DATABASE`` connection (or the one named with ``db_manager()``),
     starting with ``SELECT ... FOR UPDATE`` of the resource's row, and decides
@@ -75,15 +70,18 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
     def _alias(self) -> str:
         return self._db or conf.DATABASE
 
-    def get_queryset(self) -> DistributedLockQuerySet:
+    def _backend(self) -> LockBackend:
+        return backend_for(self._alias())
+
+    def get_queryset(self) -> DistributedLockQuerySet[_Lock]:
         # Lock reads (active(), the API, the admin) go where locks are written,
         # never to a replica that a database router picks for reads.
         queryset = super().get_queryset().using(self._alias())
-        return cast(DistributedLockQuerySet, queryset)  # from_queryset() makes it one
+        return cast(DistributedLockQuerySet[_Lock], queryset)  # from_queryset() makes it one
 
     def acquire(
         self, resource: str, owner: str | None = None, ttl: float | None = None
-    ) -> DistributedLock | None:
+    ) -> _Lock | None:
         """Take the lock on ``resource`` for ``ttl`` seconds; never waits.
 
         Returns the lock, or ``None`` when another owner validly holds it.
@@ -94,83 +92,9 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         """
         validate_resource(resource)
         owner = new_owner_token() if owner is None else validate_owner(owner)
-        return self._acquire(resource, owner, ttl)
+        return self.acquire_queued(resource, owner, ttl, ticket=None)
 
-    def _acquire(
-        self, resource: str, owner: str, ttl: float | None, *, leaving: int | None = None
-    ) -> DistributedLock | None:
-        """``acquire()`` with a valid resource and owner. With the lock taken,
-        ``lock()``'s waiter ticket ``leaving`` leaves its queue in the same
-        transaction: one commit, and no moment where the next waiter sees the
-        new holder still queued ahead of it."""
-        duration = duration_of(ttl)
-        using = self._alias()
-        lock, previous_owner, renewed = in_lock_transaction(
-            using, lambda: self._take(resource, owner, duration, using, leaving)
-        )
-        if lock is not None:
-            self._announce(lock, owner, previous_owner, renewed)
-        return lock
-
-    def _announce(
-        self, lock: DistributedLock, owner: str, previous_owner: str | None, renewed: bool
-    ) -> None:
-        """The signals of an acquisition. They go out after the commit, so that a
-        receiver sees the lock as others do, and one that raises cannot undo it."""
-        if renewed:
-            signals.lock_renewed.send(sender=self.model, lock=lock)
-            return
-        # An expired (not released) lock of another owner was taken over.
-        taken_over_from = previous_owner if previous_owner not in (None, "", owner) else None
-        if taken_over_from is not None:
-            signals.lock_taken_over.send(
-                sender=self.model, lock=lock, previous_owner=taken_over_from
-            )
-        signals.lock_acquired.send(sender=self.model, lock=lock, taken_over_from=taken_over_from)
-
-    def _take(
-        self, resource: str, owner: str, duration: timedelta, using: str, leaving: int | None
-    ) -> tuple[DistributedLock | None, str | None, bool]:
-        """Acquire inside the lock transaction. Returns the lock (``None`` when
-        another owner holds it), the owner of the row before (``None`` for a new
-        row) and whether this was the holder re-acquiring (same token)."""
-        backend = backend_for(using)
-        if backend.fuses_operations:
-            return _taken(backend.take(resource, owner, duration, leaving=leaving), owner)
-        taken = self._select_and_take(resource, owner, duration, using)
-        if taken[0] is not None and leaving is not None:
-            backend.leave_queue(leaving)
-        return taken
-
-    def _select_and_take(
-        self, resource: str, owner: str, duration: timedelta, using: str
-    ) -> tuple[DistributedLock | None, str | None, bool]:
-        lock = self._select_for_update(resource, using)
-        if lock is None:
-            inserted = self._insert(resource, owner, duration, using)
-            if inserted is not None:
-                return inserted, None, False
-            # Another process inserted the row first (ON CONFLICT DO NOTHING
-            # waited for its commit): read the winner's row and decide on it.
-            lock = self._select_for_update(resource, using)
-            if lock is None:  # the winner's row is gone already; rare enough to
-                return None, None, False  # report as "held" rather than loop
-        now: datetime = lock.db_now  # type: ignore[attr-defined]
-        previous_owner = lock.owner
-        if _holds(lock, now):
-            if not same_owner(lock.owner, owner):
-                return None, previous_owner, False
-            lock.expires_at = now + duration  # re-acquire: same token, same acquired_at
-            self._write(lock, using, ["expires_at"])
-            return lock, previous_owner, True
-        lock.owner = owner
-        lock.acquired_at = now
-        lock.expires_at = now + duration
-        lock.fencing_token += 1
-        self._write(lock, using, ["owner", "acquired_at", "expires_at", "fencing_token"])
-        return lock, previous_owner, False
-
-    def renew(self, resource: str, owner: str, ttl: float | None = None) -> DistributedLock | None:
+    def renew(self, resource: str, owner: str, ttl: float | None = None) -> _Lock | None:
         """Extend the lock that ``owner`` validly holds to ``ttl`` seconds from now.
 
         Returns the renewed lock, or ``None`` when the lock expired or another
@@ -179,11 +103,13 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         """
         validate_resource(resource)
         validate_owner(owner)
-        duration = duration_of(ttl)
-        using = self._alias()
-        lock = in_lock_transaction(using, lambda: self._extend(resource, owner, duration, using))
-        if lock is None:
+        renewed = self._backend().extend(resource, owner, duration_of(ttl))
+        if not renewed.exists:
+            does_not_exist: type[Exception] = cast(Any, self.model).DoesNotExist
+            raise does_not_exist(f"There is no lock on {resource!r}.")
+        if renewed.row is None:
             return None
+        lock = self._lock(renewed.row)
         signals.lock_renewed.send(sender=self.model, lock=lock)
         return lock
 
@@ -196,12 +122,11 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         """
         validate_resource(resource)
         validate_owner(owner)
-        using = self._alias()
-        lock, _, outcome = in_lock_transaction(using, lambda: self._give_up(resource, owner, using))
-        if lock is None:
-            return outcome
-        signals.lock_released.send(sender=self.model, lock=lock, owner=owner, forced=False)
-        return ReleaseResult.RELEASED
+        released = self._backend().give_up(resource, owner)
+        if released.row is not None:
+            lock = self._lock(released.row)
+            signals.lock_released.send(sender=self.model, lock=lock, owner=owner, forced=False)
+        return released.result
 
     def force_release(self, resource: str) -> bool:
         """Release the lock on ``resource`` whoever holds it (for operators).
@@ -210,11 +135,11 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         counted, so the next holder still gets a larger one.
         """
         validate_resource(resource)
-        using = self._alias()
-        lock, owner, _ = in_lock_transaction(using, lambda: self._give_up(resource, None, using))
-        if lock is None:
+        released = self._backend().give_up(resource, None)
+        if released.row is None:
             return False
-        signals.lock_released.send(sender=self.model, lock=lock, owner=owner, forced=True)
+        lock = self._lock(released.row)
+        signals.lock_released.send(sender=self.model, lock=lock, owner=released.owner, forced=True)
         return True
 
     def purge_expired(
@@ -235,84 +160,70 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
         locked again gets a larger token than any it had. ``on_batch(count)`` is
         called after each batch that deleted something.
         """
-        using = self._alias()
-        backend = backend_for(using)
+        backend = self._backend()
         deleted = 0
         while True:
-            count = in_lock_transaction(
-                using,
-                lambda: backend.purge_batch(
-                    older_than=older_than, batch_size=batch_size, prefix=prefix
-                ),
-            )
-            if count == 0:
+            batch = backend.purge_batch(older_than=older_than, batch_size=batch_size, prefix=prefix)
+            if batch.chosen == 0:  # (a batch renewed meanwhile deletes none: look again)
                 return deleted
-            deleted += count
-            if on_batch is not None:
-                on_batch(count)
+            deleted += batch.deleted
+            if batch.deleted and on_batch is not None:
+                on_batch(batch.deleted)
 
-    def _extend(
-        self, resource: str, owner: str, duration: timedelta, using: str
-    ) -> DistributedLock | None:
-        """Renew inside the lock transaction: the renewed lock, or ``None`` when
-        ``owner`` does not validly hold it; ``DoesNotExist`` without a lock."""
-        backend = backend_for(using)
-        if backend.fuses_operations:
-            written = backend.extend(resource, owner, duration)
-            found, lock = written.before, written.after
-        else:
-            lock = self._select_for_update(resource, using)
-            found = _found(lock)
-        if found is None or found.released:
-            raise self.model.DoesNotExist(f"There is no lock on {resource!r}.")
-        if backend.fuses_operations or lock is None:  # the statement decided and wrote
-            return lock
-        if not same_owner(found.owner, owner) or not found.held:
+    # -- lock()'s waiters (an internal interface of django_dlock.locking) -----------------
+
+    def acquire_queued(
+        self, resource: str, owner: str, ttl: float | None, *, ticket: int | None
+    ) -> _Lock | None:
+        """``acquire()`` with a valid resource and owner, for ``lock()``: with the
+        lock taken, the waiter of ``ticket`` (if any) leaves its queue in the
+        same transaction."""
+        taken = self._backend().take(resource, owner, duration_of(ttl), leaving=ticket)
+        if taken.row is None:
             return None
-        lock.expires_at = lock.db_now + duration  # type: ignore[attr-defined]
-        self._write(lock, using, ["expires_at"])
+        lock = self._lock(taken.row)
+        if taken.renewed:
+            signals.lock_renewed.send(sender=self.model, lock=lock)
+        else:
+            self._announce_acquired(taken.row, lock, taken.previous_owner)
         return lock
 
-    def _give_up(
-        self, resource: str, owner: str | None, using: str
-    ) -> tuple[DistributedLock | None, str, ReleaseResult]:
-        """Release inside the lock transaction (``owner=None``: whoever holds it).
-        Returns the released row (``None`` when nothing was released), its owner
-        before, and the outcome."""
-        backend = backend_for(using)
-        if backend.fuses_operations:
-            written = backend.give_up(resource, owner)
-            found, lock = written.before, written.after
-        else:
-            lock = self._select_for_update(resource, using)
-            found = _found(lock)
-        if found is None or not found.held:
-            return None, "", ReleaseResult.NOT_FOUND
-        if owner is not None and not same_owner(found.owner, owner):
-            return None, found.owner, ReleaseResult.FORBIDDEN
-        if not backend.fuses_operations and lock is not None:
-            self._mark_released(lock, using)
-        return lock, found.owner, ReleaseResult.RELEASED
+    def accept_handover(self, resource: str, owner: str, ticket: int) -> tuple[_Lock, float] | None:
+        """The lock, if a release handed it to the waiter of ``ticket``
+        (``LockBackend.grants_on_release``), announced as acquired, and how many
+        seconds ago (by the database's clock) the release made it the holder's."""
+        row = self._backend().granted(resource, owner, ticket)
+        if row is None:
+            return None
+        lock = self._lock(row)
+        self._announce_acquired(row, lock, previous_owner="")
+        return lock, max((row.now - row.acquired_at).total_seconds(), 0.0)
 
-    # -- the statements ------------------------------------------------------
+    def _announce_acquired(self, row: LockRow, lock: _Lock, previous_owner: str | None) -> None:
+        """The signals of a new holder (``previous_owner``: the row's owner
+        before; an expired lock of another owner was taken over). They go out
+        after the commit, so that a receiver sees the lock as others do, and one
+        that raises cannot undo it."""
+        taken_over = previous_owner not in (None, "", row.owner)
+        taken_over_from = previous_owner if taken_over else None
+        if taken_over_from is not None:
+            signals.lock_taken_over.send(
+                sender=self.model, lock=lock, previous_owner=taken_over_from
+            )
+        signals.lock_acquired.send(sender=self.model, lock=lock, taken_over_from=taken_over_from)
 
-    def _select_for_update(self, resource: str, using: str) -> DistributedLock | None:
-        return backend_for(using).select_for_update(resource)
+    def renew_held(self, pairs: list[tuple[str, str]], ttl: float) -> dict[tuple[str, str], _Lock]:
+        """Renew each (resource, owner) lock that owner validly holds, for
+        ``ttl`` seconds (the auto-renewer's batch); the renewed locks. A lock
+        not among them was lost."""
+        rows = self._backend().renew_many(pairs, ttl)
+        renewed = {pair: self._lock(row) for pair, row in rows.items()}
+        for lock in renewed.values():
+            signals.lock_renewed.send(sender=self.model, lock=lock)
+        return renewed
 
-    def _write(self, lock: DistributedLock, using: str, fields: list[str]) -> None:
-        backend_for(using).update(lock, fields)
-
-    def _mark_released(self, lock: DistributedLock, using: str) -> None:
-        # The row stays, expired and ownerless, to keep the fencing token counting.
-        lock.owner = ""
-        lock.expires_at = lock.db_now  # type: ignore[attr-defined]
-        # (On PostgreSQL the same statement wakes the head of the resource's waiters.)
-        backend_for(using).mark_released(lock)
-
-    def _insert(
-        self, resource: str, owner: str, duration: timedelta, using: str
-    ) -> DistributedLock | None:
-        return backend_for(using).insert(resource, owner, duration)
+    def _lock(self, row: LockRow) -> _Lock:
+        return self.model.from_db(self._alias(), LOCK_FIELDS, row.values())
 
     # -- async twins -----------------------------------------------------------
     # Each runs the sync operation in a thread of django-dlock's own (not the
@@ -321,63 +232,21 @@ class DistributedLockManager(_DistributedLockManagerBase["DistributedLock"]):
 
     async def aacquire(
         self, resource: str, owner: str | None = None, ttl: float | None = None
-    ) -> DistributedLock | None:
+    ) -> _Lock | None:
         """``acquire()`` for async code: never waits for the lock.
 
         Cancelled while the acquisition runs, it releases what it took before
         the cancellation goes on.
         """
         using = self._alias()
+        owner = new_owner_token() if owner is None else owner
         acquiring = run_in_lock_thread(using, self.acquire, resource, owner, ttl)
-        return await release_if_cancelled(using, acquiring, self.release)
+        return await release_if_cancelled(using, acquiring, lambda: self.release(resource, owner))
 
-    async def arenew(
-        self, resource: str, owner: str, ttl: float | None = None
-    ) -> DistributedLock | None:
+    async def arenew(self, resource: str, owner: str, ttl: float | None = None) -> _Lock | None:
         """``renew()`` for async code; raises ``DoesNotExist`` when there is no lock."""
         return await run_in_lock_thread(self._alias(), self.renew, resource, owner, ttl)
 
     async def arelease(self, resource: str, owner: str) -> ReleaseResult:
         """``release()`` for async code."""
         return await run_in_lock_thread(self._alias(), self.release, resource, owner)
-
-
-def same_owner(held_by: str, owner: str) -> bool:
-    """Whether ``owner`` is ``held_by``, compared in constant time: an owner
-    token is a secret, and its prefix must not leak through timing."""
-    return secrets.compare_digest(held_by.encode(), owner.encode())
-
-
-def _taken(written: Written, owner: str) -> tuple[DistributedLock | None, str | None, bool]:
-    """``_take``'s answer from a backend's ``take()``: the lock, the row's owner
-    before (``None`` for a new row), and whether the holder re-acquired."""
-    before, after = written.before, written.after
-    previous_owner = None if before is None else before.owner
-    if after is None:
-        return None, previous_owner, False
-    # A re-acquisition keeps acquired_at; a new holder's is the database's now.
-    # (A row that appeared after the statement's snapshot has no ``before``.)
-    renewed = after.acquired_at < after.db_now  # type: ignore[attr-defined]
-    return after, previous_owner, renewed
-
-
-def _found(lock: DistributedLock | None) -> Found | None:
-    """What the operations decide on, of a row read with SELECT ... FOR UPDATE."""
-    if lock is None:
-        return None
-    return Found(owner=lock.owner, held=_holds(lock, lock.db_now))  # type: ignore[attr-defined]
-
-
-def _holds(lock: DistributedLock, now: datetime) -> bool:
-    """Whether the lock has a holder at the database time ``now``."""
-    return not lock.is_released and now < lock.expires_at
-
-
-# SQLite's clock counts milliseconds: a shorter lock would expire as it is made.
-SHORTEST_TTL = 0.001
-
-
-def duration_of(ttl: float | None) -> timedelta:
-    """How long a lock taken for ``ttl`` seconds (``None``: the default) lasts."""
-    seconds = validate_ttl(conf.DEFAULT_TTL if ttl is None else ttl)
-    return timedelta(seconds=max(seconds, SHORTEST_TTL))

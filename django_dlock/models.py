@@ -6,7 +6,8 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_dlock.managers import DistributedLockManager, ReleaseResult
+from django_dlock.managers import DistributedLockManager
+from django_dlock.rules import ReleaseResult
 from django_dlock.validators import MAX_LENGTH, validate_owner, validate_resource
 
 __all__ = ["DistributedLock", "FencingFloor", "LockWaiter", "ReleaseResult"]
@@ -35,7 +36,7 @@ class DistributedLock(models.Model):
     expires_at = models.DateTimeField(_("expires at"))
     fencing_token = models.PositiveBigIntegerField(_("fencing token"))
 
-    objects = DistributedLockManager()
+    objects = DistributedLockManager["DistributedLock"]()
 
     class Meta:
         db_table = "distributed_locks"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import connections
@@ -18,12 +18,7 @@ from django.db import connections
 _T = TypeVar("_T")
 
 
-class _Held(Protocol):
-    resource: str
-    owner: str
-
-
-_Acquired = TypeVar("_Acquired", bound=_Held | None)
+_Acquired = TypeVar("_Acquired")
 
 _lock_threads: ThreadPoolExecutor | None = None
 
@@ -50,7 +45,7 @@ async def run_in_lock_thread(using: str, function: Callable[..., _T], *args: Any
 async def release_if_cancelled(
     using: str,
     acquiring: Awaitable[_Acquired],
-    release: Callable[[str, str], object],
+    release: Callable[[], object],
     stop: Callable[[], object] | None = None,
 ) -> _Acquired:
     """Await ``acquiring``, an acquisition on ``using`` running in a thread.
@@ -58,8 +53,8 @@ async def release_if_cancelled(
     Cancelling the awaiting task cannot stop a thread: it would take the lock
     anyway, for an owner nobody knows, until its ttl. So on cancellation
     ``stop()`` asks the thread to give up early, the lock it took (if any) is
-    released with ``release(resource, owner)`` once it finishes, and then the
-    cancellation goes on.
+    released with ``release()`` once it finishes, and then the cancellation
+    goes on.
     """
     task = asyncio.ensure_future(acquiring)
     try:
@@ -73,11 +68,10 @@ async def release_if_cancelled(
 
 
 async def _release_when_done(
-    using: str, task: asyncio.Future[_Acquired], release: Callable[[str, str], object]
+    using: str, task: asyncio.Future[_Acquired], release: Callable[[], object]
 ) -> None:
     await asyncio.wait([task])
     if task.cancelled() or task.exception() is not None:
         return  # it took nothing (e.g. a waiter that gave up)
-    acquired = task.result()
-    if acquired is not None:
-        await run_in_lock_thread(using, release, acquired.resource, acquired.owner)
+    if task.result() is not None:
+        await run_in_lock_thread(using, release)

@@ -6,15 +6,25 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TypeVar
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol, TypeVar
 
 from django.db import DatabaseError, connections, transaction
 
-from django_dlock.backends import backend_for
+from django_dlock.django_private import is_testcase_transaction
 from django_dlock.exceptions import LockTransactionError
 
 _T = TypeVar("_T")
+
+
+class TransactionHooks(Protocol):
+    """What a backend says about its lock transactions (``LockBackend``)."""
+
+    using: str
+
+    def transaction(self) -> AbstractContextManager[None]: ...
+
+    def retry_after(self, error: Exception, attempt: int, started: float) -> float | None: ...
 
 
 def refuse_callers_transaction(using: str) -> None:
@@ -32,7 +42,7 @@ def refuse_callers_transaction(using: str) -> None:
     # (Read as an attribute: get_autocommit() would connect, which async code
     # must not do; a connection not yet open has no transaction.)
     autocommit_off = connection.connection is not None and not connection.autocommit
-    if (blocks and not _is_testcase_transaction(blocks[-1])) or (not blocks and autocommit_off):
+    if (blocks and not is_testcase_transaction(blocks[-1])) or (not blocks and autocommit_off):
         raise LockTransactionError(
             f"A lock operation was called inside a transaction on database {using!r}. "
             "A lock written there would stay invisible to other processes until that "
@@ -42,33 +52,23 @@ def refuse_callers_transaction(using: str) -> None:
         )
 
 
-def _is_testcase_transaction(block: object) -> bool:
-    """Whether ``block`` is the transaction Django's ``TestCase`` wraps each test in.
-
-    Django has no public way to tell; ``Atomic._from_testcase`` is what its own
-    ``atomic(durable=True)`` checks for the same reason, so this is the one place
-    django-dlock reads it.
-    """
-    return bool(getattr(block, "_from_testcase", False))
-
-
 @contextmanager
-def lock_transaction(using: str) -> Iterator[None]:
+def lock_transaction(backend: TransactionHooks) -> Iterator[None]:
     """One transaction of its own for a lock operation, committed on exit.
 
     Raises ``LockTransactionError`` when the caller has a transaction open on
-    ``using`` (see ``refuse_callers_transaction``). Durable: a savepoint only
+    the backend's database (see ``refuse_callers_transaction``). Durable: a savepoint only
     inside Django's TestCase transaction, the one place where it nests.
 
     The backend may change how the transaction begins (SQLite starts it with
     ``BEGIN IMMEDIATE``: see ``SQLiteBackend.transaction``).
     """
-    refuse_callers_transaction(using)
-    with backend_for(using).transaction(), transaction.atomic(using=using, durable=True):
+    refuse_callers_transaction(backend.using)
+    with backend.transaction(), transaction.atomic(using=backend.using, durable=True):
         yield
 
 
-def in_lock_transaction(using: str, operation: Callable[[], _T]) -> _T:
+def in_lock_transaction(backend: TransactionHooks, operation: Callable[[], _T]) -> _T:
     """``operation()`` in a lock transaction of its own (``lock_transaction``),
     run again when the backend says the failure was a lost race that wrote
     nothing (``LockBackend.retry_after``).
@@ -82,12 +82,11 @@ def in_lock_transaction(using: str, operation: Callable[[], _T]) -> _T:
     transaction a rollback would undo the test's own work too, so there it
     raises.)
     """
-    backend = backend_for(using)
-    nested = bool(connections[using].atomic_blocks)
+    nested = bool(connections[backend.using].atomic_blocks)
     started = time.monotonic()
     for attempt in itertools.count(1):
         try:
-            with lock_transaction(using):
+            with lock_transaction(backend):
                 return operation()
         except DatabaseError as error:
             pause = None if nested else backend.retry_after(error, attempt, started)

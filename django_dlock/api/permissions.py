@@ -16,6 +16,7 @@ from rest_framework.request import Request
 
 if TYPE_CHECKING:
     from django_dlock.managers import DistributedLockQuerySet
+    from django_dlock.models import DistributedLock
 
 # The permission that lets an operator force-release any lock in the admin.
 # Knowing an owner is the right to release its lock, so only its holders see owners.
@@ -28,8 +29,11 @@ def may_see_owners(request: Request) -> bool:
 
 
 def filter_resources(
-    request: Request, view: Any, permissions: list[Any], locks: DistributedLockQuerySet
-) -> DistributedLockQuerySet:
+    request: Request,
+    view: Any,
+    permissions: list[Any],
+    locks: DistributedLockQuerySet[DistributedLock],
+) -> DistributedLockQuerySet[DistributedLock]:
     """``locks`` narrowed by every permission class that defines
     ``filter_resources(request, view, queryset)``."""
     for permission in permissions:
@@ -60,7 +64,7 @@ class ResourcePrefixPermission(BasePermission):
         return prefix is None or str(obj).startswith(prefix)
 
     def filter_resources(
-        self, request: Request, view: Any, queryset: DistributedLockQuerySet
-    ) -> DistributedLockQuerySet:
+        self, request: Request, view: Any, queryset: DistributedLockQuerySet[DistributedLock]
+    ) -> DistributedLockQuerySet[DistributedLock]:
         prefix = self.get_resource_prefix(request)
         return queryset if prefix is None else queryset.with_resource_prefix(prefix)

@@ -1,72 +1,51 @@
-"""The interface every database backend of django-dlock implements, and the
-parts that the ORM writes the same way for every vendor.
+"""The interface every database backend of django-dlock implements, with the
+portable version of each lock operation.
 
-A lock operation is a handful of statements, and at this size Django's query
-building costs more than the round trips: compiling ``select_for_update()``
-and ``update()`` on every call ran at a quarter of the raw-SQL floor. So the
-ORM writes each statement once per alias, and the operations execute that SQL
-and convert the rows with the converters Django chose for them.
-
-The interface is one method per operation (not one per SQL string), so that a
-vendor may answer an operation with fewer statements, or fuse several.
+Each lock operation is one method (``take``, ``extend``, ``give_up``, the
+queue's ``enqueue_waiter``), and the decision it makes lives there: here, in
+Python, between a ``SELECT ... FOR UPDATE`` of the resource's row and the write,
+inside one transaction of the operation's own (``in_lock_transaction``). A
+vendor overrides an operation with a form that decides in SQL, in fewer
+statements, and calls ``super()`` where that form does not apply, as Django's
+``BaseDatabaseOperations`` and its vendor subclasses do.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import timedelta
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
-from django.apps import apps
-from django.db import connections, models
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import F, Value
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Greatest
 from django.db.models.sql import Query
 
-from django_dlock.backends.clock import DatabaseNow, compile_expression, expired_before, now_plus
+from django_dlock.backends.clock import DatabaseNow, compile_expression, expired_before
 from django_dlock.backends.queue import WaiterQueue
-
-if TYPE_CHECKING:
-    from django_dlock.managers import DistributedLockQuerySet
-    from django_dlock.models import DistributedLock
-
-_PLACEHOLDER = "django-dlock:placeholder"
+from django_dlock.backends.results import LockRow, Released, Renewed, Taken
+from django_dlock.backends.statements import LockStatements
+from django_dlock.prefix import resource_prefix_q
+from django_dlock.rules import ReleaseResult, same_owner
+from django_dlock.transactions import in_lock_transaction
 
 # Locks per statement of renew_many(): well under every database's parameter limit.
 RENEW_CHUNK = 500
 
 
-@dataclass(frozen=True)
-class Written:
-    """What a lock operation in one statement found and wrote (``fuses_operations``)."""
+class PurgedBatch(NamedTuple):
+    """What one purge batch did."""
 
-    before: Found | None  # the row as SELECT ... FOR UPDATE found it; None without one
-    after: DistributedLock | None  # the row as written; None when nothing was written
-
-
-@dataclass(frozen=True)
-class Found:
-    """What a lock operation needs to know of the row it locked."""
-
-    owner: str  # "" once released
-    held: bool  # validly held at the database's now
-
-    @property
-    def released(self) -> bool:
-        return self.owner == ""
+    chosen: int  # expired locks chosen for the batch (0: none left)
+    deleted: int  # of those, deleted (the others were renewed or taken meanwhile)
 
 
-class LockBackend(WaiterQueue):
-    """The SQL of the lock operations on one database alias.
+class LockBackend(LockStatements, WaiterQueue):
+    """The lock operations on one database alias.
 
-    ``select_for_update``, ``insert`` and ``update`` run inside the lock
-    transaction the caller opened with ``transaction()`` (see
-    ``django_dlock.transactions.lock_transaction``); ``purge_batch`` too;
-    ``queue_state`` runs alone, in autocommit.
+    ``take``, ``extend``, ``give_up`` and ``purge_batch`` each run in a lock
+    transaction of their own; the queue's statements run alone, in autocommit.
     """
 
     vendor: ClassVar[str]
@@ -81,58 +60,9 @@ class LockBackend(WaiterQueue):
     #: releases that wake this database's waiters; None: waiters poll.
     listener_class: ClassVar[str | None] = None
 
-    #: Whether the backend does acquire, renew, release and force_release in one
-    #: statement each (``take``, ``extend``, ``give_up``), deciding in SQL; otherwise
-    #: the manager selects the row FOR UPDATE, decides, and writes.
-    fuses_operations: bool = False
-
-    def __init__(self, using: str) -> None:
-        self.using = using
-        self.model: type[DistributedLock] = apps.get_model("django_dlock", "DistributedLock")
-        self.floor_model = apps.get_model("django_dlock", "FencingFloor")
-        self.waiter_model = apps.get_model("django_dlock", "LockWaiter")
-        connection = connections[using]
-        fields = self.model._meta.concrete_fields
-        self.attnames = [field.attname for field in fields]
-        self.fields = {field.attname: field for field in fields}
-        qn = connection.ops.quote_name
-        self.qn = qn
-        self.table = qn(self.model._meta.db_table)
-        self.floor_table = qn(self.floor_model._meta.db_table)
-        # {attname: quoted column}, in the model's field order
-        self.column_sql = {
-            field.attname: qn(field.column) for field in fields if field.column is not None
-        }
-        self.columns = list(self.column_sql.values())
-        self.pk_column = self.column_sql[self.model._meta.pk.attname]
-
-    @cached_property
-    def _select(self) -> tuple[str, dict[int, tuple[list[Any], Any]]]:
-        """The SELECT ... FOR UPDATE and the converters of its columns, compiled on
-        first use: Django compiles ``select_for_update()`` only inside a transaction."""
-        queryset = (
-            self.model._default_manager.using(self.using)
-            .select_for_update()
-            .filter(resource=_PLACEHOLDER)
-            .annotate(db_now=DatabaseNow())
-            .order_by()
-        )
-        compiler = queryset.query.get_compiler(using=self.using)
-        sql, params = compiler.as_sql()
-        selected = [expression for expression, _, _ in compiler.select]
-        if list(params) != [_PLACEHOLDER] or len(selected) != len(self.attnames) + 1:
-            raise AssertionError(f"unexpected SELECT for {self.using!r}: {sql}")
-        # {column index: (converters, expression)}; called with the caller's
-        # connection, since a connection belongs to one thread.
-        return sql, compiler.get_converters(selected)
-
     def can_listen(self) -> bool:
         """Whether releases can wake this process's waiters (``listener_class``)."""
         return self.listener_class is not None
-
-    @property
-    def connection(self) -> BaseDatabaseWrapper:
-        return connections[self.using]
 
     # -- the transaction -----------------------------------------------------------
 
@@ -147,132 +77,152 @@ class LockBackend(WaiterQueue):
         """Wrap the start of a lock transaction (a vendor may change how it begins)."""
         yield
 
-    # -- acquire, renew, release -------------------------------------------------
-
-    def select_for_update(self, resource: str) -> DistributedLock | None:
-        """The resource's row, locked until commit, with ``db_now`` set to the
-        database's time; ``None`` if there is no row."""
-        return self._fetch_lock(self._select[0], [resource])
-
-    def _fetch_lock(self, sql: str, params: Sequence[Any]) -> DistributedLock | None:
-        """The lock row ``sql`` (the columns of ``_select``) returns, with ``db_now``."""
-        connection = self.connection
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        values = self._convert(row, connection)
-        lock = self.model.from_db(self.using, self.attnames, values[:-1])
-        lock.db_now = values[-1]  # type: ignore[attr-defined]
-        return lock
-
-    def insert(self, resource: str, owner: str, duration: timedelta) -> DistributedLock | None:
-        """Insert the first row of ``resource``; ``None`` if another process won.
-
-        ``ON CONFLICT DO NOTHING`` makes a lost race an empty result rather than
-        an IntegrityError that would abort the transaction (a savepoint around
-        it would cost two more round trips). The token starts above the largest
-        one ever purged.
-        """
-        connection = self.connection
-        columns, placeholders, params = self._insert_values(resource, owner, duration)
-        # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
-        sql = (
-            f"INSERT INTO {self.table} ({columns}) VALUES ({placeholders}) "  # noqa: S608
-            f"ON CONFLICT ({self.column_sql['resource']}) DO NOTHING "
-            f"RETURNING {', '.join(self.columns)}"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        lock = self.model.from_db(self.using, self.attnames, self._convert(row, connection))
-        lock.db_now = lock.acquired_at  # type: ignore[attr-defined]
-        return lock
-
-    def _insert_values(
-        self, resource: str, owner: str, duration: timedelta
-    ) -> tuple[str, str, list[Any]]:
-        """The column list, VALUES and parameters of a first row of ``resource``:
-        the database's time, and a token above the largest one ever purged."""
-        now_sql, now_params = compile_expression(self.using, DatabaseNow())
-        expires_sql, expires_params = compile_expression(self.using, now_plus(duration))
-        # Each column named with its value: the model's field order does not matter.
-        values: dict[str, tuple[str, list[Any]]] = {
-            "resource": ("%s", [resource]),
-            "owner": ("%s", [owner]),
-            "acquired_at": (now_sql, now_params),
-            "expires_at": (expires_sql, expires_params),
-            "fencing_token": (
-                f"COALESCE(({self._floor_sql()}), 0) + 1",
-                [],
-            ),
-        }
-        columns = ", ".join(self.column_sql[name] for name in values)
-        placeholders = ", ".join(sql for sql, _ in values.values())
-        params = [param for _, value_params in values.values() for param in value_params]
-        return columns, placeholders, params
-
-    def _floor_sql(self) -> str:
-        """A SELECT of the fencing floor: the largest token ever purged."""
-        return f"SELECT MAX({self.qn('value')}) FROM {self.floor_table}"  # noqa: S608
-
-    def update(self, lock: DistributedLock, attnames: Sequence[str]) -> None:
-        """Write ``lock``'s values of ``attnames`` to its row."""
-        connection = self.connection
-        assignments = ", ".join(f"{self.column_sql[name]} = %s" for name in attnames)
-        sql = f"UPDATE {self.table} SET {assignments} WHERE {self.pk_column} = %s"  # noqa: S608
-        values = [
-            self.fields[name].get_db_prep_save(getattr(lock, name), connection) for name in attnames
-        ]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [*values, lock.pk])
-
-    # -- the same in one statement each (backends that set fuses_operations) --------
+    # -- acquire, renew, release -----------------------------------------------------
 
     def take(
         self, resource: str, owner: str, duration: timedelta, *, leaving: int | None = None
-    ) -> Written:
-        """Acquire: write the row when it is free (a new holder, a larger token)
-        or held by ``owner`` (a later expiry), or insert it when there is none.
-        With the lock taken, the waiter ticket ``leaving`` leaves its queue."""
-        raise NotImplementedError
+    ) -> Taken:
+        """Acquire: when the lock is free (released or expired), a new holder and
+        a larger token; when ``owner`` validly holds it, a later expiry, the same
+        token; when another owner does, nothing. Without a row, the first one is
+        inserted. With the lock taken, the waiter ticket ``leaving`` leaves its
+        queue in the same transaction (one commit, and no moment where the next
+        waiter sees the new holder still queued ahead of it)."""
+        return in_lock_transaction(self, lambda: self._take(resource, owner, duration, leaving))
 
-    def extend(self, resource: str, owner: str, duration: timedelta) -> Written:
+    def _take(self, resource: str, owner: str, duration: timedelta, leaving: int | None) -> Taken:
+        found = self.select_for_update(resource)
+        if found is None:
+            inserted = self.insert(resource, owner, duration)
+            if inserted is not None:
+                self._leave(leaving)
+                return Taken(row=inserted, previous_owner=None, renewed=False)
+            # Another process inserted the row first (ON CONFLICT DO NOTHING
+            # waited for its commit): read the winner's row and decide on it.
+            found = self.select_for_update(resource)
+            if found is None:  # the winner's row is gone already; rare enough to
+                return Taken(row=None, previous_owner=None, renewed=False)  # call it held
+        if found.held and not same_owner(found.owner, owner):
+            return Taken(row=None, previous_owner=found.owner, renewed=False)
+        if found.held:  # the holder again: same token, same acquired_at
+            row = replace(found, expires_at=found.now + duration)
+            self.update(row, ["expires_at"])
+        else:
+            row = replace(
+                found,
+                owner=owner,
+                acquired_at=found.now,
+                expires_at=found.now + duration,
+                fencing_token=found.fencing_token + 1,
+            )
+            self.update(row, ["owner", "acquired_at", "expires_at", "fencing_token"])
+        self._leave(leaving)
+        return Taken(row=row, previous_owner=found.owner, renewed=found.held)
+
+    def _leave(self, ticket: int | None) -> None:
+        if ticket is not None:
+            self.leave_queue(ticket)
+
+    def extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
         """Renew: a later expiry when ``owner`` validly holds the lock."""
-        raise NotImplementedError
+        return in_lock_transaction(self, lambda: self._extend(resource, owner, duration))
 
-    def give_up(self, resource: str, owner: str | None) -> Written:
-        """Release (``owner=None``: whoever holds it): mark the row released when
-        the lock is valid and held by ``owner``."""
-        raise NotImplementedError
+    def _extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
+        found = self.select_for_update(resource)
+        if found is None or found.owner == "":
+            return Renewed(row=None, exists=False)
+        if not found.held or not same_owner(found.owner, owner):
+            return Renewed(row=None, exists=True)
+        row = replace(found, expires_at=found.now + duration)
+        self.update(row, ["expires_at"])
+        return Renewed(row=row, exists=True)
+
+    def give_up(self, resource: str, owner: str | None) -> Released:
+        """Release (``owner=None``: whoever holds it): when the lock is valid and
+        held by ``owner``, mark it released (``mark_released``)."""
+        return in_lock_transaction(self, lambda: self._give_up(resource, owner))
+
+    def _give_up(self, resource: str, owner: str | None) -> Released:
+        found = self.select_for_update(resource)
+        if found is None or not found.held:
+            return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
+        if owner is not None and not same_owner(found.owner, owner):
+            return Released(row=None, owner=found.owner, result=ReleaseResult.FORBIDDEN)
+        # The row stays, expired and ownerless, to keep the fencing token counting.
+        row = replace(found, owner="", expires_at=found.now)
+        self.mark_released(row)
+        return Released(row=row, owner=found.owner, result=ReleaseResult.RELEASED)
+
+    def mark_released(self, row: LockRow) -> None:
+        """Write the released ``row`` (no owner, expired) inside its lock
+        transaction; a vendor also wakes the head of the resource's queue here."""
+        self.update(row, ["owner", "expires_at"])
+
+    def granted(self, resource: str, owner: str, ticket: int) -> LockRow | None:
+        """The lock, if a release handed it to the waiter of ``ticket`` (one
+        ``SELECT``, no transaction): held by ``owner``, the ticket gone."""
+        return None
+
+    def renew_many(
+        self, pairs: Sequence[tuple[str, str]], seconds: float
+    ) -> dict[tuple[str, str], LockRow]:
+        """Extend each (resource, owner) lock that owner validly holds to
+        ``seconds`` from now; the renewed locks. One statement per
+        ``RENEW_CHUNK`` locks, in autocommit."""
+        qn = self.qn
+        now_sql, now_params = compile_expression(self.using, DatabaseNow())
+        expires_sql, expires_params = self._from_now(seconds)
+        renewed: dict[tuple[str, str], LockRow] = {}
+        for start in range(0, len(pairs), RENEW_CHUNK):
+            chunk = pairs[start : start + RENEW_CHUNK]
+            values = ", ".join(["(%s, %s)"] * len(chunk))
+            # Only quoted identifiers and Django-compiled SQL are formatted in.
+            sql = (
+                f"UPDATE {self.table} SET {qn('expires_at')} = {expires_sql} "  # noqa: S608
+                f"WHERE ({qn('resource')}, {qn('owner')}) IN (VALUES {values}) "
+                f"AND {qn('expires_at')} > {now_sql} "
+                f"RETURNING {', '.join(self.columns)}, {now_sql}"
+            )
+            params = [
+                *expires_params,
+                *(value for pair in chunk for value in pair),
+                *now_params,
+                *now_params,
+            ]
+            with self.connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                for values in cursor.fetchall():
+                    row = self._row(values)
+                    renewed[(row.resource, row.owner)] = row
+        return renewed
 
     # -- purge ---------------------------------------------------------------------
 
-    def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> int:
+    def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
         """Delete at most ``batch_size`` locks that expired at least ``older_than``
-        seconds ago (and whose resource starts with ``prefix``); return how many.
+        seconds ago (and whose resource starts with ``prefix``), in a lock
+        transaction of its own.
 
         The ``DELETE`` checks expiry again, so a lock renewed or taken since the
         batch was chosen survives, and the batch's largest fencing token raises
-        the floor. Runs inside the caller's lock transaction.
+        the floor.
         """
+        return in_lock_transaction(self, lambda: self._purge_batch(older_than, batch_size, prefix))
+
+    def _purge_batch(self, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
         raise NotImplementedError
 
-    def _purge_candidates(self, older_than: float, prefix: str) -> DistributedLockQuerySet:
-        candidates: DistributedLockQuerySet = (
-            self.model._default_manager.using(self.using).expired(older_than).order_by()
+    def _purge_candidates(self, older_than: float, prefix: str) -> QuerySet[Any]:
+        """The expired locks a batch chooses from (``DistributedLockQuerySet.expired``)."""
+        candidates = (
+            self.model._default_manager.using(self.using).filter(expired_q(older_than)).order_by()
         )
-        if prefix:
-            candidates = candidates.with_resource_prefix(prefix)
-        return candidates
+        return candidates.filter(resource_prefix_q(prefix)) if prefix else candidates
 
     def _still_expired_sql(self, older_than: float) -> tuple[str, list[Any]]:
         """``expires_at <= now - older_than`` as SQL, for the DELETE to check again."""
         query = Query(self.model)
-        where = query.build_where(models.Q(expires_at__lte=expired_before(older_than)))
+        where = query.build_where(expired_q(older_than))
         compiler = query.get_compiler(using=self.using)
         sql, params = where.as_sql(compiler, self.connection)
         return sql, list(params)
@@ -286,54 +236,8 @@ class LockBackend(WaiterQueue):
             floors.bulk_create([self.floor_model(pk=1, value=token)], ignore_conflicts=True)
             floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
 
-    def granted(self, resource: str, owner: str, ticket: int) -> DistributedLock | None:
-        """The lock, if a release handed it to the waiter of ``ticket`` (one
-        ``SELECT``, no transaction): held by ``owner``, the ticket gone."""
-        return None
 
-    def mark_released(self, lock: DistributedLock) -> None:
-        """Write the released ``lock`` (no owner, expired) inside its lock transaction."""
-        self.update(lock, ["owner", "expires_at"])
-
-    def _released_values(self, lock: DistributedLock) -> list[Any]:
-        """The released ``lock``'s owner and expiry, as parameters of a hand-written
-        ``UPDATE`` (a vendor's ``mark_released`` that also wakes the head)."""
-        return [
-            self.fields[name].get_db_prep_save(getattr(lock, name), self.connection)
-            for name in ("owner", "expires_at")
-        ]
-
-    def renew_many(
-        self, pairs: Sequence[tuple[str, str]], seconds: float
-    ) -> dict[tuple[str, str], DistributedLock]:
-        """Extend each (resource, owner) lock that owner validly holds to
-        ``seconds`` from now; the renewed locks. One statement per
-        ``RENEW_CHUNK`` locks, in autocommit."""
-        qn = self.qn
-        now_sql, now_params = compile_expression(self.using, DatabaseNow())
-        expires_sql, expires_params = self._from_now(seconds)
-        manager = self.model._default_manager.db_manager(self.using)
-        renewed: dict[tuple[str, str], DistributedLock] = {}
-        for start in range(0, len(pairs), RENEW_CHUNK):
-            chunk = pairs[start : start + RENEW_CHUNK]
-            values = ", ".join(["(%s, %s)"] * len(chunk))
-            # Only quoted identifiers and Django-compiled SQL are formatted in.
-            sql = (
-                f"UPDATE {self.table} SET {qn('expires_at')} = {expires_sql} "  # noqa: S608
-                f"WHERE ({qn('resource')}, {qn('owner')}) IN (VALUES {values}) "
-                f"AND {qn('expires_at')} > {now_sql} RETURNING {', '.join(self.columns)}"
-            )
-            params = [*expires_params, *(value for pair in chunk for value in pair), *now_params]
-            for lock in manager.raw(sql, params):
-                renewed[(lock.resource, lock.owner)] = lock
-        return renewed
-
-    # -- rows --------------------------------------------------------------------------
-
-    def _convert(self, row: Sequence[Any], connection: BaseDatabaseWrapper) -> list[Any]:
-        values = list(row)
-        for index, (converters, expression) in self._select[1].items():
-            if index < len(values):
-                for converter in converters:
-                    values[index] = converter(values[index], expression, connection)
-        return values
+def expired_q(older_than: float = 0) -> Q:
+    """Locks that expired or were released at least ``older_than`` seconds ago,
+    by the database's clock."""
+    return Q(expires_at__lte=expired_before(older_than))

@@ -23,8 +23,8 @@ from django_dlock.locking.renewer import Renewer
 from django_dlock.locking.waiting import Wait
 from django_dlock.locking.waiting_thread import waiting_thread
 from django_dlock.locking.wakeup import Wakeup
-from django_dlock.managers import ReleaseResult, new_owner_token
 from django_dlock.models import DistributedLock
+from django_dlock.rules import ReleaseResult, new_owner_token
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import validate_owner, validate_resource, validate_ttl
 
@@ -146,7 +146,10 @@ class lock:
             return acquired, started
         wait = Wait(self.resource, owner, self.ttl, self.timeout, self.using, Wakeup.on_loop())
         acquired = await release_if_cancelled(
-            self.using, self._await(wait), manager.release, stop=wait.cancel
+            self.using,
+            self._await(wait),
+            lambda: manager.release(self.resource, owner),
+            stop=wait.cancel,
         )
         return acquired, wait.started
 

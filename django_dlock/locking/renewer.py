@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from django.db import DatabaseError, connections
 
-from django_dlock import signals
-from django_dlock.backends import backend_for
 from django_dlock.locking.renewal import RenewalFailure, failure_of, renew_lock
 from django_dlock.models import DistributedLock
 from django_dlock.per_alias import PerAlias
@@ -162,14 +160,12 @@ def renew_batch(using: str, batch: Sequence[Renewed]) -> list[DistributedLock | 
     for ttl, handles in by_ttl.items():
         pairs = [(handle.resource, handle.owner) for handle in handles]
         try:
-            renewed = backend_for(using).renew_many(pairs, ttl)
+            renewed = DistributedLock.objects.db_manager(using).renew_held(pairs, ttl)
             failures = _failures(using, [pair for pair in pairs if pair not in renewed])
         except DatabaseError as error:
             for handle in handles:
                 outcomes[handle] = _database_error(error)
             continue
-        for lock in renewed.values():
-            signals.lock_renewed.send(sender=DistributedLock, lock=lock)
         for handle in handles:
             pair = (handle.resource, handle.owner)
             outcomes[handle] = renewed[pair] if pair in renewed else failures[pair].value

@@ -42,8 +42,8 @@ from django_dlock.exceptions import LockNotAcquired
 from django_dlock.listeners.base import Watch
 from django_dlock.locking.local_queues import local_queues
 from django_dlock.locking.wakeup import Wakeup
-from django_dlock.managers import duration_of
 from django_dlock.models import DistributedLock
+from django_dlock.rules import duration_of
 from django_dlock.transactions import refuse_callers_transaction
 
 __all__ = ["WAITER_TTL", "QueueState", "Wait"]
@@ -179,7 +179,7 @@ class Wait:
                 backend = backend_for(self.using)
                 ticket, self.ticket = self.ticket, None
                 if not backend.give_up_waiting(self.resource, ticket):
-                    self._give_back(backend.granted(self.resource, self.owner, ticket))
+                    self._give_back(ticket)
         finally:
             local_queues.leave(self)
             if self.watch is not None:
@@ -193,33 +193,30 @@ class Wait:
         self.started = time.monotonic()
         manager = DistributedLock.objects.db_manager(self.using)
         leaving = self.ticket if queued else None
-        acquired = manager._acquire(self.resource, self.owner, self.ttl, leaving=leaving)
+        acquired = manager.acquire_queued(self.resource, self.owner, self.ttl, ticket=leaving)
         if acquired is not None and leaving is not None:
             self.ticket = None
         return acquired
 
     def _granted(self) -> DistributedLock | None:
         """The lock, if a release handed it to this waiter (``grants_on_release``)."""
-        backend = backend_for(self.using)
-        if not backend.grants_on_release or self.ticket is None:
+        if not backend_for(self.using).grants_on_release or self.ticket is None:
             return None
-        lock = backend.granted(self.resource, self.owner, self.ticket)
-        if lock is None:
+        manager = DistributedLock.objects.db_manager(self.using)
+        accepted = manager.accept_handover(self.resource, self.owner, self.ticket)
+        if accepted is None:
             return None
+        lock, taken_ago = accepted
         self.ticket = None  # the release dropped it
         # The lock's time runs from the release that handed it over, not from now.
-        taken_ago = (lock.db_now - lock.acquired_at).total_seconds()  # type: ignore[attr-defined]
-        self.started = time.monotonic() - max(taken_ago, 0.0)
-        manager = DistributedLock.objects.db_manager(self.using)
-        manager._announce(lock, self.owner, previous_owner="", renewed=False)
+        self.started = time.monotonic() - taken_ago
         return lock
 
-    def _give_back(self, lock: DistributedLock | None) -> None:
+    def _give_back(self, ticket: int) -> None:
         """Release a lock a release handed over as this wait ended without it
         (timed out, cancelled): the next waiter gets it."""
-        if lock is not None:
-            manager = DistributedLock.objects.db_manager(self.using)
-            manager._announce(lock, self.owner, previous_owner="", renewed=False)
+        manager = DistributedLock.objects.db_manager(self.using)
+        if manager.accept_handover(self.resource, self.owner, ticket) is not None:
             manager.release(self.resource, self.owner)
 
     def _watch(self) -> None:

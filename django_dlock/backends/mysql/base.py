@@ -28,19 +28,12 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
-from django_dlock.backends.base import RENEW_CHUNK, LockBackend
+from django_dlock.backends.base import RENEW_CHUNK, LockBackend, PurgedBatch
 from django_dlock.backends.clock import DatabaseNow, compile_expression
-
-if TYPE_CHECKING:
-    from django_dlock.models import DistributedLock
-
-# The unique index of distributed_locks.resource (the model's UniqueConstraint).
-RESOURCE_INDEX = "distributed_locks_resource_key"
-
+from django_dlock.backends.results import LockRow
 
 # InnoDB's "Deadlock found when trying to get lock; try restarting transaction".
 ER_LOCK_DEADLOCK = 1213
@@ -60,7 +53,7 @@ class MySQLBackend(LockBackend):
         # and a jittered pause keeps two victims from meeting again.
         return random.uniform(0, 0.002 * attempt)  # noqa: S311 - jitter, not a secret
 
-    def insert(self, resource: str, owner: str, duration: timedelta) -> DistributedLock | None:
+    def insert(self, resource: str, owner: str, duration: timedelta) -> LockRow | None:
         """Insert the first row of ``resource``; ``None`` if another process won.
 
         ``ON DUPLICATE KEY UPDATE`` with a no-op makes a lost race an insert of
@@ -82,15 +75,14 @@ class MySQLBackend(LockBackend):
         if not inserted:
             return None
         # The row is this transaction's own, locked already.
-        lock = self.select_for_update(resource)
-        if lock is None:
+        row = self.select_for_update(resource)
+        if row is None:
             raise DatabaseError(f"the row inserted for {resource!r} cannot be read back")
-        lock.db_now = lock.acquired_at  # type: ignore[attr-defined]
-        return lock
+        return row
 
     def renew_many(
         self, pairs: Sequence[tuple[str, str]], seconds: float
-    ) -> dict[tuple[str, str], DistributedLock]:
+    ) -> dict[tuple[str, str], LockRow]:
         # MySQL has no UPDATE ... RETURNING: each chunk is an UPDATE, then a
         # SELECT of the chunk's locks that are still valid and still the same
         # owner's, which are the renewed ones (a lock released or taken over
@@ -98,11 +90,10 @@ class MySQLBackend(LockBackend):
         qn = self.qn
         now_sql, now_params = compile_expression(self.using, DatabaseNow())
         expires_sql, expires_params = self._from_now(seconds)
-        manager = self.model._default_manager.db_manager(self.using)
         still_held = (
             f"({qn('resource')}, {qn('owner')}) IN ({{}}) AND {qn('expires_at')} > {now_sql}"
         )
-        renewed: dict[tuple[str, str], DistributedLock] = {}
+        renewed: dict[tuple[str, str], LockRow] = {}
         for start in range(0, len(pairs), RENEW_CHUNK):
             chunk = pairs[start : start + RENEW_CHUNK]
             where = still_held.format(", ".join(["(%s, %s)"] * len(chunk)))
@@ -113,10 +104,24 @@ class MySQLBackend(LockBackend):
                     f"UPDATE {self.table} SET {qn('expires_at')} = {expires_sql} WHERE {where}",  # noqa: S608
                     [*expires_params, *values, *now_params],
                 )
-            select = f"SELECT {', '.join(self.columns)} FROM {self.table} WHERE {where}"  # noqa: S608
-            for lock in manager.raw(select, [*values, *now_params]):
-                renewed[(lock.resource, lock.owner)] = lock
+                select = (
+                    f"SELECT {', '.join(self.columns)}, {now_sql} FROM {self.table} WHERE {where}"  # noqa: S608
+                )
+                cursor.execute(select, [*now_params, *values, *now_params])
+                for selected in cursor.fetchall():
+                    row = self._row(selected)
+                    renewed[(row.resource, row.owner)] = row
         return renewed
+
+    @property
+    def _resource_index(self) -> str:
+        """The unique index of the resource column (the model's UniqueConstraint)."""
+        [constraint] = (
+            constraint.name
+            for constraint in self.model._meta.constraints
+            if getattr(constraint, "fields", None) == ("resource",)
+        )
+        return str(constraint)
 
     def _floor_sql(self) -> str:
         # Locked exclusively: first inserts (and purges, which lock it first)
@@ -126,7 +131,7 @@ class MySQLBackend(LockBackend):
         qn = self.qn
         return f"SELECT {qn('value')} FROM {self.floor_table} WHERE {qn('id')} = 1 FOR UPDATE"  # noqa: S608
 
-    def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> int:
+    def _purge_batch(self, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
         # InnoDB locks a row through the index it is found by, and keeps every
         # lock until commit; the order of the locks decides whether a purge and
         # the lock operations deadlock (1213):
@@ -147,7 +152,7 @@ class MySQLBackend(LockBackend):
             cursor.execute(batch_sql, batch_params)
             rows = cursor.fetchall()
             if not rows:
-                return 0
+                return PurgedBatch(chosen=0, deleted=0)
             largest = max(token for _, token in rows)
             self._raise_fencing_floor(largest)
             where_sql, where_params = self._still_expired_sql(older_than)
@@ -156,19 +161,19 @@ class MySQLBackend(LockBackend):
             # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
             cursor.execute(
                 f"SELECT {self.pk_column} FROM {self.table} "  # noqa: S608
-                f"FORCE INDEX ({self.qn(RESOURCE_INDEX)}) WHERE {resource} IN ({placeholders}) "
+                f"FORCE INDEX ({self.qn(self._resource_index)}) WHERE {resource} IN ({placeholders}) "
                 f"AND {token} <= %s AND {where_sql} FOR UPDATE",
                 [*(name for name, _ in rows), largest, *where_params],
             )
             locked = [pk for (pk,) in cursor.fetchall()]
             if not locked:
-                return 0
+                return PurgedBatch(chosen=len(rows), deleted=0)
             placeholders = ", ".join(["%s"] * len(locked))
             cursor.execute(
                 f"DELETE FROM {self.table} WHERE {self.pk_column} IN ({placeholders})",  # noqa: S608
                 locked,
             )
-            return int(cursor.rowcount)
+            return PurgedBatch(chosen=len(rows), deleted=int(cursor.rowcount))
 
     def _raise_fencing_floor(self, token: int) -> None:
         """Raise the floor to at least ``token`` in one statement, creating its

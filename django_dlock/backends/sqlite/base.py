@@ -7,19 +7,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.db.models import DurationField
 from django.db.models.expressions import RawSQL
 
-from django_dlock.backends.base import LockBackend
+from django_dlock.backends.base import LockBackend, PurgedBatch
 from django_dlock.backends.clock import DatabaseNow, compile_expression
+from django_dlock.backends.results import LockRow
+from django_dlock.django_private import sqlite_begin_immediate
 from django_dlock.listeners.sqlite import wake
-
-if TYPE_CHECKING:
-    from django_dlock.models import DistributedLock
-
 
 # SQLite's primary result code for "database is locked".
 SQLITE_BUSY = 5
@@ -57,18 +54,15 @@ class SQLiteBackend(LockBackend):
         """
         connection = self.connection
         connection.ensure_connection()  # the backend reads transaction_mode on connecting
-        configured_mode = connection.transaction_mode  # type: ignore[attr-defined]
-        if configured_mode != "EXCLUSIVE":
-            connection.transaction_mode = "IMMEDIATE"  # type: ignore[attr-defined]
         session = connection.connection
         busy_ms = None
         if not connection.atomic_blocks:
             (busy_ms,) = session.execute("PRAGMA busy_timeout").fetchone()
             session.execute("PRAGMA busy_timeout = 0")
         try:
-            yield
+            with sqlite_begin_immediate(connection):
+                yield
         finally:
-            connection.transaction_mode = configured_mode  # type: ignore[attr-defined]
             if busy_ms is not None and connection.connection is session:  # not closed meanwhile
                 session.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
 
@@ -95,15 +89,15 @@ class SQLiteBackend(LockBackend):
     # crashed does. A head that polls, or whose process predates the ttl
     # column, takes the lock itself.
 
-    def mark_released(self, lock: DistributedLock) -> None:
-        values = self._released_values(lock)
+    def mark_released(self, row: LockRow) -> None:
+        values = self._released_values(row)
         with self.connection.cursor() as cursor:
             # The UPDATE returns the head of the queue (one statement, as without waiters).
-            cursor.execute(self._release_sql, [*values, lock.pk, lock.resource])
+            cursor.execute(self._release_sql, [*values, row.pk, row.resource])
             head = _listening(cursor.fetchone()[0])
             if head is not None:
                 ticket = head[1]
-                cursor.execute(self._grant_sql, [ticket, ticket, lock.pk, ticket])
+                cursor.execute(self._grant_sql, [ticket, ticket, row.pk, ticket])
                 if cursor.rowcount == 1:  # the head had a ttl: it holds the lock now
                     cursor.execute(self._leave_sql, [ticket])
         if head is not None:
@@ -139,17 +133,14 @@ class SQLiteBackend(LockBackend):
         qn = self.qn
         return f"(SELECT w.{qn(column)} FROM {self.waiters_table} w WHERE w.{qn('id')} = %s)"  # noqa: S608
 
-    def granted(self, resource: str, owner: str, ticket: int) -> DistributedLock | None:
+    def granted(self, resource: str, owner: str, ticket: int) -> LockRow | None:
         qn = self.qn
-        # _select is the plain SELECT of the row on SQLite (no FOR UPDATE there).
         sql = (
-            f"{self._select[0]} AND {qn('owner')} = %s AND NOT EXISTS "  # noqa: S608
+            f"{self._read_sql} AND {qn('owner')} = %s AND NOT EXISTS "  # noqa: S608
             f"(SELECT 1 FROM {self.waiters_table} w WHERE w.{qn('id')} = %s)"
         )
-        lock = self._fetch_lock(sql, [resource, owner, ticket])
-        if lock is None or lock.expires_at <= lock.db_now:  # type: ignore[attr-defined]
-            return None
-        return lock
+        row = self._fetch_row(sql, [resource, owner, ticket])
+        return row if row is not None and row.held else None
 
     def give_up_waiting(self, resource: str, ticket: int) -> bool:
         # Leaving without the lock while it is free: the next waiter would
@@ -185,7 +176,7 @@ class SQLiteBackend(LockBackend):
             f"{held if unless_held else ''} ORDER BY w.{qn('id')} LIMIT 1"
         )
 
-    def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> int:
+    def _purge_batch(self, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
         ids = self._purge_candidates(older_than, prefix).values("pk")[:batch_size]
         ids_sql, ids_params = ids.query.get_compiler(using=self.using).as_sql()
         where_sql, where_params = self._still_expired_sql(older_than)
@@ -200,7 +191,8 @@ class SQLiteBackend(LockBackend):
             tokens = [token for (token,) in cursor.fetchall()]
         if tokens:
             self._raise_fencing_floor(max(tokens))
-        return len(tokens)
+        # Chosen and deleted under the one write lock: nothing changed in between.
+        return PurgedBatch(chosen=len(tokens), deleted=len(tokens))
 
 
 def _listening(head: str | None) -> tuple[str, int] | None:

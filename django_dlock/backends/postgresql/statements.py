@@ -1,0 +1,154 @@
+"""PostgreSQL's one statement per lock operation, written once per database alias.
+
+Each operation is one statement, which locks the resource's row (a FOR UPDATE
+CTE, ``locked``) and writes only that row, judged on the values the lock
+returned: one snapshot, so the write never meets a row that the lock did not
+see. (As two statements, an UPDATE's newer snapshot could find a row inserted
+and committed between them and write it unjudged: a force-release reported
+"nothing released" while it released a new holder's lock.) Its one row: the
+locked row's owner and whether it was held, then the row as written and the
+database's now (NULL where there was none).
+"""
+
+from __future__ import annotations
+
+from django_dlock.backends.base import LockBackend
+from django_dlock.backends.clock import DatabaseNow, compile_expression
+from django_dlock.backends.postgresql.prepared import Statement
+
+
+class OperationStatements:
+    """The statements of take (and take-and-leave-the-queue), extend, release
+    and force-release on one alias."""
+
+    def __init__(self, backend: LockBackend) -> None:
+        # Only quoted identifiers and Django-compiled SQL are formatted in; values
+        # are parameters. Written once per alias: this is the hot path.
+        c, table = backend.column_sql, backend.table
+        now, _ = compile_expression(backend.using, DatabaseNow())
+        row = f"{', '.join(backend.columns)}, {now}"  # the lock's columns and db_now
+
+        def valid_in(alias: str = "") -> str:
+            """SQL: the row (of ``alias``, a table alias and dot) has a holder now."""
+            return f"{alias}{c['owner']} <> '' AND {alias}{c['expires_at']} > {now}"
+
+        locked = (
+            f"WITH locked AS (SELECT {row} AS db_now "  # noqa: S608
+            f"FROM {table} WHERE {c['resource']} = %(resource)s FOR UPDATE)"
+        )
+        after = ", ".join(f"{table}.{name}" for name in backend.columns)
+        held = valid_in("locked.")
+        answer = (
+            f"SELECT locked.{c['owner']}, {held}, written.* "  # noqa: S608
+            "FROM (SELECT) one LEFT JOIN locked ON TRUE"
+        )
+
+        def decide_and_write(
+            assignments: str, condition: str, ctes: str = "", woken: str = ""
+        ) -> str:
+            return (
+                f"{locked}{ctes}, written AS (UPDATE {table} SET {assignments} FROM locked "  # noqa: S608
+                f"WHERE {table}.{backend.pk_column} = locked.{backend.pk_column} AND {condition} "
+                f"RETURNING {after}, {now}{woken}) {answer} LEFT JOIN written ON TRUE"
+            )
+
+        # Acquire. Free (released or expired): a new holder and a larger token.
+        # Held by the same owner: a later expiry, the same token and acquired_at.
+        # Held by another: no write.
+        def free_for_owner(alias: str) -> str:
+            return f"NOT ({valid_in(alias)} AND {alias}{c['owner']} <> %(owner)s)"
+
+        mine = f"{table}.{c['owner']} = %(owner)s AND {table}.{c['expires_at']} > {now}"
+        take = (
+            f"{c['owner']} = %(owner)s, {c['acquired_at']} = "
+            f"CASE WHEN {mine} THEN {table}.{c['acquired_at']} ELSE {now} END, "
+            f"{c['expires_at']} = {now} + %(duration)s, {c['fencing_token']} = "
+            f"CASE WHEN {mine} THEN {table}.{c['fencing_token']} "
+            f"ELSE {table}.{c['fencing_token']} + 1 END"
+        )
+        # Without a row, the first acquisition inserts it, its token above the
+        # largest ever purged. A row that another acquisition inserted and
+        # committed meanwhile (invisible to this statement's snapshot) is a
+        # conflict: ON CONFLICT waits for it, locks it, and judges it as it is.
+        # Only when the snapshot has no row: one that a purge deleted while the
+        # lock waited for it is gone from ``locked``, but the snapshot predates
+        # the purge's raise of the floor (``take`` looks again).
+        no_row = (
+            f"NOT EXISTS (SELECT FROM locked) AND NOT EXISTS "  # noqa: S608
+            f"(SELECT FROM {table} WHERE {c['resource']} = %(resource)s)"
+        )
+        insert = (
+            f"INSERT INTO {table} ({c['resource']}, {c['owner']}, {c['acquired_at']}, "  # noqa: S608
+            f"{c['expires_at']}, {c['fencing_token']}) "
+            f"SELECT %(resource)s, %(owner)s, {now}, {now} + %(duration)s, "
+            f"COALESCE((SELECT MAX({backend.qn('value')}) FROM {backend.floor_table}), 0) + 1 "
+            f"WHERE {no_row} ON CONFLICT ({c['resource']}) "
+            f"DO UPDATE SET {take} WHERE {free_for_owner(f'{table}.')} RETURNING {after}, {now}"
+        )
+        update = (
+            f"UPDATE {table} SET {take} FROM locked "  # noqa: S608
+            f"WHERE {table}.{backend.pk_column} = locked.{backend.pk_column} "
+            f"AND {free_for_owner('locked.')} RETURNING {after}, {now}"
+        )
+        taken = (
+            f"{locked}, updated AS ({update}), inserted AS ({insert}), "  # noqa: S608
+            "written AS (SELECT * FROM updated UNION ALL SELECT * FROM inserted)"
+        )
+        self.take = Statement("take", f"{taken} {answer} LEFT JOIN written ON TRUE")
+        # lock()'s waiter that takes the lock leaves its queue in the same statement.
+        self.take_leaving = Statement(
+            "take_leaving",
+            f"{taken}, dequeued AS (DELETE FROM {backend.waiters_table} "  # noqa: S608
+            f"WHERE {backend.qn('id')} = %(ticket)s AND EXISTS (SELECT FROM written)) "
+            f"{answer} LEFT JOIN written ON TRUE",
+        )
+
+        owned = f"{held} AND locked.{c['owner']} = %(owner)s"
+        # The row stays, expired and ownerless, to keep the fencing token counting;
+        # the head of the resource's waiter queue, if any, is woken (mark_released).
+        head = head_sql(backend, resource="%(resource)s", ticket=str(NO_TICKET_EXCLUDED))
+        release = {
+            "assignments": f"{c['owner']} = '', {c['expires_at']} = {now}",
+            "ctes": f", head AS ({head})",
+            "woken": f", ({WAKE_HEAD})",
+        }
+        self.extend = Statement(
+            "extend", decide_and_write(f"{c['expires_at']} = {now} + %(duration)s", owned)
+        )
+        self.release = Statement("release", decide_and_write(condition=owned, **release))
+        self.force_release = Statement("force_release", decide_and_write(condition=held, **release))
+
+
+def head_sql(
+    backend: LockBackend, condition: str = "", *, resource: str = "%s", ticket: str = "%s"
+) -> str:
+    """The live waiter first in line for ``resource`` (a placeholder), other
+    than ``ticket`` (one), if ``condition`` (SQL) holds."""
+    qn = backend.qn
+    now_sql, now_params = compile_expression(backend.using, DatabaseNow())
+    assert not now_params  # noqa: S101 - DatabaseNow() is plain SQL
+    return (
+        f"SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel "  # noqa: S608
+        f"FROM {backend.waiters_table} w "
+        f"WHERE w.{qn('resource')} = {resource} AND w.{qn('id')} <> {ticket} "
+        f"AND w.{qn('expires_at')} > {now_sql} {condition} ORDER BY w.{qn('id')} LIMIT 1"
+    )
+
+
+# SQL: NOTIFY the head of the queue (the CTE ``head``) on its process's channel,
+# with its ticket; a head that polls (no channel) is not notified. Its value:
+# how many were woken.
+# (OFFSET 0 keeps the filter in its subquery, ahead of the call: pg_notify()
+# refuses an empty channel.)
+WAKE_HEAD = (
+    "SELECT COUNT(*) FROM (SELECT id, channel FROM head WHERE channel <> '' OFFSET 0) h, "
+    "LATERAL pg_notify(h.channel, h.id::text)"
+)
+# No waiter has this ticket: mark_released() excludes none from the head.
+NO_TICKET_EXCLUDED = 0
+# A FROM item that makes the statement's own transaction (autocommit) commit
+# without waiting for its WAL to reach the disk. For the waiter queue only: a
+# ticket lost in a crash costs nothing (its waiter is gone too), and waiting for
+# the flush of each ticket would cost the queue a disk write per turn.
+ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) AS commit_mode"
+ASYNC_COMMIT_CONDITION = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
