@@ -15,8 +15,8 @@ from django.db import connections
 from django.db.backends.signals import connection_created
 
 from django_dlock import LockNotAcquired, LockNotOwned, lock, threads
+from django_dlock.locking import waiting
 from django_dlock.locking.renewer import Renewer
-from django_dlock.locking.waiting import QueueState
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.signals import lock_acquired
 
@@ -297,10 +297,10 @@ async def test_an_async_waiter_keeps_one_connection_for_its_wait(
     assert connections["default"].settings_dict["CONN_MAX_AGE"] == 0
     settings.DLOCK_BACKOFF_MAX = 0.005  # many looks
     looks: list[int] = []
-    read = QueueState.read
+    read = waiting.queue_state
     monkeypatch.setattr(
-        QueueState,
-        "read",
+        waiting,
+        "queue_state",
         lambda *args: looks.append(1) or read(*args),  # type: ignore[func-returns-value]
     )
     await Locks.aacquire("async:50", "holder", ttl=60)

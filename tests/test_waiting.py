@@ -26,7 +26,9 @@ from django_dlock.backends import backend_for, listener_for
 from django_dlock.checks import check_settings
 from django_dlock.listeners.postgresql import PostgresListener
 from django_dlock.listeners.sqlite import host_address
-from django_dlock.locking.waiting import QueueState, Wait
+from django_dlock.locking import waiting
+from django_dlock.locking.backoff import QueueState
+from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.signals import lock_acquired, lock_released, lock_renewed
 from tests.pgbouncer import pgbouncer
@@ -42,13 +44,13 @@ Locks = DistributedLock.objects
 def looks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of the threads that looked at a queue, one entry per look."""
     seen: list[str] = []
-    read = QueueState.read
+    read = waiting.queue_state
 
     def counted(*args: Any) -> QueueState:
         seen.append(threading.current_thread().name)
         return read(*args)
 
-    monkeypatch.setattr(QueueState, "read", counted)
+    monkeypatch.setattr(waiting, "queue_state", counted)
     return seen
 
 

@@ -17,18 +17,19 @@ def wait_for_lock(
 
     from django_dlock import LockNotAcquired, lock
     from django_dlock.backends import listener_for
-    from django_dlock.locking.waiting import QueueState
+    from django_dlock.locking import waiting
+    from django_dlock.locking.backoff import QueueState
 
     settings.DLOCK_LISTEN = listen
     looks = 0
-    read = QueueState.read
+    read = waiting.queue_state
 
     def counted(*args: Any) -> QueueState:
         nonlocal looks
         looks += 1
         return read(*args)
 
-    QueueState.read = counted  # type: ignore[method-assign,assignment]
+    waiting.queue_state = counted  # type: ignore[assignment]
     try:
         with lock(resource, ttl=30, timeout=timeout):
             acquired = True

@@ -30,35 +30,26 @@ what one does.
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, field
 
 from django_dlock.backends import backend_for, listener_for
 from django_dlock.backends.clock import time_left
 from django_dlock.backends.queue import QueueRow
-from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.listeners.base import Watch
+from django_dlock.locking.backoff import Backoff, QueueState
 from django_dlock.locking.local_queues import local_queues
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import duration_of
 from django_dlock.transactions import refuse_callers_transaction
 
-__all__ = ["WAITER_TTL", "QueueState", "Wait"]
+__all__ = ["WAITER_TTL", "Wait"]
 
 # A waiter's row counts for this long (seconds) unless refreshed, so a waiter
 # that crashed holds up the queue at most this long.
 WAITER_TTL = 10.0
-# A listening waiter still looks every LISTENING_LOOKS x DLOCK_BACKOFF_MAX
-# seconds, in case a wake-up went astray.
-LISTENING_LOOKS = 4
-# The longest a listening head of a queue sleeps on SQLite, in seconds.
-SHARED_HOST_HEAD_LOOKS = 0.05
-# When a listening waiter that queued as the head looks a second time, in
-# seconds: after any release in flight as it queued has committed.
-NEW_HEAD_LOOKS_AGAIN = 0.05
 # How long a waiter waits for the listener to be there before it queues (its
 # first connection, a LISTEN), in seconds; past that it polls.
 LISTEN_WAIT = 2.0
@@ -79,22 +70,15 @@ class Wait:
     timeout: float
     using: str
     wakeup: Wakeup = field(default_factory=Wakeup)
+    backoff: Backoff = field(default_factory=Backoff)
     deadline: float = 0.0
     ticket: int | None = None
     ticket_until: float = 0.0  # monotonic time until which the ticket counts
-    attempt: int = 0
-    ahead: int | None = None
-    holder: str | None = None
-    moved_at: float = 0.0
-    head_since: float | None = None  # when it was first seen at the head
-    turn: float | None = None  # seconds per turn of the queue, as observed
     tries: int = 0
-    looked_again: bool = False  # a listening head's early second look is scheduled
     started: float = 0.0  # monotonic time before the last acquire was sent
     cancelled: bool = False
     watch: Watch | None = None
     channel: str = ""  # the LISTEN channel the ticket carries ("" when it polls)
-    rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.timeout
@@ -112,7 +96,7 @@ class Wait:
             if not local_queues.first(self):
                 return self._remaining()
         elif self.ticket is None:
-            state = QueueState.read(self.using, self.resource, None)
+            state = queue_state(self.using, self.resource, None)
             if state.free and state.ahead == 0:
                 # Nobody queued and the lock free: take it straight away.
                 acquired = self._try(queued=False)
@@ -129,11 +113,11 @@ class Wait:
             acquired = self._granted() or self._try(queued=True)
             if acquired is not None:
                 return acquired
-            state = QueueState.read(self.using, self.resource, self.ticket)
+            state = queue_state(self.using, self.resource, self.ticket)
         elif not local_queues.first(self):
             return self._remaining()  # the first waiter of this process looks
         else:
-            state = QueueState.read(self.using, self.resource, self.ticket)
+            state = queue_state(self.using, self.resource, self.ticket)
         if state.holder == self.owner:
             # Handed the lock by a release whose wake-up went astray (unless
             # this owner holds it elsewhere: then the wait goes on).
@@ -144,8 +128,8 @@ class Wait:
             acquired = self._try(queued=True)
             if acquired is not None:
                 return acquired
-            self.attempt = 0  # a non-waiting caller took it: poll again soon
-        self._learn(state)
+            self.backoff.restart()  # a non-waiting caller took it: look again soon
+        self.backoff.learn(state)
         self._refresh_tickets()
         return self._sleep(state)
 
@@ -236,7 +220,7 @@ class Wait:
     def _enqueue(self) -> QueueState:
         """Queue the waiter; the queue as seen once its ticket is in it."""
         backend = backend_for(self.using)
-        if self.rng.random() < 0.05:
+        if self.backoff.rng.random() < 0.05:
             # Now and then, drop the rows of waiters that crashed (they no
             # longer count anyway) so that the table stays small.
             backend.drop_dead_waiters(self.resource)
@@ -251,28 +235,7 @@ class Wait:
         if self.watch is not None:
             self.watch.claim(self.ticket)
         local_queues.join(self)
-        return QueueState.of(row)
-
-    def _learn(self, state: QueueState) -> None:
-        """Learn how long a turn of the queue takes, from how it moved."""
-        now = time.monotonic()
-        if self.ahead is not None and state.ahead < self.ahead:
-            per_turn = (now - self.moved_at) / (self.ahead - state.ahead)
-            # Observed turns include our own lag in noticing them; lean towards
-            # the fastest, so that slow looks cannot make turns seem ever slower.
-            if self.turn is None or per_turn < self.turn:
-                self.turn = per_turn
-            else:
-                self.turn = 0.9 * self.turn + 0.1 * per_turn
-            self.moved_at = now
-            self.attempt = 0
-        elif self.ahead is None:
-            self.moved_at = now
-        if state.holder != self.holder:
-            self.attempt = 0  # a new holder: its turn may be short
-        if state.ahead == 0 and self.head_since is None:
-            self.head_since = now
-        self.ahead, self.holder = state.ahead, state.holder
+        return state_of(row)
 
     def _refresh_tickets(self) -> None:
         """Keep this process's tickets for the resource alive: one statement for all."""
@@ -282,42 +245,12 @@ class Wait:
             local_queues.refreshed(self, time.monotonic() + WAITER_TTL)
 
     def _sleep(self, state: QueueState) -> float:
-        now = time.monotonic()
-        refresh_in = local_queues.refresh_in(self)
-        if self._listening() and (state.ahead == 0 or not state.free):
-            # A release wakes us; the timer covers an expiry and the ticket.
-            sleep = min(LISTENING_LOOKS * conf.BACKOFF_MAX, max(refresh_in, 0.0))
-            if state.ahead == 0 and backend_for(self.using).waiters_share_host:
-                # A datagram does not cross network namespaces (containers that
-                # share the SQLite file): the head still looks now and then.
-                sleep = min(sleep, SHARED_HOST_HEAD_LOOKS)
-            elif state.ahead == 0 and not self.looked_again:
-                # A release whose statement began before this ticket was queued
-                # does not see it (PostgreSQL: one snapshot per statement), and
-                # wakes nobody: the new head looks once more soon after.
-                self.looked_again = True
-                sleep = min(sleep, NEW_HEAD_LOOKS_AGAIN)
-        elif state.ahead and self.turn is not None:
-            # Nothing to do before those ahead have had their turns: sleep a
-            # quarter to half of that, so that looking costs little while the
-            # queue moves. (Longer feeds back: turns seem slower, waits grow.)
-            sleep = self.rng.uniform(0.25, 0.5) * state.ahead * self.turn
-            sleep = min(sleep, conf.BACKOFF_MAX)
-            sleep = max(sleep, self.rng.uniform(0, conf.BACKOFF_BASE))
-        elif state.ahead == 0 and backend_for(self.using).waiters_share_host:
-            # The head, where looking costs microseconds: look often, less so
-            # the longer the holder keeps the lock.
-            waited = now - (self.head_since or now)
-            window = min(conf.BACKOFF_MAX, conf.BACKOFF_BASE * max(1.0, waited))
-            sleep = self.rng.uniform(0.5, 1.0) * window
-        else:
-            # The first in line (or a waiter that has not seen the queue move):
-            # capped exponential backoff with full jitter.
-            window = min(conf.BACKOFF_MAX, conf.BACKOFF_BASE * 2**self.attempt)
-            self.attempt = min(self.attempt + 1, 32)
-            sleep = self.rng.uniform(0, window)
-        if state.holder_left is not None and state.ahead == 0:
-            sleep = min(sleep, max(state.holder_left, 0.0))  # never past the holder's expiry
+        sleep = self.backoff.sleep(
+            state,
+            listening=self._listening(),
+            shares_host=backend_for(self.using).waiters_share_host,
+            refresh_in=local_queues.refresh_in(self),
+        )
         return min(sleep, self._remaining())
 
     def _remaining(self) -> float:
@@ -334,21 +267,13 @@ class Wait:
         return min(WAITER_TTL, self._remaining() + 1.0)
 
 
-@dataclass
-class QueueState:
-    holder: str | None  # the owner holding the lock, None when it is free
-    free: bool
-    holder_left: float | None  # seconds until the holder's lock expires
-    ahead: int  # live waiters queued before the ticket (all of them without one)
+def queue_state(using: str, resource: str, ticket: int | None) -> QueueState:
+    """One statement, no transaction: whether the lock is free and who is ahead."""
+    return state_of(backend_for(using).queue_state(resource, ticket))
 
-    @classmethod
-    def read(cls, using: str, resource: str, ticket: int | None) -> QueueState:
-        """One statement, no transaction: whether the lock is free and who is ahead."""
-        return cls.of(backend_for(using).queue_state(resource, ticket))
 
-    @classmethod
-    def of(cls, row: QueueRow) -> QueueState:
-        if not row.owner or row.expires_at is None or row.now >= row.expires_at:
-            return cls(holder=None, free=True, holder_left=None, ahead=row.ahead)
-        left = time_left(row.expires_at, row.now)
-        return cls(holder=row.owner, free=False, holder_left=left, ahead=row.ahead)
+def state_of(row: QueueRow) -> QueueState:
+    if not row.owner or row.expires_at is None or row.now >= row.expires_at:
+        return QueueState(holder=None, free=True, holder_left=None, ahead=row.ahead)
+    left = time_left(row.expires_at, row.now)
+    return QueueState(holder=row.owner, free=False, holder_left=left, ahead=row.ahead)

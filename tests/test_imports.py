@@ -1,0 +1,34 @@
+"""``django_dlock`` has no import cycle: layers import downwards only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import django_dlock
+from tests.import_graph import cycles, import_graph
+
+PACKAGE = Path(django_dlock.__file__).parent
+
+
+def test_django_dlock_has_no_import_cycle() -> None:
+    assert cycles(import_graph(PACKAGE)) == []
+
+
+def test_a_cycle_is_found_also_through_lazy_and_type_only_imports(tmp_path: Path) -> None:
+    package = tmp_path / "demo"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from demo.sub.b import B\n")
+    (package / "a.py").write_text("def f():\n    from demo.sub import b\n")
+    (package / "sub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..c import C\nB = 1\n"
+    )
+    (package / "c.py").write_text("from . import a\n")
+    assert cycles(import_graph(package)) == [["demo.a", "demo.c", "demo.sub.b"]]
+
+
+def test_the_backends_import_neither_the_manager_nor_the_models() -> None:
+    graph = import_graph(PACKAGE)
+    backends = [name for name in graph if name.startswith("django_dlock.backends")]
+    for name in backends:
+        assert not graph[name] & {"django_dlock.managers", "django_dlock.models"}, name
