@@ -4,12 +4,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
+from django_dlock.exceptions import (
+    DlockError,
+    LockExpired,
+    LockNotAcquired,
+    LockNotOwned,
+    LockTransactionError,
+)
 
 if TYPE_CHECKING:
     from django_dlock.locking import lock
 
-__all__ = ["LockExpired", "LockNotAcquired", "LockNotOwned", "lock"]
+__all__ = [
+    "DlockError",
+    "LockExpired",
+    "LockNotAcquired",
+    "LockNotOwned",
+    "LockTransactionError",
+    "lock",
+]
 
 
 def __getattr__(name: str) -> Any:

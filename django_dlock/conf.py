@@ -46,8 +46,9 @@ class Settings:
 
     @property
     def LISTEN(self) -> bool | str:
-        """Whether PostgreSQL waiters are woken by ``LISTEN``/``NOTIFY``: True,
-        False (always poll), or "auto" (listen unless behind a connection pooler)."""
+        """Whether waiters are woken by the release (PostgreSQL ``LISTEN``/``NOTIFY``,
+        SQLite datagrams on the host): True, False (always poll), or "auto"
+        (listen, except behind a connection pooler)."""
         return getattr(settings, "DLOCK_LISTEN", "auto")
 
     def __getattr__(self, name: str) -> Any:

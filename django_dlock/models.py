@@ -92,8 +92,9 @@ class LockWaiter(models.Model):
     resource = models.CharField(_("resource"), max_length=MAX_LENGTH)
     owner = models.CharField(_("owner"), max_length=MAX_LENGTH)
     expires_at = models.DateTimeField(_("expires at"))
-    # The PostgreSQL LISTEN channel of the waiter's process, which a release
-    # notifies when this waiter is the head; "" for a waiter that polls. The
+    # The channel of the waiter's process's listener (PostgreSQL LISTEN, or a
+    # SQLite datagram socket), which a release wakes when this waiter is the
+    # head; "" for a waiter that polls. The
     # database default lets processes that predate the column queue meanwhile
     # (a rolling upgrade): they poll.
     channel = models.CharField(_("channel"), max_length=63, blank=True, default="", db_default="")

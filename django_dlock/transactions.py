@@ -11,7 +11,7 @@ from typing import Protocol, TypeVar
 
 from django.db import DatabaseError, connections, transaction
 
-from django_dlock.django_private import is_testcase_transaction
+from django_dlock.django_private import atomic_depth, innermost_atomic_is_testcase
 from django_dlock.exceptions import LockTransactionError
 
 _T = TypeVar("_T")
@@ -36,13 +36,13 @@ def refuse_callers_transaction(using: str) -> None:
     ``atomic(durable=True)``.
     """
     connection = connections[using]
-    blocks = connection.atomic_blocks
+    depth = atomic_depth(connection)
     # Outside atomic() with autocommit turned off (set_autocommit(False)), the
     # caller's transaction is open too, and atomic() would not commit on exit.
     # (Read as an attribute: get_autocommit() would connect, which async code
     # must not do; a connection not yet open has no transaction.)
     autocommit_off = connection.connection is not None and not connection.autocommit
-    if (blocks and not is_testcase_transaction(blocks[-1])) or (not blocks and autocommit_off):
+    if (depth and not innermost_atomic_is_testcase(connection)) or (not depth and autocommit_off):
         raise LockTransactionError(
             f"A lock operation was called inside a transaction on database {using!r}. "
             "A lock written there would stay invisible to other processes until that "
@@ -82,7 +82,7 @@ def in_lock_transaction(backend: TransactionHooks, operation: Callable[[], _T]) 
     transaction a rollback would undo the test's own work too, so there it
     raises.)
     """
-    nested = bool(connections[backend.using].atomic_blocks)
+    nested = atomic_depth(connections[backend.using]) > 0
     started = time.monotonic()
     for attempt in itertools.count(1):
         try:

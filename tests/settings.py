@@ -26,6 +26,11 @@ DATABASES = {"default": dj_database_url.parse(DATABASE_URL)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
     DATABASES["default"]["TEST"] = {"NAME": _SQLITE_FILE}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # DLOCK_PG_SERVER_SIDE_BINDING=1: the backends' portable operations (the
+    # one-statement ones need psycopg 3's client-side binding).
+    if os.environ.get("DLOCK_PG_SERVER_SIDE_BINDING") == "1":
+        DATABASES["default"]["OPTIONS"] = {"server_side_binding": True}
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     # utf8mb4: resources are any Unicode, also outside the Basic Multilingual Plane.
     DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4"}

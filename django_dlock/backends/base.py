@@ -20,12 +20,12 @@ from typing import Any, ClassVar, NamedTuple
 
 from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Greatest
-from django.db.models.sql import Query
 
-from django_dlock.backends.clock import DatabaseNow, compile_expression, expired_before
+from django_dlock.backends.clock import DatabaseNow, expired_before
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.results import LockRow, Released, Renewed, Taken
 from django_dlock.backends.statements import LockStatements
+from django_dlock.django_private import compile_expression, compile_where
 from django_dlock.prefix import resource_prefix_q
 from django_dlock.rules import ReleaseResult, same_owner
 from django_dlock.transactions import in_lock_transaction
@@ -221,11 +221,7 @@ class LockBackend(LockStatements, WaiterQueue):
 
     def _still_expired_sql(self, older_than: float) -> tuple[str, list[Any]]:
         """``expires_at <= now - older_than`` as SQL, for the DELETE to check again."""
-        query = Query(self.model)
-        where = query.build_where(expired_q(older_than))
-        compiler = query.get_compiler(using=self.using)
-        sql, params = where.as_sql(compiler, self.connection)
-        return sql, list(params)
+        return compile_where(self.model, self.using, expired_q(older_than))
 
     def _raise_fencing_floor(self, token: int) -> None:
         """Raise the floor to at least ``token``, creating its one row if missing

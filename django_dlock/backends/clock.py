@@ -14,8 +14,9 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DurationField, Expression, Value
 from django.db.models.functions import Now
-from django.db.models.sql import Query
 from django.db.models.sql.compiler import SQLCompiler
+
+from django_dlock.django_private import compile_expression
 
 
 class DatabaseNow(Now):
@@ -63,14 +64,6 @@ def expired_before(older_than: float = 0) -> Expression:
 def time_left(expires_at: datetime, now: datetime) -> float:
     """Seconds from the database time ``now`` until ``expires_at`` (negative once past)."""
     return (expires_at - now).total_seconds()
-
-
-def compile_expression(using: str, expression: Any) -> tuple[str, list[Any]]:
-    """SQL and parameters of ``expression`` as Django writes it for ``using``."""
-    query = Query(None)
-    compiler = query.get_compiler(using=using)
-    sql, params = compiler.compile(expression.resolve_expression(query))
-    return sql, list(params)
 
 
 def database_now(using: str) -> datetime:

@@ -17,7 +17,8 @@ from typing import Any
 
 from django.db import connections, models
 
-from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
+from django_dlock.backends.clock import DatabaseNow, now_plus
+from django_dlock.django_private import compile_expression
 
 # "No ticket yet" for queue_state(): every queued waiter is ahead.
 NO_TICKET = 2**62
@@ -59,7 +60,8 @@ class WaiterQueue:
     def queue_state_sql(self) -> str:
         """The SELECT of ``queue_state``."""
         # Waiters run this in a loop, so it is one hand-written SELECT rather than
-        # ORM queries (a third of the cost).
+        # ORM queries, which cost more to build than to run (see the docs'
+        # performance page).
         qn = self.qn
         now_sql, now_params = compile_expression(self.using, DatabaseNow())
         assert not now_params  # noqa: S101 - DatabaseNow() is plain SQL
@@ -122,7 +124,7 @@ class WaiterQueue:
         """Drop the waiter that took the lock (inside its lock transaction);
         whether its ticket was still there."""
         # The next holder runs this in a hand-over: hand-written, as the ORM's
-        # delete() costs three times the statement.
+        # delete() (a Collector) costs more than the statement itself.
         with connections[self.using].cursor() as cursor:
             cursor.execute(self._leave_sql, [ticket])
             return bool(cursor.rowcount == 1)

@@ -20,8 +20,9 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model, QuerySet
 
-from django_dlock.backends.clock import DatabaseNow, compile_expression, now_plus
+from django_dlock.backends.clock import DatabaseNow, now_plus
 from django_dlock.backends.results import LOCK_FIELDS, LockRow
+from django_dlock.django_private import Converters, compile_expression, compile_select
 
 _PLACEHOLDER = "django-dlock:placeholder"
 
@@ -75,7 +76,7 @@ class LockStatements:
         return self._compiled(self._row_query())[0]
 
     @cached_property
-    def _converters(self) -> dict[int, tuple[list[Any], Any]]:
+    def _converters(self) -> Converters:
         """{column index: (converters, expression)} of a row and the database's
         now, as Django converts them (SQLite's text to datetimes)."""
         return self._compiled(self._row_query())[2]
@@ -89,17 +90,13 @@ class LockStatements:
         )
         return queryset
 
-    def _compiled(
-        self, queryset: QuerySet[Any]
-    ) -> tuple[str, Sequence[Any], dict[int, tuple[list[Any], Any]]]:
-        compiler = queryset.query.get_compiler(using=self.using)
-        sql, params = compiler.as_sql()
-        selected = [expression for expression, _, _ in compiler.select]
-        if len(selected) != len(self.attnames) + 1:
+    def _compiled(self, queryset: QuerySet[Any]) -> tuple[str, list[Any], Converters]:
+        sql, params, columns, converters = compile_select(queryset)
+        if columns != len(self.attnames) + 1:
             raise AssertionError(f"unexpected SELECT for {self.using!r}: {sql}")
         # Converters are called with the caller's connection: a connection
         # belongs to one thread.
-        return sql, params, compiler.get_converters(selected)
+        return sql, params, converters
 
     def select_for_update(self, resource: str) -> LockRow | None:
         """The resource's row, locked until commit; ``None`` if there is none."""

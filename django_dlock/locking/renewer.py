@@ -84,10 +84,6 @@ class RenewalThread:
             if threading.current_thread() is not self._thread:
                 self._condition.wait_for(lambda: handle not in self._in_flight)
 
-    def renews(self, handle: Renewed) -> bool:
-        with self._condition:
-            return handle in self._due
-
     def _run(self) -> None:
         try:
             while (batch := self._next_batch()) is not None:

@@ -52,9 +52,6 @@ class Wakeup:
             self._async_event.clear()
         return as_head
 
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
     def wait(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds in this thread; whether it was woken."""
         return self._event.wait(timeout)

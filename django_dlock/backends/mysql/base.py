@@ -32,8 +32,9 @@ from datetime import timedelta
 from django.db import DatabaseError
 
 from django_dlock.backends.base import RENEW_CHUNK, LockBackend, PurgedBatch
-from django_dlock.backends.clock import DatabaseNow, compile_expression
+from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.results import LockRow
+from django_dlock.django_private import compile_expression
 
 # InnoDB's "Deadlock found when trying to get lock; try restarting transaction".
 ER_LOCK_DEADLOCK = 1213

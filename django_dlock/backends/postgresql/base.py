@@ -9,7 +9,7 @@ from typing import Any, cast
 from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend, PurgedBatch
-from django_dlock.backends.clock import DatabaseNow, compile_expression
+from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.postgresql.statements import (
     ASYNC_COMMIT,
@@ -21,6 +21,7 @@ from django_dlock.backends.postgresql.statements import (
 )
 from django_dlock.backends.queue import QueueRow
 from django_dlock.backends.results import LockRow, Released, Renewed, Taken
+from django_dlock.django_private import atomic_depth, compile_expression
 from django_dlock.rules import ReleaseResult
 from django_dlock.transactions import in_lock_transaction
 
@@ -141,9 +142,7 @@ class PostgreSQLBackend(LockBackend):
         connection = self.connection
         with connection.cursor() as cursor:
             raw = connection.connection
-            alone = (
-                len(connection.atomic_blocks) == 1 and raw.info.transaction_status == PQTRANS_IDLE
-            )
+            alone = atomic_depth(connection) == 1 and raw.info.transaction_status == PQTRANS_IDLE
             if not alone:
                 cursor.execute(statement.sql, params)
                 return cast(Sequence[Any], cursor.fetchone())

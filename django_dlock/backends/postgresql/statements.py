@@ -13,8 +13,9 @@ database's now (NULL where there was none).
 from __future__ import annotations
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.clock import DatabaseNow, compile_expression
+from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql.prepared import Statement
+from django_dlock.django_private import compile_expression
 
 
 class OperationStatements:

@@ -13,15 +13,15 @@ from django.db.models import DurationField
 from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend, PurgedBatch
-from django_dlock.backends.clock import DatabaseNow, compile_expression
+from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.results import LockRow
-from django_dlock.django_private import sqlite_begin_immediate
+from django_dlock.django_private import atomic_depth, compile_expression, sqlite_begin_immediate
 from django_dlock.listeners.sqlite import wake
 
 # SQLite's primary result code for "database is locked".
 SQLITE_BUSY = 5
 # The pauses between tries to begin a lock transaction: 0.1 ms more each time,
-# up to 1 ms (a write of another lock operation lasts about 0.3 ms).
+# up to 1 ms (a write of another lock operation lasts a fraction of that cap).
 BUSY_PAUSE = 0.0001
 BUSY_PAUSE_MAX = 0.001
 
@@ -56,7 +56,7 @@ class SQLiteBackend(LockBackend):
         connection.ensure_connection()  # the backend reads transaction_mode on connecting
         session = connection.connection
         busy_ms = None
-        if not connection.atomic_blocks:
+        if not atomic_depth(connection):
             (busy_ms,) = session.execute("PRAGMA busy_timeout").fetchone()
             session.execute("PRAGMA busy_timeout = 0")
         try:
@@ -84,7 +84,7 @@ class SQLiteBackend(LockBackend):
     # once committed, it sends the head a datagram (``wake``), and the waiter
     # finds the lock its own (``granted``). The next holder then writes nothing
     # before its turn begins: on SQLite, where every write waits for the one
-    # write lock, that write was a third of a hand-over. A head that crashed
+    # write lock, that write was a large part of a hand-over. A head that crashed
     # while queued holds the lock until its ttl runs out, as a holder that
     # crashed does. A head that polls, or whose process predates the ttl
     # column, takes the lock itself.
