@@ -23,3 +23,14 @@ class LockTransactionError(DlockError, RuntimeError):
     A lock written inside the caller's ``atomic()`` would stay invisible to
     other processes until that transaction commits, and vanish if it rolls back.
     """
+
+
+class LockKindMismatch(DlockError):
+    """An acquisition asked for another kind of lock than the resource is while
+    it has holders: a semaphore's limit where it is a lock (exclusive or
+    shared), a lock where it is a semaphore, or another limit."""
+
+
+class LockHeldByCaller(LockNotAcquired):
+    """A ``lock()`` that is not reentrant was entered on a resource that the
+    same thread (or asyncio task) holds already: it would wait for itself."""

@@ -11,21 +11,40 @@ to Django's ``Model``, and ``DistributedLock`` declares its manager as
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, Literal, TypeVar, cast, overload
 
+from django.apps import apps
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from django_dlock import signals
 from django_dlock.backends import backend_for
-from django_dlock.backends.base import LockBackend, expired_q
+from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
-from django_dlock.backends.results import LOCK_FIELDS, LockRow
+from django_dlock.backends.purge import expired_q
+from django_dlock.backends.results import LOCK_FIELDS, Claim, LockRow
 from django_dlock.conf import conf
+from django_dlock.exceptions import LockKindMismatch
 from django_dlock.prefix import resource_prefix_q
-from django_dlock.rules import ReleaseResult, duration_of, new_owner_token
+from django_dlock.rules import (
+    EXCLUSIVE,
+    SHARED,
+    SHARED_HOLDERS,
+    Hold,
+    ReleaseResult,
+    duration_of,
+    kind_of,
+    new_owner_token,
+)
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
-from django_dlock.validators import validate_owner, validate_resource
+from django_dlock.validators import (
+    validate_label,
+    validate_limit,
+    validate_owner,
+    validate_resource,
+)
 
 __all__ = ["DistributedLockManager", "DistributedLockQuerySet", "ReleaseResult"]
 
@@ -79,26 +98,94 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         queryset = super().get_queryset().using(self._alias())
         return cast(DistributedLockQuerySet[_Lock], queryset)  # from_queryset() makes it one
 
+    @overload
     def acquire(
-        self, resource: str, owner: str | None = None, ttl: float | None = None
-    ) -> _Lock | None:
-        """Take the lock on ``resource`` for ``ttl`` seconds; never waits.
+        self,
+        resource: str,
+        owner: str | None = None,
+        ttl: float | None = None,
+        *,
+        reentrant: bool = False,
+        shared: Literal[False] = False,
+        limit: None = None,
+        label: str = "",
+    ) -> _Lock | None: ...
 
-        Returns the lock, or ``None`` when another owner validly holds it.
-        Without ``owner`` a random token is generated (the returned lock's
-        ``owner``). The owner that validly holds the lock gets it back with a
-        new ``expires_at`` and the same fencing token; any other acquisition
-        gets a fencing token larger than every earlier one for ``resource``.
+    @overload
+    def acquire(
+        self,
+        resource: str,
+        owner: str | None = None,
+        ttl: float | None = None,
+        *,
+        reentrant: bool = False,
+        shared: bool = False,
+        limit: int | None = None,
+        label: str = "",
+    ) -> Hold | None: ...
+
+    def acquire(
+        self,
+        resource: str,
+        owner: str | None = None,
+        ttl: float | None = None,
+        *,
+        reentrant: bool = False,
+        shared: bool = False,
+        limit: int | None = None,
+        label: str = "",
+    ) -> _Lock | Hold | None:
+        """Take a hold on ``resource`` for ``ttl`` seconds; never waits.
+
+        Returns the hold, or ``None`` when others hold the lock in a way that
+        excludes it. Without ``owner`` a random token is generated (the hold's
+        ``owner``). Exclusive by default: the ``DistributedLock`` itself.
+        ``shared=True``: one of many readers, none beside the exclusive holder,
+        and none ahead of a writer queued in ``lock()``; ``limit=N``: one of at
+        most N permits of a semaphore. Each is a ``LockHold``. The owner that
+        validly holds it gets it back with a new ``expires_at`` and the same
+        fencing token (``reentrant=True``: with one hold more, which a release
+        takes away again); every other grant gets a fencing token larger than
+        every earlier one for ``resource``. ``label`` is a public name for the
+        holder (the owner is a secret). Raises ``LockKindMismatch`` when the
+        resource has holders of another kind (a semaphore, or another limit).
         """
         validate_resource(resource)
         owner = new_owner_token() if owner is None else validate_owner(owner)
-        return self.acquire_queued(resource, owner, ttl, ticket=None)
+        claim = self.claim(resource, owner, ttl, reentrant, shared, limit, label)
+        return self.take(claim)
 
-    def renew(self, resource: str, owner: str, ttl: float | None = None) -> _Lock | None:
-        """Extend the lock that ``owner`` validly holds to ``ttl`` seconds from now.
+    def claim(
+        self,
+        resource: str,
+        owner: str,
+        ttl: float | None,
+        reentrant: bool = False,
+        shared: bool = False,
+        limit: int | None = None,
+        label: str = "",
+        ticket: int | None = None,
+    ) -> Claim:
+        """What an acquisition of ``resource`` by ``owner`` asks for (the
+        arguments not yet checked are checked here)."""
+        if limit is not None:
+            validate_limit(limit)
+        return Claim(
+            resource=resource,
+            owner=owner,
+            duration=duration_of(ttl),
+            shared=bool(shared) or limit is not None,
+            limit=limit,
+            reentrant=bool(reentrant),
+            label=validate_label(label),
+            ticket=ticket,
+        )
 
-        Returns the renewed lock, or ``None`` when the lock expired or another
-        owner holds it. Raises ``DistributedLock.DoesNotExist`` when there is no
+    def renew(self, resource: str, owner: str, ttl: float | None = None) -> Hold | None:
+        """Extend the hold that ``owner`` validly has to ``ttl`` seconds from now.
+
+        Returns the renewed hold, or ``None`` when it expired or another owner
+        holds the lock. Raises ``DistributedLock.DoesNotExist`` when there is no
         lock on ``resource`` at all (never acquired, released or purged).
         """
         validate_resource(resource)
@@ -109,38 +196,102 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
             raise does_not_exist(f"There is no lock on {resource!r}.")
         if renewed.row is None:
             return None
-        lock = self._lock(renewed.row)
-        signals.lock_renewed.send(sender=self.model, lock=lock)
-        return lock
+        hold = self._instance(renewed.row)
+        signals.lock_renewed.send(sender=self.model, lock=hold)
+        return hold
 
     def release(self, resource: str, owner: str) -> ReleaseResult:
-        """Give up the lock that ``owner`` holds on ``resource``.
+        """Give up the hold that ``owner`` has on ``resource``.
 
-        Returns ``RELEASED``; ``NOT_FOUND`` when there is no valid lock (never
-        acquired, expired, or released already); ``FORBIDDEN`` when another
-        owner holds it, which leaves it untouched.
+        Returns ``RELEASED``; ``DECREMENTED`` when a reentrant hold still has
+        holds (the last release answers ``RELEASED``); ``NOT_FOUND`` when there
+        is no valid lock (never acquired, expired, or released already);
+        ``FORBIDDEN`` when others hold it, which leaves it untouched.
         """
         validate_resource(resource)
         validate_owner(owner)
         released = self._backend().give_up(resource, owner)
-        if released.row is not None:
-            lock = self._lock(released.row)
-            signals.lock_released.send(sender=self.model, lock=lock, owner=owner, forced=False)
+        if released.result is ReleaseResult.RELEASED and released.row is not None:
+            hold = self._instance(released.row)
+            signals.lock_released.send(sender=self.model, lock=hold, owner=owner, forced=False)
         return released.result
 
-    def force_release(self, resource: str) -> bool:
-        """Release the lock on ``resource`` whoever holds it (for operators).
+    def force_release(self, resource: str, *, owner: str | None = None) -> bool:
+        """Release every hold of ``resource`` whoever holds it (for operators),
+        or, with ``owner``, that holder's hold whatever its hold count.
 
-        Returns whether a valid lock was released. Its fencing token stays
-        counted, so the next holder still gets a larger one.
+        Returns whether a valid hold was released. Fencing tokens stay counted,
+        so the next holder still gets a larger one.
         """
         validate_resource(resource)
-        released = self._backend().give_up(resource, None)
-        if released.row is None:
-            return False
-        lock = self._lock(released.row)
-        signals.lock_released.send(sender=self.model, lock=lock, owner=released.owner, forced=True)
-        return True
+        if owner is not None:
+            validate_owner(owner)
+        released = self._backend().give_up(resource, owner, forced=True)
+        for held in released.released:  # each as it was held
+            hold = self._instance(replace(held, owner="", expires_at=held.now))
+            signals.lock_released.send(sender=self.model, lock=hold, owner=held.owner, forced=True)
+        return bool(released.released)
+
+    def holders(self, resource: str) -> list[Hold]:
+        """The valid holds of ``resource``, oldest first: its exclusive holder,
+        or its readers or permits; none when it is free."""
+        validate_resource(resource)
+        return [self._instance(row) for row in self._backend().holders(resource)]
+
+    def acquire_all(
+        self,
+        resources: Sequence[str | tuple[str, str]],
+        owner: str | None = None,
+        ttl: float | None = None,
+        *,
+        label: str = "",
+    ) -> list[Hold] | None:
+        """Take every lock of ``resources`` in one transaction, or none; never
+        waits. An item is a resource (exclusive) or ``(resource, "shared")``.
+
+        Returns the holds in the order asked, each with its own fencing token,
+        or ``None`` (and nothing held) when any of them is held. The locks are
+        taken in the order of their names, whatever the order asked, so two
+        callers asking for overlapping sets never deadlock. Raises
+        ``LockKindMismatch`` when one of them is a semaphore.
+        """
+        owner = new_owner_token() if owner is None else validate_owner(owner)
+        claims = self.claims(resources, owner, ttl, label)
+        return self.take_all(claims)
+
+    def claims(
+        self,
+        resources: Sequence[str | tuple[str, str]],
+        owner: str,
+        ttl: float | None,
+        label: str = "",
+    ) -> list[Claim]:
+        """The claims of ``acquire_all()``'s items (checked here)."""
+        claims = []
+        for item in resources:
+            resource, mode = (item, EXCLUSIVE) if isinstance(item, str) else item
+            validate_resource(resource)
+            if mode not in (EXCLUSIVE, SHARED):
+                raise ValidationError(
+                    f"A mode must be {EXCLUSIVE!r} or {SHARED!r}, not {mode!r}.", code="mode"
+                )
+            claims.append(self.claim(resource, owner, ttl, shared=mode == SHARED, label=label))
+        if not claims or len({claim.resource for claim in claims}) != len(claims):
+            raise ValidationError("Name each resource once, and at least one.", code="resources")
+        return claims
+
+    def release_all(self, resources: Sequence[str], owner: str) -> list[ReleaseResult]:
+        """Release ``owner``'s holds of ``resources`` together, in one
+        transaction; what each release did, in the order asked."""
+        for resource in resources:
+            validate_resource(resource)
+        validate_owner(owner)
+        outcomes = self._backend().give_up_all(list(resources), owner)
+        for released in outcomes:
+            if released.result is ReleaseResult.RELEASED and released.row is not None:
+                hold = self._instance(released.row)
+                signals.lock_released.send(sender=self.model, lock=hold, owner=owner, forced=False)
+        return [released.result for released in outcomes]
 
     def purge_expired(
         self,
@@ -150,8 +301,9 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         prefix: str = "",
         on_batch: Callable[[int], object] | None = None,
     ) -> int:
-        """Delete every lock that expired at least ``older_than`` seconds ago
-        (and whose resource starts with ``prefix``); return how many.
+        """Delete every lock and hold that expired at least ``older_than``
+        seconds ago (and whose resource starts with ``prefix``); return how
+        many locks.
 
         Deletes in batches of at most ``batch_size``, each one transaction whose
         ``DELETE`` checks expiry again, so a lock renewed or taken meanwhile
@@ -170,60 +322,79 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
             if batch.deleted and on_batch is not None:
                 on_batch(batch.deleted)
 
-    # -- lock()'s waiters (an internal interface of django_dlock.locking) -----------------
+    # -- lock()'s waiters and renewer (an internal interface of django_dlock.locking) -----
 
-    def acquire_queued(
-        self, resource: str, owner: str, ttl: float | None, *, ticket: int | None
-    ) -> _Lock | None:
-        """``acquire()`` with a valid resource and owner, for ``lock()``: with the
-        lock taken, the waiter of ``ticket`` (if any) leaves its queue in the
-        same transaction."""
-        taken = self._backend().take(resource, owner, duration_of(ttl), leaving=ticket)
+    def take(self, claim: Claim) -> Hold | None:
+        """The acquisition ``claim`` (checked already), with its signals: the
+        hold, or ``None``; once admitted, the waiter of ``claim.ticket`` (if
+        any) leaves its queue in the same transaction."""
+        taken = self._backend().take(claim)
+        if taken.mismatch is not None:
+            raise mismatch(claim, taken.mismatch)
         if taken.row is None:
             return None
-        lock = self._lock(taken.row)
-        if taken.renewed:
-            signals.lock_renewed.send(sender=self.model, lock=lock)
-        else:
-            self._announce_acquired(taken.row, lock, taken.previous_owner)
-        return lock
+        hold = self._instance(taken.row)
+        self._announce(taken.row, hold, taken.previous_owner, taken.renewed)
+        return hold
 
-    def accept_handover(self, resource: str, owner: str, ticket: int) -> tuple[_Lock, float] | None:
+    def take_all(self, claims: list[Claim]) -> list[Hold] | None:
+        """``acquire_all()`` of checked claims."""
+        taken = self._backend().take_all(claims)
+        if taken is None:
+            return None
+        holds = []
+        for claim, one in zip(claims, taken, strict=True):
+            if one.mismatch is not None:
+                raise mismatch(claim, one.mismatch)
+            assert one.row is not None  # noqa: S101 - take_all() takes all or none
+            hold = self._instance(one.row)
+            self._announce(one.row, hold, one.previous_owner, one.renewed)
+            holds.append(hold)
+        return holds
+
+    def accept_handover(self, resource: str, owner: str, ticket: int) -> tuple[Hold, float] | None:
         """The lock, if a release handed it to the waiter of ``ticket``
         (``LockBackend.grants_on_release``), announced as acquired, and how many
         seconds ago (by the database's clock) the release made it the holder's."""
         row = self._backend().granted(resource, owner, ticket)
         if row is None:
             return None
-        lock = self._lock(row)
-        self._announce_acquired(row, lock, previous_owner="")
-        return lock, max((row.now - row.acquired_at).total_seconds(), 0.0)
+        hold = self._instance(row)
+        self._announce(row, hold, previous_owner="", renewed=False)
+        return hold, max((row.now - row.acquired_at).total_seconds(), 0.0)
 
-    def _announce_acquired(self, row: LockRow, lock: _Lock, previous_owner: str | None) -> None:
-        """The signals of a new holder (``previous_owner``: the row's owner
-        before; an expired lock of another owner was taken over). They go out
-        after the commit, so that a receiver sees the lock as others do, and one
-        that raises cannot undo it."""
-        taken_over = previous_owner not in (None, "", row.owner)
+    def _announce(
+        self, row: LockRow, hold: Hold, previous_owner: str | None, renewed: bool
+    ) -> None:
+        """The signals of an acquisition (``previous_owner``: the resource row's
+        owner before; an expired lock of another owner was taken over). They go
+        out after the commit, so that a receiver sees the lock as others do, and
+        one that raises cannot undo it."""
+        if renewed:
+            signals.lock_renewed.send(sender=self.model, lock=hold)
+            return
+        taken_over = previous_owner not in (None, "", SHARED_HOLDERS, row.owner)
         taken_over_from = previous_owner if taken_over else None
         if taken_over_from is not None:
             signals.lock_taken_over.send(
-                sender=self.model, lock=lock, previous_owner=taken_over_from
+                sender=self.model, lock=hold, previous_owner=taken_over_from
             )
-        signals.lock_acquired.send(sender=self.model, lock=lock, taken_over_from=taken_over_from)
+        signals.lock_acquired.send(sender=self.model, lock=hold, taken_over_from=taken_over_from)
 
-    def renew_held(self, pairs: list[tuple[str, str]], ttl: float) -> dict[tuple[str, str], _Lock]:
-        """Renew each (resource, owner) lock that owner validly holds, for
-        ``ttl`` seconds (the auto-renewer's batch); the renewed locks. A lock
-        not among them was lost."""
+    def renew_held(self, pairs: list[tuple[str, str]], ttl: float) -> dict[tuple[str, str], Hold]:
+        """Renew each (resource, owner) hold that owner validly has, for ``ttl``
+        seconds (the auto-renewer's batch: one statement per table); the renewed
+        holds. A hold not among them was lost."""
         rows = self._backend().renew_many(pairs, ttl)
-        renewed = {pair: self._lock(row) for pair, row in rows.items()}
-        for lock in renewed.values():
-            signals.lock_renewed.send(sender=self.model, lock=lock)
+        renewed = {pair: self._instance(row) for pair, row in rows.items()}
+        for hold in renewed.values():
+            signals.lock_renewed.send(sender=self.model, lock=hold)
         return renewed
 
-    def _lock(self, row: LockRow) -> _Lock:
-        return self.model.from_db(self._alias(), LOCK_FIELDS, row.values())
+    def _instance(self, row: LockRow) -> Hold:
+        """The model instance of ``row``: a ``DistributedLock``, or a ``LockHold``."""
+        model = apps.get_model("django_dlock", "LockHold") if row.shared else self.model
+        return cast(Hold, model.from_db(self._alias(), LOCK_FIELDS, row.values()))
 
     # -- async twins -----------------------------------------------------------
     # Each runs the sync operation in a thread of django-dlock's own (not the
@@ -231,8 +402,16 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
     # request's connection or a transaction open on it.
 
     async def aacquire(
-        self, resource: str, owner: str | None = None, ttl: float | None = None
-    ) -> _Lock | None:
+        self,
+        resource: str,
+        owner: str | None = None,
+        ttl: float | None = None,
+        *,
+        reentrant: bool = False,
+        shared: bool = False,
+        limit: int | None = None,
+        label: str = "",
+    ) -> Hold | None:
         """``acquire()`` for async code: never waits for the lock.
 
         Cancelled while the acquisition runs, it releases what it took before
@@ -240,13 +419,26 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         """
         using = self._alias()
         owner = new_owner_token() if owner is None else owner
-        acquiring = run_in_lock_thread(using, self.acquire, resource, owner, ttl)
+
+        def acquire() -> Hold | None:
+            return self.acquire(
+                resource, owner, ttl, reentrant=reentrant, shared=shared, limit=limit, label=label
+            )
+
+        acquiring = run_in_lock_thread(using, acquire)
         return await release_if_cancelled(using, acquiring, lambda: self.release(resource, owner))
 
-    async def arenew(self, resource: str, owner: str, ttl: float | None = None) -> _Lock | None:
+    async def arenew(self, resource: str, owner: str, ttl: float | None = None) -> Hold | None:
         """``renew()`` for async code; raises ``DoesNotExist`` when there is no lock."""
         return await run_in_lock_thread(self._alias(), self.renew, resource, owner, ttl)
 
     async def arelease(self, resource: str, owner: str) -> ReleaseResult:
         """``release()`` for async code."""
         return await run_in_lock_thread(self._alias(), self.release, resource, owner)
+
+
+def mismatch(claim: Claim, kind: str) -> LockKindMismatch:
+    return LockKindMismatch(
+        f"{claim.resource!r} is a {kind} while it has holders; this acquisition asked for a "
+        f"{kind_of(claim.limit)}."
+    )

@@ -7,10 +7,16 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from django_dlock.managers import DistributedLockManager
-from django_dlock.rules import ReleaseResult
+from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, ReleaseResult
 from django_dlock.validators import MAX_LENGTH, validate_owner, validate_resource
 
-__all__ = ["DistributedLock", "FencingFloor", "LockWaiter", "ReleaseResult"]
+__all__ = ["DistributedLock", "FencingFloor", "LockHold", "LockWaiter", "ReleaseResult"]
+
+# The holds of the kinds (reentrant, shared, semaphore) have these columns,
+# each with a database default, so that processes of the previous version
+# keep inserting rows while a rolling upgrade runs (they hold exclusively,
+# once, without a label).
+HOLD_COUNT_DEFAULT = 1
 
 
 class DistributedLock(models.Model):
@@ -35,6 +41,17 @@ class DistributedLock(models.Model):
     acquired_at = models.DateTimeField(_("acquired at"))
     expires_at = models.DateTimeField(_("expires at"))
     fencing_token = models.PositiveBigIntegerField(_("fencing token"))
+    # The exclusive holder's holds (reentrant acquisitions add one each).
+    hold_count = models.PositiveIntegerField(
+        _("hold count"), default=HOLD_COUNT_DEFAULT, db_default=HOLD_COUNT_DEFAULT
+    )
+    # The exclusive holder's public name (the owner is a secret).
+    label = models.CharField(
+        _("label"), max_length=MAX_LENGTH, blank=True, default="", db_default=""
+    )
+    # While shared holders hold it: the semaphore's number of permits, or null
+    # for readers (a read-write lock).
+    limit = models.PositiveIntegerField(_("limit"), null=True, blank=True)
 
     objects = DistributedLockManager["DistributedLock"]()
 
@@ -54,11 +71,60 @@ class DistributedLock(models.Model):
     def is_released(self) -> bool:
         return self.owner == ""
 
+    @property
+    def is_shared(self) -> bool:
+        """Whether shared holders (readers, or a semaphore's permits) hold it:
+        each is a ``LockHold`` (``DistributedLock.objects.holders()``)."""
+        return self.owner == SHARED_HOLDERS
+
+    @property
+    def mode(self) -> str:
+        """``"exclusive"``, or ``"shared"`` while shared holders hold it."""
+        return SHARED if self.is_shared else EXCLUSIVE
+
     def is_expired(self, now: datetime | None = None) -> bool:
         """Whether the lock is expired at ``now`` (default: this server's clock).
 
         The manager decides expiry with the database's clock; this is for display.
         """
+        return (now or timezone.now()) >= self.expires_at
+
+
+class LockHold(models.Model):
+    """A shared hold of a resource: a reader of a read-write lock, or one permit
+    of a semaphore. Each has its own owner, expiry, hold count and fencing
+    token. The resource's ``DistributedLock`` row is their header: every
+    admission locks it, and while they hold the resource its owner is
+    ``SHARED_HOLDERS`` and its expiry the last of theirs."""
+
+    resource = models.CharField(_("resource"), max_length=MAX_LENGTH)
+    owner = models.CharField(_("owner"), max_length=MAX_LENGTH)
+    label = models.CharField(_("label"), max_length=MAX_LENGTH, blank=True, default="")
+    acquired_at = models.DateTimeField(_("acquired at"))
+    expires_at = models.DateTimeField(_("expires at"))
+    hold_count = models.PositiveIntegerField(_("hold count"), default=HOLD_COUNT_DEFAULT)
+    fencing_token = models.PositiveBigIntegerField(_("fencing token"))
+    # The semaphore's number of permits; null for a reader.
+    limit = models.PositiveIntegerField(_("limit"), null=True, blank=True)
+
+    class Meta:
+        db_table = "distributed_lock_holds"
+        verbose_name = _("lock hold")
+        verbose_name_plural = _("lock holds")
+        ordering = ["resource", "acquired_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["resource", "owner"], name="distributed_lock_holds_owner_key"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.resource} ({self.label or self.mode})"
+
+    mode = SHARED  # every row here is a shared hold
+
+    def is_expired(self, now: datetime | None = None) -> bool:
+        """Whether the hold is expired at ``now`` (default: this server's clock)."""
         return (now or timezone.now()) >= self.expires_at
 
 
@@ -102,6 +168,14 @@ class LockWaiter(models.Model):
     # straight to a listening head with one (see ``SQLiteBackend.mark_released``);
     # null for processes that predate the column: they take it themselves.
     ttl = models.DurationField(_("ttl"), null=True, blank=True)
+    # What the waiter asks for: "exclusive" or "shared", and a semaphore's limit
+    # (null for a lock). Processes of the previous version queue exclusive.
+    mode = models.CharField(_("mode"), max_length=9, default=EXCLUSIVE, db_default=EXCLUSIVE)
+    limit = models.PositiveIntegerField(_("limit"), null=True, blank=True)
+    # The waiter's public name, shown with the queue.
+    label = models.CharField(
+        _("label"), max_length=MAX_LENGTH, blank=True, default="", db_default=""
+    )
 
     class Meta:
         db_table = "distributed_lock_waiters"

@@ -18,6 +18,10 @@ from django_dlock.conf import conf
 
 MAX_LENGTH = 255
 
+# The owner a resource's row shows while shared holders hold it (the same as
+# ``django_dlock.rules.SHARED_HOLDERS``, which imports this module).
+RESERVED_OWNER = "django-dlock:shared-holders"
+
 # Unicode general categories refused in a resource name: control characters,
 # invisible format characters (zero-width space, bidirectional overrides, the
 # byte order mark) and line and paragraph separators. Names that differ only by
@@ -167,6 +171,47 @@ def validate_owner(value: object) -> str:
             _("An owner must be 1 to %(max)d characters long."),
             code="length",
             params={"max": MAX_LENGTH},
+        )
+    if value == RESERVED_OWNER:
+        raise ValidationError(
+            _("The owner %(owner)r is reserved: it marks a lock held by shared holders."),
+            code="reserved",
+            params={"owner": value},
+        )
+    return value
+
+
+def validate_label(value: object) -> str:
+    """Return ``value`` if it is a valid label (a holder's public name: 0 to 255
+    characters, no control characters), else raise ``ValidationError``."""
+    if not isinstance(value, str):
+        raise ValidationError(_("A label must be a string."), code="invalid")
+    _storable(value, _("A label"))
+    if len(value) > MAX_LENGTH:
+        raise ValidationError(
+            _("A label must be at most %(max)d characters long."),
+            code="length",
+            params={"max": MAX_LENGTH},
+        )
+    if any(unicodedata.category(char) in ("Cc", "Zl", "Zp") for char in value):
+        raise ValidationError(
+            _("A label may not contain control characters or line breaks."), code="control"
+        )
+    return value
+
+
+# The most permits a semaphore may have: well inside every database's integer.
+MAX_LIMIT = 1_000_000
+
+
+def validate_limit(value: object) -> int:
+    """Return ``value`` if it is a valid semaphore limit (an integer from 1 to
+    ``MAX_LIMIT``), else raise ``ValidationError``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT:
+        raise ValidationError(
+            _("A limit must be a whole number of permits from 1 to %(max)d."),
+            code="limit",
+            params={"max": MAX_LIMIT},
         )
     return value
 

@@ -420,20 +420,20 @@ class TestValidation:
     )
     def test_bad_resource(self, resource: object) -> None:
         with pytest.raises(ValidationError):
-            Locks.acquire(resource, owner="a", ttl=30)  # type: ignore[arg-type]
+            Locks.acquire(resource, owner="a", ttl=30)  # type: ignore[call-overload]
         assert not DistributedLock.objects.exists()
 
     @pytest.mark.parametrize("owner", ["", "x" * 256, "a\x00b", "\udc80", 7])
     def test_bad_owner(self, owner: object) -> None:
         with pytest.raises(ValidationError):
-            Locks.acquire("job:42", owner=owner, ttl=30)  # type: ignore[arg-type]
+            Locks.acquire("job:42", owner=owner, ttl=30)  # type: ignore[call-overload]
         with pytest.raises(ValidationError):
             Locks.release("job:42", owner=owner)  # type: ignore[arg-type]
 
     @pytest.mark.parametrize("ttl", [0, -1, 86401, 10**400, float("nan"), float("inf"), True, "30"])
     def test_bad_ttl(self, ttl: object) -> None:
         with pytest.raises(ValidationError):
-            Locks.acquire("job:42", owner="a", ttl=ttl)  # type: ignore[arg-type]
+            Locks.acquire("job:42", owner="a", ttl=ttl)  # type: ignore[call-overload]
         assert not DistributedLock.objects.exists()
 
     def test_a_tiny_ttl_lives_at_least_a_millisecond(self) -> None:

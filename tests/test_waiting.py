@@ -305,8 +305,12 @@ def test_on_sqlite_a_release_hands_the_lock_to_a_listening_head() -> None:
     assert held is not None
 
     def queue(owner: str, channel: str = "dlock_spy", ttl: float | None = 30) -> int:
-        duration = None if ttl is None else timedelta(seconds=ttl)
-        return backend.enqueue_waiter("host:4", owner, 60, channel=channel, ttl=duration)[0]
+        claim = Locks.claim("host:4", owner, ttl or 30)
+        if ttl is None:  # a waiter of the previous version: no ttl in its ticket
+            ticket = backend.enqueue_waiter(claim, 60, channel=channel)[0]
+            LockWaiter.objects.filter(pk=ticket).update(ttl=None)
+            return ticket
+        return backend.enqueue_waiter(claim, 60, channel=channel)[0]
 
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as spy:
         spy.bind(host_address("dlock_spy"))
@@ -351,7 +355,7 @@ def test_on_sqlite_a_wait_that_ends_as_the_lock_is_handed_to_it_gives_it_back() 
     lock_acquired.connect(acquired)
     lock_released.connect(released)
     try:
-        wait = Wait("host:5", "late", 30, 10, "default")
+        wait = Wait(Locks.claim("host:5", "late", 30), 10, "default")
         assert isinstance(wait.step(), float)  # queued behind the holder
         Locks.release("host:5", "holder")
         assert DistributedLock.objects.get(resource="host:5").owner == "late"

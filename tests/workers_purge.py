@@ -39,9 +39,9 @@ def hold_renew_and_reacquire(
         renewed = reacquired = n = 0
         while n < min_rounds or not purged.is_set():
             for resource in held:
-                lock = locks.renew(resource, owner=owner, ttl=TTL)  # DoesNotExist if purged
-                assert lock is not None, f"round {n}: renew of {resource} returned None"
-                assert lock.fencing_token == tokens[resource]
+                renewal = locks.renew(resource, owner=owner, ttl=TTL)  # DoesNotExist if purged
+                assert renewal is not None, f"round {n}: renew of {resource} returned None"
+                assert renewal.fencing_token == tokens[resource]
                 renewed += 1
             resource = held[n % len(held)]
             assert locks.release(resource, owner=owner).value == "released"

@@ -12,36 +12,31 @@ statements, and calls ``super()`` where that form does not apply, as Django's
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import replace
-from datetime import timedelta
-from typing import Any, ClassVar, NamedTuple
+from datetime import datetime, timedelta
+from typing import ClassVar
 
-from django.db.models import F, Q, QuerySet, Value
-from django.db.models.functions import Greatest
-
-from django_dlock.backends.clock import DatabaseNow, expired_before
+from django_dlock.backends.admission import Action, Admission, admit
+from django_dlock.backends.holds import HoldStatements
+from django_dlock.backends.purge import Purge, PurgedBatch, expired_q
 from django_dlock.backends.queue import WaiterQueue
-from django_dlock.backends.results import LockRow, Released, Renewed, Taken
+from django_dlock.backends.renewals import Renewals
+from django_dlock.backends.results import Claim, LockRow, Released, Renewed, Taken
 from django_dlock.backends.statements import LockStatements
-from django_dlock.django_private import compile_expression, compile_where
-from django_dlock.prefix import resource_prefix_q
-from django_dlock.rules import ReleaseResult, same_owner
+from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner
 from django_dlock.transactions import in_lock_transaction
 
-# Locks per statement of renew_many(): well under every database's parameter limit.
-RENEW_CHUNK = 500
+__all__ = ["LockBackend", "PurgedBatch", "expired_q"]
 
 
-class PurgedBatch(NamedTuple):
-    """What one purge batch did."""
+# The columns a new holder of a resource's row writes.
+HEADER_WRITTEN = [
+    "owner", "acquired_at", "expires_at", "fencing_token", "hold_count", "label", "limit",
+]  # fmt: skip
 
-    chosen: int  # expired locks chosen for the batch (0: none left)
-    deleted: int  # of those, deleted (the others were renewed or taken meanwhile)
 
-
-class LockBackend(LockStatements, WaiterQueue):
+class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
     """The lock operations on one database alias.
 
     ``take``, ``extend``, ``give_up`` and ``purge_batch`` each run in a lock
@@ -64,176 +59,275 @@ class LockBackend(LockStatements, WaiterQueue):
         """Whether releases can wake this process's waiters (``listener_class``)."""
         return self.listener_class is not None
 
-    # -- the transaction -----------------------------------------------------------
-
-    def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:
-        """Seconds to pause before ``in_lock_transaction`` runs a lock transaction
-        again that failed with ``error`` (its ``attempt``-th, the first begun at
-        ``time.monotonic()`` ``started``); ``None``: raise ``error``."""
-        return None
-
-    @contextmanager
-    def transaction(self) -> Iterator[None]:
-        """Wrap the start of a lock transaction (a vendor may change how it begins)."""
-        yield
-
     # -- acquire, renew, release -----------------------------------------------------
 
-    def take(
-        self, resource: str, owner: str, duration: timedelta, *, leaving: int | None = None
-    ) -> Taken:
-        """Acquire: when the lock is free (released or expired), a new holder and
-        a larger token; when ``owner`` validly holds it, a later expiry, the same
-        token; when another owner does, nothing. Without a row, the first one is
-        inserted. With the lock taken, the waiter ticket ``leaving`` leaves its
-        queue in the same transaction (one commit, and no moment where the next
-        waiter sees the new holder still queued ahead of it)."""
-        return in_lock_transaction(self, lambda: self._take(resource, owner, duration, leaving))
+    def take(self, claim: Claim) -> Taken:
+        """Acquire, as ``backends.admission`` decides: the claimant becomes a
+        holder (a new token), or the holder again (a later expiry, the same
+        token; reentrant, one hold more), or nothing. Without a row, the first
+        one is inserted. Once admitted, the waiter ticket ``claim.ticket``
+        leaves its queue in the same transaction (one commit, and no moment
+        where the next waiter sees the new holder still queued ahead of it)."""
+        return in_lock_transaction(self, lambda: self._take(claim))
 
-    def _take(self, resource: str, owner: str, duration: timedelta, leaving: int | None) -> Taken:
-        found = self.select_for_update(resource)
-        if found is None:
-            inserted = self.insert(resource, owner, duration)
-            if inserted is not None:
-                self._leave(leaving)
-                return Taken(row=inserted, previous_owner=None, renewed=False)
-            # Another process inserted the row first (ON CONFLICT DO NOTHING
-            # waited for its commit): read the winner's row and decide on it.
-            found = self.select_for_update(resource)
-            if found is None:  # the winner's row is gone already; rare enough to
+    def _take(self, claim: Claim) -> Taken:
+        header = self.select_for_update(claim.resource)
+        if header is None:
+            if claim.exclusive:
+                inserted = self.insert(
+                    claim.resource, claim.owner, claim.duration, label=claim.label
+                )
+                if inserted is not None:
+                    self._leave(claim.ticket)
+                    return Taken(row=inserted, previous_owner=None, renewed=False)
+            else:  # a released row, on which the admission below decides
+                header = self.insert(claim.resource, "", claim.duration)
+            if header is None:
+                # Another process inserted the row first (ON CONFLICT DO NOTHING
+                # waited for its commit): read the winner's row and decide on it.
+                header = self.select_for_update(claim.resource)
+            if header is None:  # the winner's row is gone already; rare enough to
                 return Taken(row=None, previous_owner=None, renewed=False)  # call it held
-        if found.held and not same_owner(found.owner, owner):
-            return Taken(row=None, previous_owner=found.owner, renewed=False)
-        if found.held:  # the holder again: same token, same acquired_at
-            row = replace(found, expires_at=found.now + duration)
-            self.update(row, ["expires_at"])
-        else:
+        holds = self.valid_holds(claim.resource) if header.held_by_shared else []
+        queued = (0, 0) if claim.exclusive else self.queued_before(claim.resource, claim.ticket)
+        taken = self._carry_out(admit(header, holds, claim, queued), header, claim)
+        if taken.row is not None:
+            self._leave(claim.ticket)
+        return taken
+
+    def _carry_out(self, admission: Admission, header: LockRow, claim: Claim) -> Taken:
+        """Write what ``admission`` decided for ``claim`` on the locked ``header``."""
+        action, now = admission.action, header.now
+        before = header.owner
+        if action is Action.REFUSE:
+            return Taken(row=None, previous_owner=before, renewed=False)
+        if action is Action.MISMATCH:
+            return Taken(row=None, previous_owner=before, renewed=False, mismatch=admission.kind)
+        expires_at = now + claim.duration
+        if action is Action.AGAIN:
+            hold_count = header.hold_count + 1 if claim.reentrant else header.hold_count
+            row = replace(header, expires_at=expires_at, hold_count=hold_count)
+            self.update(row, ["expires_at", "hold_count"])
+            return Taken(row=row, previous_owner=before, renewed=True)
+        if action is Action.AGAIN_SHARED:
+            assert admission.hold is not None  # noqa: S101 - admit() gives the hold
+            hold = admission.hold
+            hold_count = hold.hold_count + 1 if claim.reentrant else hold.hold_count
+            hold = replace(hold, expires_at=expires_at, hold_count=hold_count)
+            self.update_hold(hold, ["expires_at", "hold_count"])
+            self._cover(header, expires_at)
+            return Taken(row=hold, previous_owner=before, renewed=True)
+        if action in (Action.TAKE, Action.UPGRADE):
+            hold_count = 1
+            if admission.hold is not None:  # the reader's holds carry over
+                hold_count = admission.hold.hold_count
+                self.delete_holds(claim.resource)
             row = replace(
-                found,
-                owner=owner,
-                acquired_at=found.now,
-                expires_at=found.now + duration,
-                fencing_token=found.fencing_token + 1,
+                header,
+                owner=claim.owner,
+                acquired_at=now,
+                expires_at=expires_at,
+                fencing_token=header.fencing_token + 1,
+                hold_count=hold_count,
+                label=claim.label,
+                limit=None,
             )
-            self.update(row, ["owner", "acquired_at", "expires_at", "fencing_token"])
-        self._leave(leaving)
-        return Taken(row=row, previous_owner=found.owner, renewed=found.held)
+            self.update(row, HEADER_WRITTEN)
+            return Taken(row=row, previous_owner=before, renewed=False)
+        if action is Action.DOWNGRADE:
+            hold = self._hold_for(replace(header, owner="", hold_count=header.hold_count), claim)
+            return Taken(row=hold, previous_owner=before, renewed=False)
+        # JOIN: a new shared hold
+        return Taken(row=self._hold_for(header, claim), previous_owner=before, renewed=False)
+
+    def _hold_for(self, header: LockRow, claim: Claim, *, hold_count: int = 1) -> LockRow:
+        """A new shared hold of ``claim`` beside the holds ``header`` covers,
+        with the resource's next token; the header then shows shared holders."""
+        token = header.fencing_token + 1
+        shared_before = header.held_by_shared
+        hold = self.insert_hold(
+            claim.resource,
+            claim.owner,
+            claim.duration,
+            token=token,
+            label=claim.label,
+            limit=claim.limit,
+            hold_count=hold_count,
+        )
+        if shared_before:
+            covered = replace(
+                header, fencing_token=token, expires_at=max(header.expires_at, hold.expires_at)
+            )
+            self.update(covered, ["fencing_token", "expires_at"])
+        else:
+            covered = replace(
+                header,
+                owner=SHARED_HOLDERS,
+                acquired_at=hold.acquired_at,
+                expires_at=hold.expires_at,
+                fencing_token=token,
+                hold_count=1,
+                label="",
+                limit=claim.limit,
+            )
+            self.update(covered, HEADER_WRITTEN)
+        return hold
+
+    def _cover(self, header: LockRow, expires_at: datetime) -> None:
+        """Keep the resource's row held until its last shared hold expires."""
+        if expires_at > header.expires_at:
+            self.update(replace(header, expires_at=expires_at), ["expires_at"])
 
     def _leave(self, ticket: int | None) -> None:
         if ticket is not None:
             self.leave_queue(ticket)
 
     def extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
-        """Renew: a later expiry when ``owner`` validly holds the lock."""
+        """Renew: a later expiry of the hold ``owner`` validly has."""
         return in_lock_transaction(self, lambda: self._extend(resource, owner, duration))
 
     def _extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
-        found = self.select_for_update(resource)
-        if found is None or found.owner == "":
+        header = self.select_for_update(resource)
+        if header is None or header.owner == "":
             return Renewed(row=None, exists=False)
-        if not found.held or not same_owner(found.owner, owner):
+        expires_at = header.now + duration
+        if header.held_by_shared:
+            mine = self._hold_of(resource, owner)
+            if mine is None:
+                return Renewed(row=None, exists=True)
+            hold = replace(mine, expires_at=expires_at)
+            self.update_hold(hold, ["expires_at"])
+            self._cover(header, expires_at)
+            return Renewed(row=hold, exists=True)
+        if not header.held or not same_owner(header.owner, owner):
             return Renewed(row=None, exists=True)
-        row = replace(found, expires_at=found.now + duration)
+        row = replace(header, expires_at=expires_at)
         self.update(row, ["expires_at"])
         return Renewed(row=row, exists=True)
 
-    def give_up(self, resource: str, owner: str | None) -> Released:
-        """Release (``owner=None``: whoever holds it): when the lock is valid and
-        held by ``owner``, mark it released (``mark_released``)."""
-        return in_lock_transaction(self, lambda: self._give_up(resource, owner))
+    def _hold_of(self, resource: str, owner: str) -> LockRow | None:
+        """``owner``'s valid shared hold of ``resource``."""
+        return next(
+            (hold for hold in self.valid_holds(resource) if same_owner(hold.owner, owner)), None
+        )
 
-    def _give_up(self, resource: str, owner: str | None) -> Released:
-        found = self.select_for_update(resource)
-        if found is None or not found.held:
+    def give_up(self, resource: str, owner: str | None, *, forced: bool = False) -> Released:
+        """Release ``owner``'s hold (one of its holds, when it has several,
+        unless ``forced``); ``owner=None`` (forced): every hold, whoever holds
+        it. Marks the resource's row released once nobody holds it
+        (``mark_released``)."""
+        return in_lock_transaction(self, lambda: self._give_up(resource, owner, forced))
+
+    def _give_up(self, resource: str, owner: str | None, forced: bool) -> Released:
+        header = self.select_for_update(resource)
+        if header is None or not header.held:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
-        if owner is not None and not same_owner(found.owner, owner):
-            return Released(row=None, owner=found.owner, result=ReleaseResult.FORBIDDEN)
+        if header.held_by_shared:
+            return self._give_up_shared(header, owner, forced)
+        if owner is not None and not same_owner(header.owner, owner):
+            return Released(row=None, owner=header.owner, result=ReleaseResult.FORBIDDEN)
+        if not forced and header.hold_count > 1:
+            row = replace(header, hold_count=header.hold_count - 1)
+            self.update(row, ["hold_count"])
+            return Released(row=row, owner=header.owner, result=ReleaseResult.DECREMENTED)
         # The row stays, expired and ownerless, to keep the fencing token counting.
-        row = replace(found, owner="", expires_at=found.now)
+        row = replace(header, owner="", expires_at=header.now)
         self.mark_released(row)
-        return Released(row=row, owner=found.owner, result=ReleaseResult.RELEASED)
+        return Released(
+            row=row, owner=header.owner, result=ReleaseResult.RELEASED, released=(header,)
+        )
+
+    def _give_up_shared(self, header: LockRow, owner: str | None, forced: bool) -> Released:
+        holds = self.valid_holds(header.resource)
+        if not holds:  # they all expired (or were purged) since the row last covered them
+            return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
+        if owner is None:  # an operator's: every hold goes
+            self.delete_holds(header.resource)
+            self.mark_released(replace(header, owner="", expires_at=header.now, limit=None))
+            first = holds[0] if holds else None
+            return Released(
+                row=first,
+                owner=SHARED_HOLDERS,
+                result=ReleaseResult.RELEASED,
+                released=tuple(holds),
+            )
+        mine = next((hold for hold in holds if same_owner(hold.owner, owner)), None)
+        if mine is None:
+            return Released(row=None, owner=SHARED_HOLDERS, result=ReleaseResult.FORBIDDEN)
+        if not forced and mine.hold_count > 1:
+            hold = replace(mine, hold_count=mine.hold_count - 1)
+            self.update_hold(hold, ["hold_count"])
+            return Released(row=hold, owner=mine.owner, result=ReleaseResult.DECREMENTED)
+        self.delete_holds(header.resource, mine.owner)
+        others = [hold for hold in holds if hold is not mine]
+        released = replace(mine, expires_at=header.now)
+        if others:
+            # The row stays held until the last of the others expires; a
+            # semaphore's freed permit goes to the head of the queue.
+            row = replace(header, expires_at=max(hold.expires_at for hold in others))
+            self.update(row, ["expires_at"])
+            if header.limit is not None:
+                self.wake_next(row)
+        else:
+            self.mark_released(replace(header, owner="", expires_at=header.now, limit=None))
+        return Released(
+            row=released, owner=mine.owner, result=ReleaseResult.RELEASED, released=(mine,)
+        )
+
+    def holders(self, resource: str) -> list[LockRow]:
+        """The valid holds of ``resource``, oldest first (two reads, no lock:
+        for display)."""
+        header = self._fetch_row(self._read_sql, [resource])
+        if header is None or not header.held:
+            return []
+        return self.valid_holds(resource) if header.held_by_shared else [header]
+
+    def take_all(self, claims: Sequence[Claim]) -> list[Taken] | None:
+        """Every acquisition of ``claims`` in one lock transaction, in the order
+        of their resources' names (so that two callers never wait for each
+        other in a circle), or none of them: ``None`` when one was refused, or
+        the answers (one with ``mismatch``) when one was of another kind."""
+        try:
+            taken = in_lock_transaction(self, lambda: self._take_all(claims))
+        except _NotAll as refused:
+            return refused.taken if refused.taken[-1].mismatch is not None else None
+        return [taken[claim.resource] for claim in claims]
+
+    def _take_all(self, claims: Sequence[Claim]) -> dict[str, Taken]:
+        taken: dict[str, Taken] = {}
+        for claim in sorted(claims, key=lambda claim: claim.resource):
+            one = taken[claim.resource] = self._take(claim)
+            if one.row is None:
+                raise _NotAll(list(taken.values()))  # rolls back those taken before
+        return taken
+
+    def give_up_all(self, resources: Sequence[str], owner: str) -> list[Released]:
+        """Release ``owner``'s hold of each of ``resources`` in one lock
+        transaction (in the order of their names); the answers in the order asked."""
+        released = in_lock_transaction(
+            self,
+            lambda: {name: self._give_up(name, owner, False) for name in sorted(resources)},
+        )
+        return [released[name] for name in resources]
 
     def mark_released(self, row: LockRow) -> None:
         """Write the released ``row`` (no owner, expired) inside its lock
         transaction; a vendor also wakes the head of the resource's queue here."""
-        self.update(row, ["owner", "expires_at"])
+        self.update(row, ["owner", "expires_at", "limit"])
+
+    def wake_next(self, row: LockRow) -> None:
+        """A permit of ``row``'s semaphore came free (inside the lock
+        transaction): a vendor wakes the head of the queue here."""
 
     def granted(self, resource: str, owner: str, ticket: int) -> LockRow | None:
         """The lock, if a release handed it to the waiter of ``ticket`` (one
         ``SELECT``, no transaction): held by ``owner``, the ticket gone."""
         return None
 
-    def renew_many(
-        self, pairs: Sequence[tuple[str, str]], seconds: float
-    ) -> dict[tuple[str, str], LockRow]:
-        """Extend each (resource, owner) lock that owner validly holds to
-        ``seconds`` from now; the renewed locks. One statement per
-        ``RENEW_CHUNK`` locks, in autocommit."""
-        qn = self.qn
-        now_sql, now_params = compile_expression(self.using, DatabaseNow())
-        expires_sql, expires_params = self._from_now(seconds)
-        renewed: dict[tuple[str, str], LockRow] = {}
-        for start in range(0, len(pairs), RENEW_CHUNK):
-            chunk = pairs[start : start + RENEW_CHUNK]
-            values = ", ".join(["(%s, %s)"] * len(chunk))
-            # Only quoted identifiers and Django-compiled SQL are formatted in.
-            sql = (
-                f"UPDATE {self.table} SET {qn('expires_at')} = {expires_sql} "  # noqa: S608
-                f"WHERE ({qn('resource')}, {qn('owner')}) IN (VALUES {values}) "
-                f"AND {qn('expires_at')} > {now_sql} "
-                f"RETURNING {', '.join(self.columns)}, {now_sql}"
-            )
-            params = [
-                *expires_params,
-                *(value for pair in chunk for value in pair),
-                *now_params,
-                *now_params,
-            ]
-            with self.connection.cursor() as cursor:
-                cursor.execute(sql, params)
-                for values in cursor.fetchall():
-                    row = self._row(values)
-                    renewed[(row.resource, row.owner)] = row
-        return renewed
 
-    # -- purge ---------------------------------------------------------------------
+class _NotAll(Exception):
+    """An all-or-nothing acquisition found one lock it could not take."""
 
-    def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
-        """Delete at most ``batch_size`` locks that expired at least ``older_than``
-        seconds ago (and whose resource starts with ``prefix``), in a lock
-        transaction of its own.
-
-        The ``DELETE`` checks expiry again, so a lock renewed or taken since the
-        batch was chosen survives, and the batch's largest fencing token raises
-        the floor.
-        """
-        return in_lock_transaction(self, lambda: self._purge_batch(older_than, batch_size, prefix))
-
-    def _purge_batch(self, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
-        raise NotImplementedError
-
-    def _purge_candidates(self, older_than: float, prefix: str) -> QuerySet[Any]:
-        """The expired locks a batch chooses from (``DistributedLockQuerySet.expired``)."""
-        candidates = (
-            self.model._default_manager.using(self.using).filter(expired_q(older_than)).order_by()
-        )
-        return candidates.filter(resource_prefix_q(prefix)) if prefix else candidates
-
-    def _still_expired_sql(self, older_than: float) -> tuple[str, list[Any]]:
-        """``expires_at <= now - older_than`` as SQL, for the DELETE to check again."""
-        return compile_where(self.model, self.using, expired_q(older_than))
-
-    def _raise_fencing_floor(self, token: int) -> None:
-        """Raise the floor to at least ``token``, creating its one row if missing
-        (``manage.py flush`` or a test's truncation empties the table)."""
-        floors = self.floor_model._default_manager.using(self.using)
-        raise_to = {"value": Greatest(F("value"), Value(token))}
-        if not floors.filter(pk=1).update(**raise_to):
-            floors.bulk_create([self.floor_model(pk=1, value=token)], ignore_conflicts=True)
-            floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
-
-
-def expired_q(older_than: float = 0) -> Q:
-    """Locks that expired or were released at least ``older_than`` seconds ago,
-    by the database's clock."""
-    return Q(expires_at__lte=expired_before(older_than))
+    def __init__(self, taken: list[Taken]) -> None:
+        super().__init__("not all locks could be taken")
+        self.taken = taken

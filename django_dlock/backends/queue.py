@@ -15,10 +15,13 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
+from django.apps import apps
 from django.db import connections, models
 
 from django_dlock.backends.clock import DatabaseNow, now_plus
+from django_dlock.backends.results import Claim
 from django_dlock.django_private import compile_expression
+from django_dlock.rules import EXCLUSIVE, SHARED
 
 # "No ticket yet" for queue_state(): every queued waiter is ahead.
 NO_TICKET = 2**62
@@ -32,15 +35,30 @@ class QueueRow:
     expires_at: datetime | None  # the lock row's expiry, None without a row
     now: datetime  # the database's time of the look
     ahead: int  # live waiters queued before the ticket
+    ahead_exclusive: int = 0  # of those, the ones that want the lock exclusively
+    limit: int | None = None  # the semaphore's limit, while its permits hold the lock
+    holders: int = 0  # valid shared holds (readers or permits)
 
     @classmethod
-    def of(cls, owner: str | None, expires_at: Any, now: Any, ahead: int) -> QueueRow:
+    def of(
+        cls,
+        owner: str | None,
+        expires_at: Any,
+        now: Any,
+        ahead: int,
+        ahead_exclusive: int | None = 0,
+        limit: int | None = None,
+        holders: int = 0,
+    ) -> QueueRow:
         """From a row's values, the times as the driver returned them."""
         return cls(
             owner=owner,
             expires_at=None if expires_at is None else _to_datetime(expires_at),
             now=_to_datetime(now),
-            ahead=ahead,
+            ahead=int(ahead),
+            ahead_exclusive=int(ahead_exclusive or 0),
+            limit=limit,
+            holders=int(holders),
         )
 
 
@@ -60,54 +78,68 @@ class WaiterQueue:
     def queue_state_sql(self) -> str:
         """The SELECT of ``queue_state``."""
         # Waiters run this in a loop, so it is one hand-written SELECT rather than
-        # ORM queries, which cost more to build than to run (see the docs'
-        # performance page).
+        # ORM queries, which cost more to build than to run.
         qn = self.qn
         now_sql, now_params = compile_expression(self.using, DatabaseNow())
         assert not now_params  # noqa: S101 - DatabaseNow() is plain SQL
-        # A one-row SELECT of the queue count, LEFT JOINed to the lock row (there is
-        # none before the first acquisition of the resource).
+        # A one-row SELECT of the queue's counts, LEFT JOINed to the lock row (there
+        # is none before the first acquisition of the resource).
         # Table and column names only; the values are parameters.
         return (
-            f"SELECT l.{qn('owner')}, l.{qn('expires_at')}, {now_sql}, q.n FROM "  # noqa: S608
-            f"(SELECT COUNT(*) AS n FROM {self.waiters_table} w WHERE w.{qn('resource')} = %s "
+            f"SELECT l.{qn('owner')}, l.{qn('expires_at')}, {now_sql}, q.n, q.x, "  # noqa: S608
+            f"l.{qn('limit')}, ({self.holders_sql()}) FROM "
+            f"(SELECT COUNT(*) AS n, SUM(CASE WHEN w.{qn('mode')} = '{EXCLUSIVE}' THEN 1 "
+            f"ELSE 0 END) AS x FROM {self.waiters_table} w WHERE w.{qn('resource')} = %s "
             f"AND w.{qn('id')} < %s AND w.{qn('expires_at')} > {now_sql}) q "
             f"LEFT JOIN {self.table} l ON l.{qn('resource')} = %s"
+        )
+
+    def holders_sql(self) -> str:
+        """SQL: the number of valid shared holds of a resource (a placeholder)."""
+        qn = self.qn
+        now_sql, _ = compile_expression(self.using, DatabaseNow())
+        holds = self.qn(apps.get_model("django_dlock", "LockHold")._meta.db_table)
+        return (
+            f"SELECT COUNT(*) FROM {holds} h WHERE h.{qn('resource')} = %s "  # noqa: S608
+            f"AND h.{qn('expires_at')} > {now_sql}"
         )
 
     def queue_state(self, resource: str, ticket: int | None) -> QueueRow:
         """One statement, no transaction: the lock row and how many live waiters
         are queued before ``ticket`` (all of them when ``ticket`` is None)."""
         with connections[self.using].cursor() as cursor:
-            cursor.execute(self.queue_state_sql, [resource, ticket or NO_TICKET, resource])
+            cursor.execute(
+                self.queue_state_sql, [resource, resource, ticket or NO_TICKET, resource]
+            )
             return QueueRow.of(*cursor.fetchone())
 
     def enqueue_waiter(
-        self,
-        resource: str,
-        owner: str,
-        seconds: float,
-        *,
-        channel: str = "",
-        ttl: timedelta | None = None,
+        self, claim: Claim, seconds: float, *, channel: str = ""
     ) -> tuple[int, QueueRow]:
-        """Queue a waiter for ``seconds`` (unless refreshed), to be woken on
-        ``channel`` ("" polls), that takes the lock for ``ttl``; its ticket, and
-        the queue as seen once the ticket is in it. An INSERT in autocommit (no
-        transaction of its own to wait for), then ``queue_state``."""
+        """Queue a waiter of ``claim`` for ``seconds`` (unless refreshed), to be
+        woken on ``channel`` ("" polls); its ticket, and the queue as seen once
+        the ticket is in it. An INSERT in autocommit (no transaction of its own
+        to wait for), then ``queue_state``."""
         qn = self.qn
         expires_sql, expires_params = self._from_now(seconds)
-        names = ("resource", "owner", "expires_at", "channel", "ttl")
+        names = ("resource", "owner", "expires_at", "channel", "ttl", "mode", "limit", "label")
         columns = ", ".join(qn(name) for name in names)
         # Only quoted identifiers and Django-compiled SQL are formatted in.
         sql = (
             f"INSERT INTO {self.waiters_table} ({columns}) "  # noqa: S608
-            f"VALUES (%s, %s, {expires_sql}, %s, %s)"
+            f"VALUES (%s, %s, {expires_sql}, %s, %s, %s, %s, %s)"
         )
         with connections[self.using].cursor() as cursor:
-            cursor.execute(sql, [resource, owner, *expires_params, channel, self._ttl_value(ttl)])
+            cursor.execute(
+                sql, [claim.resource, claim.owner, *expires_params, *self._wants(claim, channel)]
+            )
             ticket = int(cursor.lastrowid)
-        return ticket, self.queue_state(resource, ticket)
+        return ticket, self.queue_state(claim.resource, ticket)
+
+    def _wants(self, claim: Claim, channel: str) -> list[Any]:
+        """A ticket's channel, ttl, mode, limit and label, as parameters."""
+        mode = SHARED if claim.shared else EXCLUSIVE
+        return [channel, self._ttl_value(claim.duration), mode, claim.limit, claim.label]
 
     def refresh_waiters(self, tickets: Sequence[int], seconds: float) -> None:
         """Keep the waiters of ``tickets`` queued for ``seconds`` more (one UPDATE)."""

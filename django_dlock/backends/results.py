@@ -1,36 +1,77 @@
-"""What the backends' lock operations answer: typed values, built from the rows
-the statements return. The manager makes model instances of them."""
+"""What the backends' lock operations are asked and answer: typed values, built
+from the rows the statements return. The manager makes model instances of them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from django_dlock.rules import ReleaseResult
+from django_dlock.rules import SHARED_HOLDERS, ReleaseResult
 
-__all__ = ["LockRow", "Released", "Renewed", "Taken"]
+__all__ = ["Claim", "LockRow", "Released", "Renewed", "Taken"]
 
-#: The model fields of a ``LockRow``, in its order (``LockRow.values``).
-LOCK_FIELDS = ("id", "resource", "owner", "acquired_at", "expires_at", "fencing_token")
+#: The model fields of a row of ``distributed_locks`` (``LockRow.values``).
+LOCK_FIELDS = (
+    "id",
+    "resource",
+    "owner",
+    "acquired_at",
+    "expires_at",
+    "fencing_token",
+    "hold_count",
+    "label",
+    "limit",
+)
+#: The model fields of a row of ``distributed_lock_holds``: the same.
+HOLD_FIELDS = LOCK_FIELDS
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What an acquisition asks for."""
+
+    resource: str
+    owner: str
+    duration: timedelta
+    shared: bool = False  # a reader (or, with a limit, a permit) rather than the exclusive holder
+    limit: int | None = None  # a semaphore's number of permits
+    reentrant: bool = False  # the holder again adds a hold rather than only extending
+    label: str = ""
+    ticket: int | None = None  # lock()'s waiter, which leaves its queue once admitted
+
+    @property
+    def exclusive(self) -> bool:
+        return not self.shared and self.limit is None
 
 
 @dataclass(frozen=True, slots=True)
 class LockRow:
-    """A row of ``distributed_locks`` as an operation read or wrote it, and the
-    database's time then (every decision about it is made on that clock)."""
+    """A row as an operation read or wrote it, and the database's time then
+    (every decision about it is made on that clock): a resource's row of
+    ``distributed_locks`` (``shared`` False), or a shared hold of
+    ``distributed_lock_holds``."""
 
     pk: int
     resource: str
-    owner: str  # "" once released
+    owner: str  # "" once released; SHARED_HOLDERS on a resource's row held by shared holds
     acquired_at: datetime
     expires_at: datetime
     fencing_token: int
+    hold_count: int
+    label: str
+    limit: int | None
     now: datetime
+    shared: bool = False  # a row of distributed_lock_holds
 
     @property
     def held(self) -> bool:
-        """Whether the lock had a valid holder at ``now``."""
+        """Whether the row had a valid holder at ``now``."""
         return self.owner != "" and self.now < self.expires_at
+
+    @property
+    def held_by_shared(self) -> bool:
+        """Whether this resource's row was held by shared holds at ``now``."""
+        return self.held and self.owner == SHARED_HOLDERS
 
     def values(self) -> tuple[object, ...]:
         """The row's values in the order of ``LOCK_FIELDS``."""
@@ -41,6 +82,9 @@ class LockRow:
             self.acquired_at,
             self.expires_at,
             self.fencing_token,
+            self.hold_count,
+            self.label,
+            self.limit,
         )
 
 
@@ -48,16 +92,17 @@ class LockRow:
 class Taken:
     """What an acquisition did."""
 
-    row: LockRow | None  # the lock as written; None when another owner holds it
-    previous_owner: str | None  # the row's owner before ("" released); None without a row
+    row: LockRow | None  # the hold as written; None when it was refused
+    previous_owner: str | None  # the resource row's owner before ("" released); None without one
     renewed: bool  # the holder re-acquired it: same token, same acquired_at
+    mismatch: str | None = None  # the kind the resource is, when the claim asked for another
 
 
 @dataclass(frozen=True, slots=True)
 class Renewed:
     """What a renewal did."""
 
-    row: LockRow | None  # the renewed lock; None when the owner does not validly hold it
+    row: LockRow | None  # the renewed hold; None when the owner does not validly hold it
     exists: bool  # whether there was a lock at all (a row, not released)
 
 
@@ -65,6 +110,7 @@ class Renewed:
 class Released:
     """What a release (or a force-release) did."""
 
-    row: LockRow | None  # the lock as released; None when nothing was released
+    row: LockRow | None  # the hold as released (or, decremented, as left); None: none
     owner: str  # the owner that validly held it; "" when none did
     result: ReleaseResult
+    released: tuple[LockRow, ...] = ()  # a force-release's released holds

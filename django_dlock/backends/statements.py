@@ -10,7 +10,8 @@ and convert the rows with the converters Django chose for them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from functools import cached_property
 from typing import Any
@@ -42,7 +43,7 @@ class LockStatements:
         self.waiter_model = apps.get_model("django_dlock", "LockWaiter")
         fields = self.model._meta.concrete_fields
         self.attnames = [field.attname for field in fields]
-        if set(self.attnames) != set(LOCK_FIELDS):
+        if set(self.attnames) != set(LOCK_FIELDS):  # LockRow and the model must agree
             raise AssertionError(f"LockRow does not match the model's fields: {self.attnames}")
         self.fields = {field.attname: field for field in fields}
         qn = connections[using].ops.quote_name
@@ -59,6 +60,19 @@ class LockStatements:
     @property
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.using]
+
+    # -- the transaction -----------------------------------------------------------
+
+    def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:
+        """Seconds to pause before ``in_lock_transaction`` runs a lock transaction
+        again that failed with ``error`` (its ``attempt``-th, the first begun at
+        ``time.monotonic()`` ``started``); ``None``: raise ``error``."""
+        return None
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Wrap the start of a lock transaction (a vendor may change how it begins)."""
+        yield
 
     @cached_property
     def _select_sql(self) -> str:
@@ -109,15 +123,25 @@ class LockStatements:
             row = cursor.fetchone()
         return None if row is None else self._row(row)
 
-    def insert(self, resource: str, owner: str, duration: timedelta) -> LockRow | None:
-        """Insert the first row of ``resource``; ``None`` if another process won.
+    def insert(
+        self,
+        resource: str,
+        owner: str,
+        duration: timedelta,
+        *,
+        label: str = "",
+        limit: int | None = None,
+    ) -> LockRow | None:
+        """Insert the first row of ``resource``, held by ``owner`` (or
+        ``SHARED_HOLDERS``, then with a semaphore's ``limit``); ``None`` if
+        another process won.
 
         ``ON CONFLICT DO NOTHING`` makes a lost race an empty result rather than
         an IntegrityError that would abort the transaction (a savepoint around
         it would cost two more round trips). The token starts above the largest
         one ever purged.
         """
-        columns, placeholders, params = self._insert_values(resource, owner, duration)
+        columns, placeholders, params = self._insert_values(resource, owner, duration, label, limit)
         now_sql, now_params = compile_expression(self.using, DatabaseNow())
         # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
         sql = (
@@ -128,7 +152,7 @@ class LockStatements:
         return self._fetch_row(sql, [*params, *now_params])
 
     def _insert_values(
-        self, resource: str, owner: str, duration: timedelta
+        self, resource: str, owner: str, duration: timedelta, label: str, limit: int | None
     ) -> tuple[str, str, list[Any]]:
         """The column list, VALUES and parameters of a first row of ``resource``:
         the database's time, and a token above the largest one ever purged."""
@@ -141,6 +165,9 @@ class LockStatements:
             "acquired_at": (now_sql, now_params),
             "expires_at": (expires_sql, expires_params),
             "fencing_token": (f"COALESCE(({self._floor_sql()}), 0) + 1", []),
+            "hold_count": ("%s", [1]),
+            "label": ("%s", [label]),
+            "limit": ("%s", [limit]),
         }
         columns = ", ".join(self.column_sql[name] for name in values)
         placeholders = ", ".join(sql for sql, _ in values.values())
@@ -175,17 +202,7 @@ class LockStatements:
     def _row(self, values: Sequence[Any]) -> LockRow:
         """A ``LockRow`` of the model's columns followed by the database's now,
         converted as Django converts them, each value named by its column."""
-        converted = self._convert(values)
-        named = dict(zip(self.attnames, converted, strict=False))
-        return LockRow(
-            pk=named["id"],
-            resource=named["resource"],
-            owner=named["owner"],
-            acquired_at=named["acquired_at"],
-            expires_at=named["expires_at"],
-            fencing_token=named["fencing_token"],
-            now=converted[len(self.attnames)],
-        )
+        return row_of(self.attnames, self._convert(values))
 
     def _convert(self, row: Sequence[Any]) -> list[Any]:
         connection = self.connection
@@ -195,3 +212,21 @@ class LockStatements:
                 for converter in converters:
                     values[index] = converter(values[index], expression, connection)
         return values
+
+
+def row_of(attnames: Sequence[str], values: Sequence[Any], *, shared: bool = False) -> LockRow:
+    """A ``LockRow`` of ``values``: the columns of ``attnames``, then the database's now."""
+    named = dict(zip(attnames, values, strict=False))
+    return LockRow(
+        pk=named["id"],
+        resource=named["resource"],
+        owner=named["owner"],
+        acquired_at=named["acquired_at"],
+        expires_at=named["expires_at"],
+        fencing_token=named["fencing_token"],
+        hold_count=named["hold_count"],
+        label=named["label"],
+        limit=named["limit"],
+        now=values[len(attnames)],
+        shared=shared,
+    )

@@ -30,6 +30,11 @@ class QueueState:
     free: bool
     holder_left: float | None  # seconds until the holder's lock expires
     ahead: int  # live waiters queued before the ticket (all of them without one)
+    admissible: bool | None = None  # whether an acquisition would be admitted now
+
+    def __post_init__(self) -> None:
+        if self.admissible is None:  # an exclusive waiter's
+            self.admissible = self.free and self.ahead == 0
 
 
 @dataclass

@@ -3,7 +3,8 @@
 The layer above the manager's non-blocking calls. ``timeout=None`` tries once;
 a number of seconds waits in a queue of waiters kept in the database
 (``LockWaiter``), woken by the release where the database can push it, and
-polling with backoff elsewhere (see ``waiting``).
+polling with backoff elsewhere (see ``waiting``). A list of resources takes
+them all or none (see ``several``).
 """
 
 from __future__ import annotations
@@ -11,22 +12,32 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
+from django_dlock.backends.results import Claim
 from django_dlock.conf import conf
-from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
-from django_dlock.locking.handle import LockHandle
+from django_dlock.exceptions import LockHeldByCaller, LockNotAcquired
+from django_dlock.locking.handle import LockHandle, report_lost
+from django_dlock.locking.reentry import Entered, current_holder, held_here
 from django_dlock.locking.renewer import Renewer
+from django_dlock.locking.several import HeldLocks, LockItems, hold_several
 from django_dlock.locking.waiting import Wait
 from django_dlock.locking.waiting_thread import waiting_thread
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
-from django_dlock.rules import ReleaseResult, new_owner_token
+from django_dlock.rules import SHARED, Hold, ReleaseResult, new_owner_token
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
-from django_dlock.validators import validate_owner, validate_resource, validate_ttl
+from django_dlock.validators import (
+    validate_label,
+    validate_limit,
+    validate_owner,
+    validate_resource,
+    validate_ttl,
+)
 
 __all__ = ["lock"]
 
@@ -38,10 +49,18 @@ class lock:
 
     ``with lock("report:2026-05", ttl=60, timeout=10) as held:`` (or ``async
     with``, or ``@lock(...)`` on a sync or async function). ``timeout=None``
-    tries once; a number of seconds waits up to that long. Either raises
-    ``LockNotAcquired`` when the lock stays held by another owner. Without
-    ``owner`` each entry gets a random one. ``auto_renew=True`` renews the lock
-    every ttl/3 in a background thread until the block ends.
+    tries once; a number of seconds waits up to that long (``float("inf")``:
+    without end). Either raises ``LockNotAcquired`` when the lock stays held.
+    Without ``owner`` each entry gets a random one. ``auto_renew=True`` renews
+    the lock every ttl/3 in a background thread until the block ends.
+
+    ``shared=True`` holds it as one of many readers; ``limit=N`` as one of at
+    most N permits of a semaphore; ``reentrant=True`` lets the same thread (or
+    asyncio task) enter it again, counting holds, where a ``lock()`` that is
+    not reentrant, nested in its own holder, raises ``LockHeldByCaller`` at
+    once. A list of resources (``["a", ("b", "shared")]``) holds all of them
+    or none. ``label`` names the holder in public (``holders()``, the admin,
+    the API); ``on_lost(handle)`` is called when the lock is found lost.
 
     On exit the lock is released, also when the block raised. If it was lost
     meanwhile (expired, taken over, released by someone else), ``lock_lost`` is
@@ -52,34 +71,66 @@ class lock:
 
     def __init__(
         self,
-        resource: str,
+        resource: str | LockItems,
         *,
         owner: str | None = None,
         ttl: float | None = None,
         timeout: float | None = None,
         auto_renew: bool = False,
         using: str | None = None,
+        reentrant: bool = False,
+        shared: bool = False,
+        limit: int | None = None,
+        label: str = "",
+        on_lost: Callable[[LockHandle], object] | None = None,
     ) -> None:
-        validate_resource(resource)
+        self.items: LockItems | None = None
+        if isinstance(resource, str):
+            validate_resource(resource)
+        else:
+            if reentrant or shared or limit is not None:
+                raise ValueError(
+                    "A lock() of several resources names each one's mode in its list "
+                    '(["a", ("b", "shared")]); reentrant and limit are for one resource.'
+                )
+            self.items = list(resource)
         if owner is not None:
             validate_owner(owner)
+        if limit is not None:
+            validate_limit(limit)
+        validate_label(label)
         self.ttl = float(validate_ttl(conf.DEFAULT_TTL if ttl is None else ttl))
         if timeout is not None and not timeout >= 0:
             raise ValueError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
-        self.resource = resource
+        self.resource = resource if isinstance(resource, str) else ""
         self.owner = owner
         self.timeout = timeout
         self.auto_renew = auto_renew
         self.using = using or conf.DATABASE
-        self._entered: list[tuple[LockHandle, Renewer | None]] = []
+        self.reentrant = reentrant
+        self.shared = shared
+        self.limit = limit
+        self.label = label
+        self.on_lost = on_lost
+        self._entered: list[Entered | HeldLocks] = []
 
     def __repr__(self) -> str:
-        return f"lock({self.resource!r}, ttl={self.ttl:g}, timeout={self.timeout!r})"
+        what = repr(self.resource) if self.items is None else repr(self.items)
+        return f"lock({what}, ttl={self.ttl:g}, timeout={self.timeout!r})"
 
     # -- sync ---------------------------------------------------------------------
 
-    def __enter__(self) -> LockHandle:
-        return self._hold(*self._acquire())
+    def __enter__(self) -> Any:
+        if self.items is not None:
+            held = hold_several(self, self.items)
+            self._entered.append(held)
+            return held
+        holder = current_holder()
+        entered = held_here.get(self.using, self.resource, holder)
+        if entered is not None:
+            self._check_reentry(entered)
+            return self._reenter(entered, self._take(entered.handle.owner)).handle
+        return self._hold(holder, *self._acquire()).handle
 
     def __exit__(
         self,
@@ -87,24 +138,26 @@ class lock:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        handle, renewer = self._entered.pop()
-        self._after_release(handle, self._release(handle, renewer), failed=exc_type is not None)
+        entered = self._entered.pop()
+        if isinstance(entered, HeldLocks):
+            entered.release(failed=exc_type is not None)
+            return
+        result = self._release(entered)
+        self._after_release(entered, result, failed=exc_type is not None)
 
-    def _acquire(self) -> tuple[DistributedLock, float]:
-        """The lock, and the monotonic time before its acquire was sent."""
+    def _acquire(self) -> tuple[Hold, float]:
+        """The hold, and the monotonic time before its acquire was sent."""
         owner = self.owner or new_owner_token()
         if not self.timeout:
             started = time.monotonic()
-            acquired = DistributedLock.objects.db_manager(self.using).acquire(
-                self.resource, owner, self.ttl
-            )
+            acquired = self._take(owner)
             if acquired is None:
                 raise self._held()
             return acquired, started
-        wait = Wait(self.resource, owner, self.ttl, self.timeout, self.using)
+        wait = Wait(self._claim(owner), self.timeout, self.using)
         return self._wait(wait), wait.started
 
-    def _wait(self, wait: Wait) -> DistributedLock:
+    def _wait(self, wait: Wait) -> Hold:
         """Look until the lock is taken or the time is up, sleeping in this
         thread between looks (a release may wake it early)."""
         try:
@@ -114,14 +167,24 @@ class lock:
                     return outcome
                 if wait.timed_out():
                     raise wait.failure()
-                wait.wakeup.wait(outcome)
+                wait.wakeup.wait(min(outcome, threading.TIMEOUT_MAX))
         finally:
             wait.finish()
 
     # -- async --------------------------------------------------------------------
 
-    async def __aenter__(self) -> LockHandle:
-        return self._hold(*await self._aacquire())
+    async def __aenter__(self) -> Any:
+        if self.items is not None:
+            items = self.items
+            held = await run_in_lock_thread(self.using, hold_several, self, items)
+            self._entered.append(held)
+            return held
+        holder = current_holder()
+        entered = held_here.get(self.using, self.resource, holder)
+        if entered is not None:
+            self._check_reentry(entered)
+            return self._reenter(entered, await self._atake(entered.handle.owner)).handle
+        return self._hold(holder, *await self._aacquire()).handle
 
     async def __aexit__(
         self,
@@ -129,22 +192,26 @@ class lock:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        handle, renewer = self._entered.pop()
+        entered = self._entered.pop()
+        if isinstance(entered, HeldLocks):
+            await run_in_lock_thread(self.using, entered.release_quietly)
+            entered.report(failed=exc_type is not None)
+            return
         # One thread call: a cancellation here cannot stop the renewals but
         # skip the release (the thread runs both to the end).
-        result = await run_in_lock_thread(self.using, self._release, handle, renewer)
-        self._after_release(handle, result, failed=exc_type is not None)
+        result = await run_in_lock_thread(self.using, self._release, entered)
+        self._after_release(entered, result, failed=exc_type is not None)
 
-    async def _aacquire(self) -> tuple[DistributedLock, float]:
+    async def _aacquire(self) -> tuple[Hold, float]:
         owner = self.owner or new_owner_token()
         manager = DistributedLock.objects.db_manager(self.using)
         started = time.monotonic()
         if not self.timeout:
-            acquired = await manager.aacquire(self.resource, owner, self.ttl)
+            acquired = await self._atake(owner)
             if acquired is None:
                 raise self._held()
             return acquired, started
-        wait = Wait(self.resource, owner, self.ttl, self.timeout, self.using, Wakeup.on_loop())
+        wait = Wait(self._claim(owner), self.timeout, self.using, Wakeup.on_loop())
         acquired = await release_if_cancelled(
             self.using,
             self._await(wait),
@@ -153,7 +220,15 @@ class lock:
         )
         return acquired, wait.started
 
-    async def _await(self, wait: Wait) -> DistributedLock:
+    async def _atake(self, owner: str) -> Hold | None:
+        manager = DistributedLock.objects.db_manager(self.using)
+        return await release_if_cancelled(
+            self.using,
+            run_in_lock_thread(self.using, self._take, owner),
+            lambda: manager.release(self.resource, owner),
+        )
+
+    async def _await(self, wait: Wait) -> Hold:
         """``_wait()`` on the event loop: it sleeps there, holding no thread and
         no connection; each look runs in the process's waiting thread."""
         thread = waiting_thread(self.using)
@@ -197,40 +272,90 @@ class lock:
     def _copy(self) -> lock:
         """A fresh context for one call (decorated functions may run concurrently)."""
         return lock(
-            self.resource,
+            self.resource if self.items is None else self.items,
             owner=self.owner,
             ttl=self.ttl,
             timeout=self.timeout,
             auto_renew=self.auto_renew,
             using=self.using,
+            reentrant=self.reentrant,
+            shared=self.shared,
+            limit=self.limit,
+            label=self.label,
+            on_lost=self.on_lost,
         )
+
+    def _claim(self, owner: str) -> Claim:
+        return DistributedLock.objects.db_manager(self.using).claim(
+            self.resource,
+            owner,
+            self.ttl,
+            reentrant=self.reentrant,
+            shared=self.shared,
+            limit=self.limit,
+            label=self.label,
+        )
+
+    def _take(self, owner: str) -> Hold | None:
+        """One non-blocking acquisition (a re-entry when ``owner`` holds it)."""
+        return DistributedLock.objects.db_manager(self.using).take(self._claim(owner))
 
     def _held(self) -> LockNotAcquired:
         return LockNotAcquired(f"The lock on {self.resource!r} is held by another owner.")
 
-    def _hold(self, acquired: DistributedLock, started: float) -> LockHandle:
-        handle = LockHandle(acquired, self.ttl, self.using, started)
+    def _hold(self, holder: object, acquired: Hold, started: float) -> Entered:
+        handle = LockHandle(acquired, self.ttl, self.using, started, on_lost=self.on_lost)
         renewer = Renewer(handle) if self.auto_renew else None
         if renewer is not None:
             renewer.start()
-        self._entered.append((handle, renewer))
-        return handle
+        entered = Entered(holder, handle, renewer, reentrant=self.reentrant)
+        held_here.add(self.using, self.resource, entered)
+        self._entered.append(entered)
+        return entered
 
-    def _release(self, handle: LockHandle, renewer: Renewer | None) -> ReleaseResult:
-        if renewer is not None:
-            renewer.stop()
+    def _check_reentry(self, entered: Entered) -> None:
+        """Refuse to enter a hold its own thread or task holds, unless both are
+        reentrant and of one kind."""
+        if not (self.reentrant and entered.reentrant):
+            raise LockHeldByCaller(
+                f"The lock on {self.resource!r} is held by this "
+                f"{'task' if isinstance(entered.holder, asyncio.Task) else 'thread'} already: "
+                "a nested lock() would wait for itself. Pass reentrant=True to both to "
+                "enter it again."
+            )
+        handle = entered.handle
+        if (handle.mode == SHARED and handle.limit is None) != (
+            self.shared and self.limit is None
+        ) or handle.limit != self.limit:
+            raise ValueError(
+                f"A reentrant lock() on {self.resource!r} re-enters the kind it holds "
+                f"({handle.mode}); use the handle's upgrade() or downgrade() to change it."
+            )
+
+    def _reenter(self, entered: Entered, acquired: Hold | None) -> Entered:
+        """Enter again a hold that this thread or task has entered already."""
+        if acquired is None:  # lost meanwhile, and held by another now
+            raise self._held()
+        entered.depth += 1
+        entered.handle.expires_at = acquired.expires_at
+        self._entered.append(entered)
+        return entered
+
+    def _release(self, entered: Entered) -> ReleaseResult:
+        last = entered.depth == 1
+        if last and entered.renewer is not None:
+            entered.renewer.stop()
+        handle = entered.handle
         return DistributedLock.objects.db_manager(self.using).release(handle.resource, handle.owner)
 
-    def _after_release(self, handle: LockHandle, result: ReleaseResult, *, failed: bool) -> None:
-        if result is ReleaseResult.RELEASED:
-            handle.mark_released()
+    def _after_release(self, entered: Entered, result: ReleaseResult, *, failed: bool) -> None:
+        entered.depth -= 1
+        if entered.depth == 0:
+            held_here.forget(self.using, self.resource, entered)
+        handle = entered.handle
+        expected = ReleaseResult.RELEASED if entered.depth == 0 else ReleaseResult.DECREMENTED
+        if result is expected:
+            if entered.depth == 0:
+                handle.mark_released()
             return
-        exception: type[LockExpired | LockNotOwned]
-        if result is ReleaseResult.FORBIDDEN:
-            reason, exception = "another owner held it when it was released", LockNotOwned
-        else:
-            reason, exception = "it had expired when it was released", LockExpired
-        handle.check_deadline()  # a ttl that passed first is the reason it was lost
-        handle.mark_lost(reason)
-        if not failed:  # never hide the block's own exception behind this one
-            raise exception(f"The lock on {handle.resource!r} was lost before the end: {reason}.")
+        report_lost(handle, result, failed=failed)

@@ -6,15 +6,17 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 
 from django_dlock import signals
-from django_dlock.exceptions import LockExpired
+from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
 from django_dlock.locking.renewal import RenewalFailure, renew_lock
 from django_dlock.models import DistributedLock
+from django_dlock.rules import EXCLUSIVE, SHARED, Hold, ReleaseResult
 from django_dlock.threads import run_in_lock_thread
 
-__all__ = ["EXPIRED_LOCALLY", "LockHandle"]
+__all__ = ["EXPIRED_LOCALLY", "LockHandle", "report_lost"]
 
 logger = logging.getLogger("django_dlock")
 
@@ -32,13 +34,24 @@ class LockHandle:
     gone. ``check()`` raises then.
     """
 
-    def __init__(self, lock: DistributedLock, ttl: float, using: str, started: float) -> None:
+    def __init__(
+        self,
+        lock: Hold,
+        ttl: float,
+        using: str,
+        started: float,
+        on_lost: Callable[[LockHandle], object] | None = None,
+    ) -> None:
         self.resource: str = lock.resource
         self.owner: str = lock.owner
         self.fencing_token: int = lock.fencing_token
         self.expires_at: datetime = lock.expires_at
+        self.mode: str = lock.mode
+        self.limit: int | None = lock.limit
+        self.label: str = lock.label
         self.ttl = ttl
         self.using = using
+        self.on_lost = on_lost
         self.lost: threading.Event = _LostEvent(self)
         self._lost_reason: str | None = None
         self._lost_lock = threading.Lock()
@@ -97,9 +110,7 @@ class LockHandle:
         )
         self.record_renewal(outcome, started, ttl)
 
-    def record_renewal(
-        self, outcome: DistributedLock | RenewalFailure, started: float, ttl: float
-    ) -> None:
+    def record_renewal(self, outcome: Hold | RenewalFailure, started: float, ttl: float) -> None:
         """Take in a renewal sent at ``started``: move the deadline, or mark the lock
         lost and raise why. A lock whose ttl had passed stays lost: the holder may
         already have been told."""
@@ -125,6 +136,34 @@ class LockHandle:
         signals.lock_lost.send(
             sender=DistributedLock, resource=self.resource, owner=self.owner, reason=reason
         )
+        if self.on_lost is not None:
+            self.on_lost(self)
+
+    def upgrade(self, ttl: float | None = None) -> None:
+        """Make this shared hold the exclusive lock, now or never: raises
+        ``LockNotAcquired`` while others hold it too (waiting would deadlock
+        two readers that upgrade at once). A new grant: a new fencing token."""
+        self._change_mode(shared=False, ttl=ttl)
+
+    def downgrade(self, ttl: float | None = None) -> None:
+        """Make this exclusive lock a shared hold, letting readers in beside it.
+        A new grant: a new fencing token."""
+        self._change_mode(shared=True, ttl=ttl)
+
+    def _change_mode(self, *, shared: bool, ttl: float | None) -> None:
+        self.check()
+        ttl = ttl or self.ttl
+        started = time.monotonic()
+        manager = DistributedLock.objects.db_manager(self.using)
+        hold = manager.acquire(self.resource, self.owner, ttl, shared=shared)
+        if hold is None or hold.mode != (SHARED if shared else EXCLUSIVE):
+            raise LockNotAcquired(
+                f"Cannot upgrade the lock on {self.resource!r}: other holders share it."
+            )
+        self.fencing_token = hold.fencing_token
+        self.expires_at = hold.expires_at
+        self.mode = hold.mode
+        self.deadline = started + ttl
 
 
 class _LostEvent(threading.Event):
@@ -148,3 +187,17 @@ class _LostEvent(threading.Event):
             # Wake at the deadline too (a renewal may move it meanwhile).
             super().wait(min(end - now, self._handle.deadline - now, threading.TIMEOUT_MAX))
         return True
+
+
+def report_lost(handle: LockHandle, result: ReleaseResult, *, failed: bool) -> None:
+    """A release that found ``handle``'s hold gone: mark it lost and, unless the
+    block failed already (never hide its exception behind this one), raise."""
+    exception: type[LockExpired | LockNotOwned]
+    if result is ReleaseResult.FORBIDDEN:
+        reason, exception = "another owner held it when it was released", LockNotOwned
+    else:
+        reason, exception = "it had expired when it was released", LockExpired
+    handle.check_deadline()  # a ttl that passed first is the reason it was lost
+    handle.mark_lost(reason)
+    if not failed:
+        raise exception(f"The lock on {handle.resource!r} was lost before the end: {reason}.")

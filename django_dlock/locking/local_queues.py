@@ -16,8 +16,12 @@ __all__ = ["LocalQueues", "Queued", "local_queues"]
 class Queued(Protocol):
     """What the local queues need of a waiter (``Wait``)."""
 
-    using: str
-    resource: str
+    @property
+    def using(self) -> str: ...
+
+    @property
+    def resource(self) -> str: ...
+
     ticket: int | None
     ticket_until: float  # monotonic time until which its ticket counts
     wakeup: Wakeup

@@ -6,6 +6,7 @@ import enum
 
 from django_dlock.exceptions import LockExpired, LockNotOwned
 from django_dlock.models import DistributedLock
+from django_dlock.rules import Hold
 
 
 class RenewalFailure(enum.Enum):
@@ -21,9 +22,7 @@ class RenewalFailure(enum.Enum):
         return LockNotOwned if self is RenewalFailure.TAKEN_OVER else LockExpired
 
 
-def renew_lock(
-    using: str, resource: str, owner: str, ttl: float
-) -> DistributedLock | RenewalFailure:
+def renew_lock(using: str, resource: str, owner: str, ttl: float) -> Hold | RenewalFailure:
     """The renewed lock, or why it could not be renewed."""
     try:
         renewed = DistributedLock.objects.db_manager(using).renew(resource, owner, ttl)

@@ -22,6 +22,7 @@ from django.db import DatabaseError, connections
 from django_dlock.locking.renewal import RenewalFailure, failure_of, renew_lock
 from django_dlock.models import DistributedLock
 from django_dlock.per_alias import PerAlias
+from django_dlock.rules import Hold
 
 if TYPE_CHECKING:
     from django_dlock.locking.handle import LockHandle
@@ -34,7 +35,7 @@ class Renewed(Protocol):
     owner: str
     ttl: float
 
-    def record_renewal(self, lock: DistributedLock, started: float, ttl: float) -> None: ...
+    def record_renewal(self, lock: Hold, started: float, ttl: float) -> None: ...
 
     def mark_lost(self, reason: str) -> None: ...
 
@@ -133,10 +134,10 @@ class RenewalThread:
 
 
 class RenewFunction(Protocol):
-    def __call__(self, using: str, batch: Sequence[Renewed]) -> list[DistributedLock | str]: ...
+    def __call__(self, using: str, batch: Sequence[Renewed]) -> list[Hold | str]: ...
 
 
-def renew_batch(using: str, batch: Sequence[Renewed]) -> list[DistributedLock | str]:
+def renew_batch(using: str, batch: Sequence[Renewed]) -> list[Hold | str]:
     """Renew every lock of ``batch``: the renewed lock, or why it is lost, for each.
 
     One lock alone is renewed as ``handle.renew()`` would; more, one statement
@@ -152,7 +153,7 @@ def renew_batch(using: str, batch: Sequence[Renewed]) -> list[DistributedLock | 
     by_ttl: dict[float, list[Renewed]] = defaultdict(list)
     for handle in batch:
         by_ttl[handle.ttl].append(handle)
-    outcomes: dict[Renewed, DistributedLock | str] = {}
+    outcomes: dict[Renewed, Hold | str] = {}
     for ttl, handles in by_ttl.items():
         pairs = [(handle.resource, handle.owner) for handle in handles]
         try:

@@ -31,18 +31,19 @@ what one does.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django_dlock.backends import backend_for, listener_for
 from django_dlock.backends.clock import time_left
 from django_dlock.backends.queue import QueueRow
+from django_dlock.backends.results import Claim
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.listeners.base import Watch
 from django_dlock.locking.backoff import Backoff, QueueState
 from django_dlock.locking.local_queues import local_queues
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
-from django_dlock.rules import duration_of
+from django_dlock.rules import SHARED_HOLDERS, Hold
 from django_dlock.transactions import refuse_callers_transaction
 
 __all__ = ["WAITER_TTL", "Wait"]
@@ -64,9 +65,7 @@ class Wait:
     loops share it. ``finish()`` ends the wait, with or without the lock.
     """
 
-    resource: str
-    owner: str
-    ttl: float
+    claim: Claim
     timeout: float
     using: str
     wakeup: Wakeup = field(default_factory=Wakeup)
@@ -80,13 +79,21 @@ class Wait:
     watch: Watch | None = None
     channel: str = ""  # the LISTEN channel the ticket carries ("" when it polls)
 
+    @property
+    def resource(self) -> str:
+        return self.claim.resource
+
+    @property
+    def owner(self) -> str:
+        return self.claim.owner
+
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + self.timeout
         # Queue rows written in the caller's transaction would be invisible to
         # the other waiters; fail as the manager's calls do.
         refuse_callers_transaction(self.using)
 
-    def step(self) -> DistributedLock | float:
+    def step(self) -> Hold | float:
         as_head = self.wakeup.clear()
         if self.ticket is None and local_queues.busy(self):
             # Another waiter of this process is queued for it: queue behind it
@@ -96,9 +103,9 @@ class Wait:
             if not local_queues.first(self):
                 return self._remaining()
         elif self.ticket is None:
-            state = queue_state(self.using, self.resource, None)
-            if state.free and state.ahead == 0:
-                # Nobody queued and the lock free: take it straight away.
+            state = queue_state(self.using, self.claim, None)
+            if state.admissible:
+                # Nobody queued ahead and the lock free for it: take it straight away.
                 acquired = self._try(queued=False)
                 if acquired is not None:
                     return acquired
@@ -113,18 +120,18 @@ class Wait:
             acquired = self._granted() or self._try(queued=True)
             if acquired is not None:
                 return acquired
-            state = queue_state(self.using, self.resource, self.ticket)
+            state = queue_state(self.using, self.claim, self.ticket)
         elif not local_queues.first(self):
             return self._remaining()  # the first waiter of this process looks
         else:
-            state = queue_state(self.using, self.resource, self.ticket)
+            state = queue_state(self.using, self.claim, self.ticket)
         if state.holder == self.owner:
             # Handed the lock by a release whose wake-up went astray (unless
             # this owner holds it elsewhere: then the wait goes on).
             acquired = self._granted()
             if acquired is not None:
                 return acquired
-        if state.free and state.ahead == 0:
+        if state.admissible:
             acquired = self._try(queued=True)
             if acquired is not None:
                 return acquired
@@ -172,17 +179,17 @@ class Wait:
 
     # -- the steps -----------------------------------------------------------------
 
-    def _try(self, *, queued: bool) -> DistributedLock | None:
+    def _try(self, *, queued: bool) -> Hold | None:
         self.tries += 1
         self.started = time.monotonic()
         manager = DistributedLock.objects.db_manager(self.using)
         leaving = self.ticket if queued else None
-        acquired = manager.acquire_queued(self.resource, self.owner, self.ttl, ticket=leaving)
+        acquired = manager.take(replace(self.claim, ticket=leaving))
         if acquired is not None and leaving is not None:
             self.ticket = None
         return acquired
 
-    def _granted(self) -> DistributedLock | None:
+    def _granted(self) -> Hold | None:
         """The lock, if a release handed it to this waiter (``grants_on_release``)."""
         if not backend_for(self.using).grants_on_release or self.ticket is None:
             return None
@@ -228,14 +235,12 @@ class Wait:
         # Releases notify the head's channel: only where it is listened to now.
         listening = self.watch is not None and self.watch.listening()
         self.channel = self.watch.channel if self.watch is not None and listening else ""
-        self.ticket, row = backend.enqueue_waiter(
-            self.resource, self.owner, seconds, channel=self.channel, ttl=duration_of(self.ttl)
-        )
+        self.ticket, row = backend.enqueue_waiter(self.claim, seconds, channel=self.channel)
         self.ticket_until = time.monotonic() + seconds
         if self.watch is not None:
             self.watch.claim(self.ticket)
         local_queues.join(self)
-        return state_of(row)
+        return state_of(row, self.claim)
 
     def _refresh_tickets(self) -> None:
         """Keep this process's tickets for the resource alive: one statement for all."""
@@ -267,13 +272,38 @@ class Wait:
         return min(WAITER_TTL, self._remaining() + 1.0)
 
 
-def queue_state(using: str, resource: str, ticket: int | None) -> QueueState:
-    """One statement, no transaction: whether the lock is free and who is ahead."""
-    return state_of(backend_for(using).queue_state(resource, ticket))
+def queue_state(using: str, claim: Claim, ticket: int | None) -> QueueState:
+    """One statement, no transaction: whether the lock would admit ``claim``,
+    and who is ahead."""
+    return state_of(backend_for(using).queue_state(claim.resource, ticket), claim)
 
 
-def state_of(row: QueueRow) -> QueueState:
-    if not row.owner or row.expires_at is None or row.now >= row.expires_at:
-        return QueueState(holder=None, free=True, holder_left=None, ahead=row.ahead)
-    left = time_left(row.expires_at, row.now)
-    return QueueState(holder=row.owner, free=False, holder_left=left, ahead=row.ahead)
+def state_of(row: QueueRow, claim: Claim) -> QueueState:
+    """What a look that saw ``row`` means for a waiter of ``claim``: admitted
+    as ``backends.admission`` would decide (a kind that does not match is tried
+    too, so that the acquisition raises ``LockKindMismatch``)."""
+    held = bool(row.owner) and row.expires_at is not None and row.now < row.expires_at
+    shared = held and row.owner == SHARED_HOLDERS and row.holders > 0
+    free = not held or (row.owner == SHARED_HOLDERS and row.holders == 0)
+    if free:
+        holder, left = None, None
+    else:
+        assert row.expires_at is not None  # noqa: S101 - held
+        holder, left = row.owner, time_left(row.expires_at, row.now)
+    if claim.exclusive:
+        admissible = free and row.ahead == 0
+    elif claim.limit is None:
+        admissible = (free or (shared and row.limit is None)) and row.ahead_exclusive == 0
+    else:
+        taken = 0 if free else row.holders
+        admissible = (free or (shared and row.limit == claim.limit)) and (
+            taken + row.ahead < claim.limit
+        )
+    mismatch = not free and (row.limit if shared else None) != claim.limit
+    return QueueState(
+        holder=holder,
+        free=free,
+        holder_left=left,
+        ahead=row.ahead,
+        admissible=admissible or mismatch,
+    )

@@ -31,7 +31,7 @@ from datetime import timedelta
 
 from django.db import DatabaseError
 
-from django_dlock.backends.base import RENEW_CHUNK, LockBackend, PurgedBatch
+from django_dlock.backends.base import LockBackend, PurgedBatch
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.results import LockRow
 from django_dlock.django_private import compile_expression
@@ -54,7 +54,15 @@ class MySQLBackend(LockBackend):
         # and a jittered pause keeps two victims from meeting again.
         return random.uniform(0, 0.002 * attempt)  # noqa: S311 - jitter, not a secret
 
-    def insert(self, resource: str, owner: str, duration: timedelta) -> LockRow | None:
+    def insert(
+        self,
+        resource: str,
+        owner: str,
+        duration: timedelta,
+        *,
+        label: str = "",
+        limit: int | None = None,
+    ) -> LockRow | None:
         """Insert the first row of ``resource``; ``None`` if another process won.
 
         ``ON DUPLICATE KEY UPDATE`` with a no-op makes a lost race an insert of
@@ -64,7 +72,7 @@ class MySQLBackend(LockBackend):
         lock the winner's row FOR UPDATE to decide on it. The new row is read
         back: ``RETURNING`` (MariaDB only) would hide whether it was inserted.
         """
-        columns, placeholders, params = self._insert_values(resource, owner, duration)
+        columns, placeholders, params = self._insert_values(resource, owner, duration, label, limit)
         # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
         sql = (
             f"INSERT INTO {self.table} ({columns}) VALUES ({placeholders}) "  # noqa: S608
@@ -81,37 +89,36 @@ class MySQLBackend(LockBackend):
             raise DatabaseError(f"the row inserted for {resource!r} cannot be read back")
         return row
 
-    def renew_many(
+    def _pairs_sql(self, count: int) -> str:
+        return f"({', '.join(['(%s, %s)'] * count)})"
+
+    def _renew_exclusive(
         self, pairs: Sequence[tuple[str, str]], seconds: float
     ) -> dict[tuple[str, str], LockRow]:
-        # MySQL has no UPDATE ... RETURNING: each chunk is an UPDATE, then a
-        # SELECT of the chunk's locks that are still valid and still the same
-        # owner's, which are the renewed ones (a lock released or taken over
-        # in between is not reported, as if it had not been renewed).
+        # MySQL has no UPDATE ... RETURNING: an UPDATE, then a SELECT of the
+        # locks that are still valid and still the same owner's, which are the
+        # renewed ones (a lock released or taken over in between is not
+        # reported, as if it had not been renewed).
         qn = self.qn
         now_sql, now_params = compile_expression(self.using, DatabaseNow())
         expires_sql, expires_params = self._from_now(seconds)
-        still_held = (
-            f"({qn('resource')}, {qn('owner')}) IN ({{}}) AND {qn('expires_at')} > {now_sql}"
+        where = (
+            f"({qn('resource')}, {qn('owner')}) IN {self._pairs_sql(len(pairs))} "
+            f"AND {qn('expires_at')} > {now_sql}"
         )
+        values = [value for pair in pairs for value in pair]
         renewed: dict[tuple[str, str], LockRow] = {}
-        for start in range(0, len(pairs), RENEW_CHUNK):
-            chunk = pairs[start : start + RENEW_CHUNK]
-            where = still_held.format(", ".join(["(%s, %s)"] * len(chunk)))
-            values = [value for pair in chunk for value in pair]
-            with self.connection.cursor() as cursor:
-                # Only quoted identifiers and Django-compiled SQL are formatted in.
-                cursor.execute(
-                    f"UPDATE {self.table} SET {qn('expires_at')} = {expires_sql} WHERE {where}",  # noqa: S608
-                    [*expires_params, *values, *now_params],
-                )
-                select = (
-                    f"SELECT {', '.join(self.columns)}, {now_sql} FROM {self.table} WHERE {where}"  # noqa: S608
-                )
-                cursor.execute(select, [*now_params, *values, *now_params])
-                for selected in cursor.fetchall():
-                    row = self._row(selected)
-                    renewed[(row.resource, row.owner)] = row
+        with self.connection.cursor() as cursor:
+            # Only quoted identifiers and Django-compiled SQL are formatted in.
+            cursor.execute(
+                f"UPDATE {self.table} SET {qn('expires_at')} = {expires_sql} WHERE {where}",  # noqa: S608
+                [*expires_params, *values, *now_params],
+            )
+            select = f"SELECT {', '.join(self.columns)}, {now_sql} FROM {self.table} WHERE {where}"  # noqa: S608
+            cursor.execute(select, [*now_params, *values, *now_params])
+            for selected in cursor.fetchall():
+                row = self._row(selected)
+                renewed[(row.resource, row.owner)] = row
         return renewed
 
     @property

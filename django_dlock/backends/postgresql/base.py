@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
@@ -20,9 +21,9 @@ from django_dlock.backends.postgresql.statements import (
     head_sql,
 )
 from django_dlock.backends.queue import QueueRow
-from django_dlock.backends.results import LockRow, Released, Renewed, Taken
+from django_dlock.backends.results import Claim, LockRow, Released, Renewed, Taken
 from django_dlock.django_private import atomic_depth, compile_expression
-from django_dlock.rules import ReleaseResult
+from django_dlock.rules import EXCLUSIVE, SHARED_HOLDERS, ReleaseResult
 from django_dlock.transactions import in_lock_transaction
 
 
@@ -66,15 +67,25 @@ class PostgreSQLBackend(LockBackend):
             return False
         return True
 
-    def take(
-        self, resource: str, owner: str, duration: timedelta, *, leaving: int | None = None
-    ) -> Taken:
-        if not self.one_statement:
-            return super().take(resource, owner, duration, leaving=leaving)
+    def take(self, claim: Claim) -> Taken:
+        if not self.one_statement or not claim.exclusive:
+            return super().take(claim)
         statements = self._statements
-        statement = statements.take if leaving is None else statements.take_leaving
-        params = {"resource": resource, "owner": owner, "duration": duration, "ticket": leaving}
-        return in_lock_transaction(self, lambda: self._taken(statement, params))
+        statement = statements.take if claim.ticket is None else statements.take_leaving
+        params = {
+            "resource": claim.resource,
+            "owner": claim.owner,
+            "duration": claim.duration,
+            "ticket": claim.ticket,
+            "reentrant": int(claim.reentrant),
+            "label": claim.label,
+        }
+        taken = in_lock_transaction(self, lambda: self._taken(statement, params))
+        if taken.row is None and taken.previous_owner == SHARED_HOLDERS:
+            # Shared holders: the only one of them upgrades, a semaphore is
+            # another kind; the portable operation tells.
+            return super().take(claim)
+        return taken
 
     def _taken(self, statement: Statement, params: dict[str, Any]) -> Taken:
         owner, _, row = self._decided(statement, params)
@@ -94,27 +105,30 @@ class PostgreSQLBackend(LockBackend):
         if not self.one_statement:
             return super().extend(resource, owner, duration)
         params = {"resource": resource, "owner": owner, "duration": duration}
-        return in_lock_transaction(self, lambda: self._renewed(params))
+        held_by, held, row = in_lock_transaction(
+            self, lambda: self._decided(self._statements.extend, params)
+        )
+        if row is None and held and held_by == SHARED_HOLDERS:
+            return super().extend(resource, owner, duration)  # a shared hold's
+        return Renewed(row=row, exists=held_by not in (None, ""))
 
-    def _renewed(self, params: dict[str, Any]) -> Renewed:
-        owner, _, row = self._decided(self._statements.extend, params)
-        return Renewed(row=row, exists=owner not in (None, ""))
-
-    def give_up(self, resource: str, owner: str | None) -> Released:
-        if not self.one_statement:
-            return super().give_up(resource, owner)
+    def give_up(self, resource: str, owner: str | None, *, forced: bool = False) -> Released:
+        if not self.one_statement or (forced and owner is not None):
+            return super().give_up(resource, owner, forced=forced)
         statements = self._statements
         statement = statements.release if owner is not None else statements.force_release
         params = {"resource": resource, "owner": owner}
-        return in_lock_transaction(self, lambda: self._released(statement, params))
-
-    def _released(self, statement: Statement, params: dict[str, Any]) -> Released:
-        held_by, held, row = self._decided(statement, params)
+        held_by, held, row = in_lock_transaction(self, lambda: self._decided(statement, params))
         if not held or held_by is None:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
+        if row is None and held_by == SHARED_HOLDERS:
+            return super().give_up(resource, owner, forced=forced)  # shared holds
         if row is None:  # held by another owner
             return Released(row=None, owner=held_by, result=ReleaseResult.FORBIDDEN)
-        return Released(row=row, owner=held_by, result=ReleaseResult.RELEASED)
+        if row.owner != "":  # one of several holds
+            return Released(row=row, owner=held_by, result=ReleaseResult.DECREMENTED)
+        released = replace(row, owner=held_by, expires_at=row.now)  # as it was held
+        return Released(row=row, owner=held_by, result=ReleaseResult.RELEASED, released=(released,))
 
     def _decided(
         self, statement: Statement, params: dict[str, Any]
@@ -192,13 +206,7 @@ class PostgreSQLBackend(LockBackend):
     # waiter alone.
 
     def enqueue_waiter(
-        self,
-        resource: str,
-        owner: str,
-        seconds: float,
-        *,
-        channel: str = "",
-        ttl: timedelta | None = None,
+        self, claim: Claim, seconds: float, *, channel: str = ""
     ) -> tuple[int, QueueRow]:
         # FOR KEY SHARE of the lock row (when there is one) makes the INSERT wait
         # for a release in flight, and a release wait for an INSERT in flight: a
@@ -211,29 +219,31 @@ class PostgreSQLBackend(LockBackend):
         now_sql, _ = compile_expression(self.using, DatabaseNow())
         expires_sql, expires_params = self._from_now(seconds)
         waiters = self.waiters_table
+        names = ("resource", "owner", "expires_at", "channel", "ttl", "mode", "limit", "label")
         sql = (
-            f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at "  # noqa: S608
-            f"FROM {self.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
-            f"queued AS (INSERT INTO {waiters} ({qn('resource')}, {qn('owner')}, "
-            f"{qn('expires_at')}, {qn('channel')}, {qn('ttl')}) SELECT %s, %s, {expires_sql}, %s, %s::interval "
+            f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at, "  # noqa: S608
+            f"{qn('limit')} AS lim FROM {self.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
+            f"queued AS (INSERT INTO {waiters} ({', '.join(qn(name) for name in names)}) "
+            f"SELECT %s, %s, {expires_sql}, %s, %s::interval, %s, %s::integer, %s "
             "FROM (SELECT COUNT(*) FROM held) "
-            f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id) "
-            f"SELECT queued.id, held.owner, held.expires_at, {now_sql}, "
-            f"(SELECT COUNT(*) FROM {waiters} w WHERE w.{qn('resource')} = %s "
+            f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id), "
+            f"ahead AS (SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE w.{qn('mode')} = '{EXCLUSIVE}') "
+            f"AS x FROM {waiters} w, queued WHERE w.{qn('resource')} = %s "
             f"AND w.{qn('id')} < queued.id AND w.{qn('expires_at')} > {now_sql}) "
-            "FROM queued LEFT JOIN held ON TRUE"
+            f"SELECT queued.id, held.owner, held.expires_at, {now_sql}, ahead.n, ahead.x, "
+            f"held.lim, ({self.holders_sql()}) FROM queued CROSS JOIN ahead LEFT JOIN held ON TRUE"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(
                 sql,
                 [
-                    resource,
-                    resource,
-                    owner,
+                    claim.resource,
+                    claim.resource,
+                    claim.owner,
                     *expires_params,
-                    channel,
-                    self._ttl_value(ttl),
-                    resource,
+                    *self._wants(claim, channel),
+                    claim.resource,
+                    claim.resource,
                 ],
             )
             ticket, *state = cursor.fetchone()
@@ -244,7 +254,8 @@ class PostgreSQLBackend(LockBackend):
         values = self._released_values(row)
         sql = (
             f"WITH head AS ({head_sql(self)}) UPDATE {self.table} "  # noqa: S608
-            f"SET {qn('owner')} = %s, {qn('expires_at')} = %s WHERE {self.pk_column} = %s "
+            f"SET {qn('owner')} = %s, {qn('expires_at')} = %s, {qn('limit')} = NULL "
+            f"WHERE {self.pk_column} = %s "
             f"RETURNING ({WAKE_HEAD})"
         )
         with self.connection.cursor() as cursor:

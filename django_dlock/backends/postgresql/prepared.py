@@ -33,6 +33,8 @@ PARAMETER_TYPES = {
     "duration": "interval",
     "ticket": "bigint",
     "channel": "text",
+    "reentrant": "integer",
+    "label": "text",
 }
 # SQLSTATEs of a prepared statement that is missing (invalid_sql_statement_name),
 # or that exists already (duplicate_prepared_statement): another session's.

@@ -16,6 +16,7 @@ from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql.prepared import Statement
 from django_dlock.django_private import compile_expression
+from django_dlock.rules import SHARED_HOLDERS
 
 
 class OperationStatements:
@@ -60,12 +61,16 @@ class OperationStatements:
             return f"NOT ({valid_in(alias)} AND {alias}{c['owner']} <> %(owner)s)"
 
         mine = f"{table}.{c['owner']} = %(owner)s AND {table}.{c['expires_at']} > {now}"
+        # A reentrant acquisition by the holder adds a hold; a new holder has one.
         take = (
             f"{c['owner']} = %(owner)s, {c['acquired_at']} = "
             f"CASE WHEN {mine} THEN {table}.{c['acquired_at']} ELSE {now} END, "
             f"{c['expires_at']} = {now} + %(duration)s, {c['fencing_token']} = "
             f"CASE WHEN {mine} THEN {table}.{c['fencing_token']} "
-            f"ELSE {table}.{c['fencing_token']} + 1 END"
+            f"ELSE {table}.{c['fencing_token']} + 1 END, {c['hold_count']} = "
+            f"CASE WHEN {mine} THEN {table}.{c['hold_count']} + %(reentrant)s ELSE 1 END, "
+            f"{c['label']} = CASE WHEN {mine} THEN {table}.{c['label']} ELSE %(label)s END, "
+            f"{c['limit']} = NULL"
         )
         # Without a row, the first acquisition inserts it, its token above the
         # largest ever purged. A row that another acquisition inserted and
@@ -80,9 +85,10 @@ class OperationStatements:
         )
         insert = (
             f"INSERT INTO {table} ({c['resource']}, {c['owner']}, {c['acquired_at']}, "  # noqa: S608
-            f"{c['expires_at']}, {c['fencing_token']}) "
+            f"{c['expires_at']}, {c['fencing_token']}, {c['hold_count']}, {c['label']}) "
             f"SELECT %(resource)s, %(owner)s, {now}, {now} + %(duration)s, "
-            f"COALESCE((SELECT MAX({backend.qn('value')}) FROM {backend.floor_table}), 0) + 1 "
+            f"COALESCE((SELECT MAX({backend.qn('value')}) FROM {backend.floor_table}), 0) + 1, "
+            "1, %(label)s "
             f"WHERE {no_row} ON CONFLICT ({c['resource']}) "
             f"DO UPDATE SET {take} WHERE {free_for_owner(f'{table}.')} RETURNING {after}, {now}"
         )
@@ -105,19 +111,38 @@ class OperationStatements:
         )
 
         owned = f"{held} AND locked.{c['owner']} = %(owner)s"
-        # The row stays, expired and ownerless, to keep the fencing token counting;
-        # the head of the resource's waiter queue, if any, is woken (mark_released).
+        # A release by a holder with several holds takes one away. The last
+        # leaves the row expired and ownerless, to keep the fencing token
+        # counting, and wakes the head of the resource's waiter queue, if any
+        # (mark_released). (A row held by shared holders is left to the
+        # portable operations: it is never owned, and no force-release here
+        # writes it.)
+        kept = f"locked.{c['hold_count']} > 1"
         head = head_sql(backend, resource="%(resource)s", ticket=str(NO_TICKET_EXCLUDED))
         release = {
-            "assignments": f"{c['owner']} = '', {c['expires_at']} = {now}",
+            "assignments": (
+                f"{c['owner']} = CASE WHEN {kept} THEN locked.{c['owner']} ELSE '' END, "
+                f"{c['expires_at']} = CASE WHEN {kept} THEN locked.{c['expires_at']} "
+                f"ELSE {now} END, {c['hold_count']} = CASE WHEN {kept} "
+                f"THEN locked.{c['hold_count']} - 1 ELSE locked.{c['hold_count']} END"
+            ),
             "ctes": f", head AS ({head})",
-            "woken": f", ({WAKE_HEAD})",
+            "woken": f", (CASE WHEN {kept} THEN 0 ELSE ({WAKE_HEAD}) END)",
         }
+        not_shared = f"locked.{c['owner']} <> '{SHARED_HOLDERS}'"
         self.extend = Statement(
             "extend", decide_and_write(f"{c['expires_at']} = {now} + %(duration)s", owned)
         )
         self.release = Statement("release", decide_and_write(condition=owned, **release))
-        self.force_release = Statement("force_release", decide_and_write(condition=held, **release))
+        self.force_release = Statement(
+            "force_release",
+            decide_and_write(
+                f"{c['owner']} = '', {c['expires_at']} = {now}",
+                f"{held} AND {not_shared}",
+                ctes=release["ctes"],
+                woken=f", ({WAKE_HEAD})",
+            ),
+        )
 
 
 def head_sql(

@@ -17,6 +17,7 @@ from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.results import LockRow
 from django_dlock.django_private import atomic_depth, compile_expression, sqlite_begin_immediate
 from django_dlock.listeners.sqlite import wake
+from django_dlock.rules import EXCLUSIVE
 
 # SQLite's primary result code for "database is locked".
 SQLITE_BUSY = 5
@@ -97,7 +98,7 @@ class SQLiteBackend(LockBackend):
             head = _listening(cursor.fetchone()[0])
             if head is not None:
                 ticket = head[1]
-                cursor.execute(self._grant_sql, [ticket, ticket, row.pk, ticket])
+                cursor.execute(self._grant_sql, [ticket, ticket, ticket, row.pk, ticket, ticket])
                 if cursor.rowcount == 1:  # the head had a ttl: it holds the lock now
                     cursor.execute(self._leave_sql, [ticket])
         if head is not None:
@@ -107,25 +108,29 @@ class SQLiteBackend(LockBackend):
     def _release_sql(self) -> str:
         qn = self.qn
         return (
-            f"UPDATE {self.table} SET {qn('owner')} = %s, {qn('expires_at')} = %s "  # noqa: S608
-            f"WHERE {self.pk_column} = %s RETURNING ({self._head_sql()})"
+            f"UPDATE {self.table} SET {qn('owner')} = %s, {qn('expires_at')} = %s, "  # noqa: S608
+            f"{qn('limit')} = NULL WHERE {self.pk_column} = %s RETURNING ({self._head_sql()})"
         )
 
     @cached_property
     def _grant_sql(self) -> str:
         """UPDATE: the released lock (a placeholder) to the waiter of a ticket
-        (three placeholders), if it has a ttl."""
+        (five placeholders), if it has a ttl and wants it exclusively."""
         qn = self.qn
         # The ticket's placeholder inside the expression gets its value with the others.
         ttl = RawSQL(self._of_waiter("ttl"), [], output_field=DurationField())  # noqa: S611 - identifiers only
         now_sql, _ = compile_expression(self.using, DatabaseNow())
         expires_sql, expires_params = compile_expression(self.using, DatabaseNow() + ttl)
         assert not expires_params  # noqa: S101 - DatabaseNow() and a column are plain SQL
+        # Only to a head that wants the lock exclusively: readers and permits
+        # are admitted by their own acquisitions.
         return (
             f"UPDATE {self.table} SET {qn('owner')} = {self._of_waiter('owner')}, "  # noqa: S608
+            f"{qn('label')} = {self._of_waiter('label')}, "
             f"{qn('acquired_at')} = {now_sql}, {qn('expires_at')} = {expires_sql}, "
-            f"{qn('fencing_token')} = {qn('fencing_token')} + 1 "
-            f"WHERE {self.pk_column} = %s AND {self._of_waiter('ttl')} IS NOT NULL"
+            f"{qn('fencing_token')} = {qn('fencing_token')} + 1, {qn('hold_count')} = 1, "
+            f"{qn('limit')} = NULL WHERE {self.pk_column} = %s "
+            f"AND {self._of_waiter('ttl')} IS NOT NULL AND {self._of_waiter('mode')} = '{EXCLUSIVE}'"
         )
 
     def _of_waiter(self, column: str) -> str:

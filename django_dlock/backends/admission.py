@@ -1,0 +1,87 @@
+"""Who may hold a resource: the decision of an acquisition, for every kind of
+lock, as a pure function of what the acquisition found under the resource's
+row lock. The portable operations (``LockBackend``) carry it out; its cases
+are the contract's ("Lock kinds"), and each has a test of its own.
+
+- An exclusive holder excludes every other holder. A reader (``shared``) is
+  admitted while no exclusive holder holds the resource and no writer queued
+  before it (writer preference: readers that come later wait behind a queued
+  writer, so a stream of readers cannot starve it). A writer is admitted when
+  nobody holds the resource.
+- A semaphore of N permits admits a holder while fewer than N hold it and
+  fewer than the permits left queued before it.
+- The holder again: a later expiry, the same token; reentrant, one hold more.
+- The only reader asking for the lock exclusively upgrades; the exclusive
+  holder asking for it shared downgrades. Either is a new grant: a new token.
+- While a resource has holders, a claim of another kind (a semaphore where it
+  is a lock, a lock where it is a semaphore, another limit) is a mismatch.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from django_dlock.backends.results import Claim, LockRow
+from django_dlock.rules import kind_of, same_owner
+
+
+class Action(enum.Enum):
+    REFUSE = "refuse"  # held in a way that excludes the claim
+    MISMATCH = "mismatch"  # the resource is another kind of lock while it has holders
+    TAKE = "take"  # the claimant becomes the exclusive holder (a new token)
+    AGAIN = "again"  # the exclusive holder again (same token)
+    UPGRADE = "upgrade"  # the only reader becomes the exclusive holder (a new token)
+    JOIN = "join"  # a new shared hold (a new token)
+    AGAIN_SHARED = "again_shared"  # a shared holder again (same token)
+    DOWNGRADE = "downgrade"  # the exclusive holder becomes a reader (a new token)
+
+
+@dataclass(frozen=True)
+class Admission:
+    action: Action
+    hold: LockRow | None = None  # the claimant's own shared hold, where it has one
+    kind: str | None = None  # MISMATCH: the kind the resource is
+
+
+def admit(
+    header: LockRow, holds: list[LockRow], claim: Claim, queued: tuple[int, int]
+) -> Admission:
+    """The decision on ``claim`` for a resource whose row is ``header`` (locked)
+    and whose valid shared holds are ``holds``; ``queued``: the live waiters
+    queued before the claim (all of them, and those wanting it exclusively)."""
+    if header.held_by_shared:
+        return _admit_beside_shared(header, holds, claim, queued)
+    if header.held:
+        mine = same_owner(header.owner, claim.owner)
+        if claim.limit is not None:
+            return Admission(Action.MISMATCH, kind=kind_of(None))
+        if not mine:
+            return Admission(Action.REFUSE)
+        return Admission(Action.DOWNGRADE if claim.shared else Action.AGAIN)
+    # Free: nobody holds it.
+    if claim.exclusive:
+        return Admission(Action.TAKE)
+    return _join(claim, holders=0, queued=queued)
+
+
+def _admit_beside_shared(
+    header: LockRow, holds: list[LockRow], claim: Claim, queued: tuple[int, int]
+) -> Admission:
+    if claim.limit != header.limit:
+        return Admission(Action.MISMATCH, kind=kind_of(header.limit))
+    mine = next((hold for hold in holds if same_owner(hold.owner, claim.owner)), None)
+    if claim.exclusive:
+        if mine is not None and len(holds) == 1:
+            return Admission(Action.UPGRADE, hold=mine)
+        return Admission(Action.REFUSE)
+    if mine is not None:
+        return Admission(Action.AGAIN_SHARED, hold=mine)
+    return _join(claim, holders=len(holds), queued=queued)
+
+
+def _join(claim: Claim, *, holders: int, queued: tuple[int, int]) -> Admission:
+    everyone, writers = queued
+    # A reader: no writer queued before it. A permit: one left after those queued.
+    admitted = writers == 0 if claim.limit is None else holders + everyone < claim.limit
+    return Admission(Action.JOIN if admitted else Action.REFUSE)

@@ -1,0 +1,88 @@
+"""Purging expired locks and holds, in batches (``manage.py purge_locks``).
+
+Every batch is a lock transaction of its own whose ``DELETE`` checks expiry
+again, so a lock renewed or taken since the batch was chosen survives; the
+batch's largest fencing token raises the floor (``FencingFloor``), so that a
+purged resource that is locked again gets a larger token than any it had. A
+vendor answers ``_purge_batch`` with its own statements."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from django.db.models import F, Q, QuerySet, Value
+from django.db.models.functions import Greatest
+
+from django_dlock.backends.clock import expired_before
+from django_dlock.backends.holds import HoldStatements
+from django_dlock.backends.statements import LockStatements
+from django_dlock.django_private import compile_where
+from django_dlock.prefix import resource_prefix_q
+from django_dlock.transactions import in_lock_transaction
+
+
+class PurgedBatch(NamedTuple):
+    """What one purge batch did."""
+
+    chosen: int  # expired locks chosen for the batch (0: none left)
+    deleted: int  # of those, deleted (the others were renewed or taken meanwhile)
+
+
+def expired_q(older_than: float = 0) -> Q:
+    """Locks that expired or were released at least ``older_than`` seconds ago,
+    by the database's clock."""
+    return Q(expires_at__lte=expired_before(older_than))
+
+
+class Purge(LockStatements, HoldStatements):
+    """The purge of a ``LockBackend``."""
+
+    def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
+        """Delete at most ``batch_size`` locks that expired at least ``older_than``
+        seconds ago (and whose resource starts with ``prefix``), with their
+        holds, and the expired holds of locks still held; in a lock transaction
+        of its own."""
+        return in_lock_transaction(self, lambda: self._purge(older_than, batch_size, prefix))
+
+    def _purge(self, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
+        batch = self._purge_batch(older_than, batch_size, prefix)
+        self._purge_holds(older_than, prefix)
+        return batch
+
+    def _purge_batch(self, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
+        raise NotImplementedError
+
+    def _purge_holds(self, older_than: float, prefix: str) -> None:
+        """Delete the shared holds that expired at least ``older_than`` seconds
+        ago: of a purged lock (the lock's row was the last to expire), and the
+        crashed holders' among live ones. Their tokens need no floor: the
+        lock's row counts every token granted on its resource."""
+        table, _, column = self._hold_names
+        where, params = compile_where(self.hold_model, self.using, expired_q(older_than))
+        if prefix:
+            prefixed, prefix_params = compile_where(
+                self.hold_model, self.using, resource_prefix_q(prefix)
+            )
+            where, params = f"{where} AND {prefixed}", [*params, *prefix_params]
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {table} WHERE {where}", params)  # noqa: S608
+
+    def _purge_candidates(self, older_than: float, prefix: str) -> QuerySet[Any]:
+        """The expired locks a batch chooses from (``DistributedLockQuerySet.expired``)."""
+        candidates = (
+            self.model._default_manager.using(self.using).filter(expired_q(older_than)).order_by()
+        )
+        return candidates.filter(resource_prefix_q(prefix)) if prefix else candidates
+
+    def _still_expired_sql(self, older_than: float) -> tuple[str, list[Any]]:
+        """``expires_at <= now - older_than`` as SQL, for the DELETE to check again."""
+        return compile_where(self.model, self.using, expired_q(older_than))
+
+    def _raise_fencing_floor(self, token: int) -> None:
+        """Raise the floor to at least ``token``, creating its one row if missing
+        (``manage.py flush`` or a test's truncation empties the table)."""
+        floors = self.floor_model._default_manager.using(self.using)
+        raise_to = {"value": Greatest(F("value"), Value(token))}
+        if not floors.filter(pk=1).update(**raise_to):
+            floors.bulk_create([self.floor_model(pk=1, value=token)], ignore_conflicts=True)
+            floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
