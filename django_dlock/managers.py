@@ -24,7 +24,7 @@ from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.purge import expired_q
-from django_dlock.backends.results import LOCK_FIELDS, Claim, LockRow
+from django_dlock.backends.results import Claim, LockRow
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockKindMismatch
 from django_dlock.prefix import resource_prefix_q
@@ -394,7 +394,10 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
     def _instance(self, row: LockRow) -> Hold:
         """The model instance of ``row``: a ``DistributedLock``, or a ``LockHold``."""
         model = apps.get_model("django_dlock", "LockHold") if row.shared else self.model
-        return cast(Hold, model.from_db(self._alias(), LOCK_FIELDS, row.values()))
+        # from_db() takes the values in the model's field order.
+        names = [field.attname for field in model._meta.concrete_fields]
+        values = row.field_values()
+        return cast(Hold, model.from_db(self._alias(), names, [values[name] for name in names]))
 
     # -- async twins -----------------------------------------------------------
     # Each runs the sync operation in a thread of django-dlock's own (not the

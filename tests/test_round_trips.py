@@ -70,6 +70,21 @@ def test_each_lock_operation_takes_one_round_trip(proxy: DelayProxy) -> None:
     assert DistributedLock.objects.get(resource="rt:1").is_released
 
 
+def test_a_reentrant_reentry_and_its_release_take_one_round_trip_each(proxy: DelayProxy) -> None:
+    locks = DistributedLock.objects.db_manager(ALIAS)
+    locks.acquire("rt:4", owner="a", ttl=30, reentrant=True)
+
+    assert round_trips(proxy, lambda: locks.acquire("rt:4", owner="a", ttl=30, reentrant=True)) == 1
+    assert round_trips(proxy, lambda: locks.release("rt:4", owner="a")) == 1
+    outer = lock("rt:5", ttl=30, using=ALIAS, reentrant=True)
+    inner = lock("rt:5", ttl=30, using=ALIAS, reentrant=True)
+    outer.__enter__()
+    assert round_trips(proxy, inner.__enter__) == 1
+    assert round_trips(proxy, lambda: inner.__exit__(None, None, None)) == 1
+    outer.__exit__(None, None, None)
+    assert DistributedLock.objects.get(resource="rt:5").is_released
+
+
 def test_lock_context_takes_one_round_trip_each_way(proxy: DelayProxy) -> None:
     held = lock("rt:2", ttl=30, using=ALIAS)
 

@@ -10,7 +10,7 @@ from django_dlock.rules import SHARED_HOLDERS, ReleaseResult
 
 __all__ = ["Claim", "LockRow", "Released", "Renewed", "Taken"]
 
-#: The model fields of a row of ``distributed_locks`` (``LockRow.values``).
+#: The model fields of a row of ``distributed_locks`` (``LockRow.field_values``).
 LOCK_FIELDS = (
     "id",
     "resource",
@@ -73,19 +73,19 @@ class LockRow:
         """Whether this resource's row was held by shared holds at ``now``."""
         return self.held and self.owner == SHARED_HOLDERS
 
-    def values(self) -> tuple[object, ...]:
-        """The row's values in the order of ``LOCK_FIELDS``."""
-        return (
-            self.pk,
-            self.resource,
-            self.owner,
-            self.acquired_at,
-            self.expires_at,
-            self.fencing_token,
-            self.hold_count,
-            self.label,
-            self.limit,
-        )
+    def field_values(self) -> dict[str, object]:
+        """The row's values by model field (``LOCK_FIELDS``)."""
+        return {
+            "id": self.pk,
+            "resource": self.resource,
+            "owner": self.owner,
+            "acquired_at": self.acquired_at,
+            "expires_at": self.expires_at,
+            "fencing_token": self.fencing_token,
+            "hold_count": self.hold_count,
+            "label": self.label,
+            "limit": self.limit,
+        }
 
 
 @dataclass(frozen=True, slots=True)
