@@ -18,9 +18,11 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ClassVar, NamedTuple
 
+from django.core.checks import CheckMessage
 from django.db.models import F, Q, QuerySet, Value
 from django.db.models.functions import Greatest
 
+from django_dlock.backends.checks import BackendChecks
 from django_dlock.backends.clock import DatabaseNow, expired_before
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.results import LockRow, Released, Renewed, Taken
@@ -231,6 +233,13 @@ class LockBackend(LockStatements, WaiterQueue):
         if not floors.filter(pk=1).update(**raise_to):
             floors.bulk_create([self.floor_model(pk=1, value=token)], ignore_conflicts=True)
             floors.filter(pk=1).update(**raise_to)  # in case a concurrent purge created it
+
+    # -- system checks -------------------------------------------------------------
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """The system check messages about this database (Django's check
+        arguments; see ``django_dlock.backends.checks``). A vendor runs its own."""
+        return BackendChecks(self.using).check(**kwargs)
 
 
 def expired_q(older_than: float = 0) -> Q:
