@@ -60,7 +60,7 @@ def written_ids() -> dict[str, list[str]]:
 def computed_ids() -> list[str]:
     """Where a check message gets an id that is neither a literal nor a parameter
     (a literal at the call site), which the walk above would not see."""
-    computed = []
+    computed: list[str] = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if not isinstance(node, ast.Call):
@@ -126,7 +126,7 @@ def _fired(
 def fire_all(tmp_path: Path, django_db_blocker: Any, monkeypatch: Any) -> set[str]:
     """Every id that fires without a server, by setting what makes each check fire."""
     fired: set[str] = set()
-    for wrong in [
+    wrongs: list[dict[str, Any]] = [
         {"DLOCK_DEFAULT_TTL": 0, "DLOCK_MAX_TTL": 0},  # E001, E002
         {"DLOCK_DEFAULT_TTL": 120, "DLOCK_MAX_TTL": 60},  # E003
         {"DLOCK_DATABASE": "nope", "DLOCK_DEFAULT_TLL": 1},  # E004, W004
@@ -136,11 +136,12 @@ def fire_all(tmp_path: Path, django_db_blocker: Any, monkeypatch: Any) -> set[st
             "DLOCK_LISTEN": "yes",
         },  # E301, E302, E304
         {"DLOCK_BACKOFF_BASE": 2, "DLOCK_BACKOFF_MAX": 1},  # E303
-    ]:
+    ]
+    for wrong in wrongs:
         fired |= _fired(override_settings(**wrong), check_settings)
 
     sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "locks.sqlite3")}
-    in_memory = {**sqlite, "NAME": ":memory:", "OPTIONS": {"timeout": 1}}
+    in_memory: dict[str, Any] = {**sqlite, "NAME": ":memory:", "OPTIONS": {"timeout": 1}}
     with _lock_database(**in_memory) as connection:  # E005, W001, W002
         monkeypatch.setattr(connection, "Database", SimpleNamespace(sqlite_version_info=(3, 34)))
         fired |= _fired(nullcontext(), check_database)  # E007
