@@ -15,25 +15,29 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from django.core.checks import CheckMessage, Error, Warning
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
     from django.db.backends.utils import CursorWrapper
-
-    from django_dlock.backends.base import LockBackend
 
 
 class BackendChecks:
-    """The checks every database gets; a vendor's subclass adds its own."""
+    """The checks every database gets; a vendor's subclass adds its own. Made
+    with the alias only, so that the backends' modules and this one do not
+    import each other."""
 
-    def __init__(self, backend: LockBackend) -> None:
-        self.backend = backend
-        self.alias = backend.using
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        return connections[self.alias]
 
     @property
     def settings_dict(self) -> dict[str, Any]:
         """``DATABASES[alias]`` as the connection has it (with Django's defaults)."""
-        return self.backend.connection.settings_dict
+        return self.connection.settings_dict
 
     @property
     def options(self) -> dict[str, Any]:
@@ -49,7 +53,7 @@ class BackendChecks:
         messages = self.check_settings()
         if self.alias not in (databases or ()):
             return messages
-        connection = self.backend.connection
+        connection = self.connection
         try:
             connection.ensure_connection()
         except DatabaseError as error:

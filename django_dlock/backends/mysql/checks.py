@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from django.apps import apps
 from django.core.checks import CheckMessage, Error, Warning
 
 from django_dlock.backends.checks import BackendChecks
@@ -70,8 +71,8 @@ class MySQLChecks(BackendChecks):
             level = cursor.fetchone()[1].replace("-", " ").lower()
             if level != READ_COMMITTED:
                 messages.append(self._isolation_error(f"{level} (the server's default)"))
-        backend = self.backend
-        models = (backend.model, backend.floor_model, backend.waiter_model)
+        # Every table of django-dlock, and every column of them that holds a resource name.
+        models = list(apps.get_app_config("django_dlock").get_models())
         tables = [model._meta.db_table for model in models]
         placeholders = ", ".join(["%s"] * len(tables))
         cursor.execute(
@@ -90,10 +91,9 @@ class MySQLChecks(BackendChecks):
                         id="django_dlock.E405",
                     )
                 )
-        # The columns that hold a resource name: {(table, column): its field}.
-        resource_fields = {
+        resource_fields = {  # {(table, column): field}
             (model._meta.db_table, field.column): field
-            for model in (backend.model, backend.waiter_model)
+            for model in models
             for field in model._meta.concrete_fields
             if field.name == "resource"
         }

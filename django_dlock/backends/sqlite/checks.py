@@ -23,7 +23,7 @@ class SQLiteChecks(BackendChecks):
     def check_settings(self) -> list[CheckMessage]:
         messages = super().check_settings()
         alias = self.alias
-        connection = cast("DatabaseWrapper", self.backend.connection)
+        connection = cast("DatabaseWrapper", self.connection)
         version = connection.Database.sqlite_version_info
         if version < MIN_SQLITE_VERSION:
             messages.append(
