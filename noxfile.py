@@ -1,11 +1,19 @@
 """The version matrix (`nox -l` lists the sessions; `pip install --group matrix` brings nox).
 
 - ``tests-<python>-django<version>-<db>``: the suite for each supported pair of Python and Django,
-  on SQLite or PostgreSQL. PostgreSQL is DLOCK_PG_URL (or DATABASE_URL when it names PostgreSQL)
-  when set, else a throwaway cluster from scripts/pg-cluster.sh for the session. The browser,
-  fuzz and Celery tests are left out: they do not depend on these versions and cost minutes.
-  Arguments after ``--`` go to pytest instead of that selection. Tags: ``oldest`` and ``newest``
-  (the matrix's corners), ``sqlite`` and ``postgres``.
+  on SQLite, PostgreSQL or MariaDB. PostgreSQL is DLOCK_PG_URL (or DATABASE_URL when it names
+  PostgreSQL) when set, else a throwaway cluster from scripts/pg-cluster.sh for the session;
+  MariaDB likewise DLOCK_MYSQL_URL (or a mysql:// DATABASE_URL), else a throwaway server from
+  scripts/mariadb-server.sh. The browser, fuzz and Celery tests are left out: they do not depend
+  on these versions and cost minutes. Arguments after ``--`` go to pytest instead of that
+  selection. Tags: ``oldest`` and ``newest`` (the matrix's corners), ``sqlite``, ``postgres``
+  and ``mariadb``.
+- ``django-main``: the suite on SQLite against Django's next version. Django's main branch is
+  not on PyPI, and only package registries are reachable here, so it is the newest Django on
+  PyPI, pre-releases included (``pip install --pre``): a 6.2 alpha, beta or release candidate
+  once one is published, until then the newest release (the ``newest`` corner's Django). It is
+  allowed to fail: a failed suite makes the session skipped, with the reason, never failed, so
+  it can run in CI without failing it.
 - ``base-<python>``: Django alone, without DRF or Celery, runs the core.
 - ``lint``: ruff and mypy.
 
@@ -16,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +44,10 @@ DJANGO_PYTHONS = {
 OLDEST = ("3.11", "5.2")
 NEWEST = ("3.13", "6.1")
 EXTRAS = ".[api,celery,postgres]"
+MARIADB_EXTRAS = ".[api,celery,postgres,mysql]"
+DATABASES = ("sqlite", "postgres", "mariadb")
+# django-main's Python: the newest this project supports, which Django's next version keeps.
+MAIN_PYTHON = "3.13"
 VERSION_INDEPENDENT_TESTS = (
     "tests/test_admin_browser.py",
     "tests/test_api_fuzz.py",
@@ -59,7 +72,7 @@ _add_pyenv_interpreters()
 def _matrix() -> Iterator[nox.param]:
     for django, pythons in DJANGO_PYTHONS.items():
         for python in pythons:
-            for database in ("sqlite", "postgres"):
+            for database in DATABASES:
                 tags = [database]
                 if (python, django) == OLDEST:
                     tags.append("oldest")
@@ -70,15 +83,16 @@ def _matrix() -> Iterator[nox.param]:
                 )
 
 
-def _postgres_url_given() -> str | None:
-    url = os.environ.get("DLOCK_PG_URL") or os.environ.get("DATABASE_URL", "")
-    return url if url.startswith(("postgres://", "postgresql://")) else None
+def _url_given(variable: str, schemes: tuple[str, ...]) -> str | None:
+    """``variable``, else DATABASE_URL, when it is a URL of one of ``schemes``."""
+    url = os.environ.get(variable) or os.environ.get("DATABASE_URL", "")
+    return url if url.startswith(schemes) else None
 
 
 @contextmanager
 def _postgres(session: nox.Session) -> Iterator[str]:
     """The URL of a PostgreSQL server: the one given, or a throwaway cluster for this session."""
-    given = _postgres_url_given()
+    given = _url_given("DLOCK_PG_URL", ("postgres://", "postgresql://"))
     if given:
         yield given
         return
@@ -103,21 +117,76 @@ def _postgres(session: nox.Session) -> Iterator[str]:
         )
 
 
+@contextmanager
+def _mariadb(session: nox.Session) -> Iterator[str]:
+    """The URL of a MariaDB server: the one given, or a throwaway server for this session.
+
+    The server runs as a child of a shell that waits for its input to close and then stops
+    it: a shell that exited at once (as ``_postgres``'s does, whose pg_ctl detaches the
+    server) would leave the server to whatever adopts orphans, which here never reaps them,
+    and ``mariadb_stop`` would wait 30 s for a process that has already exited.
+    """
+    given = _url_given("DLOCK_MYSQL_URL", ("mysql://",))
+    if given:
+        yield given
+        return
+    session.log("starting a throwaway MariaDB server (scripts/mariadb-server.sh)")
+    server = subprocess.Popen(
+        [  # noqa: S607 - bash from PATH, as session.run finds it
+            "bash",
+            "-c",
+            "set -e; source scripts/mariadb-server.sh; mariadb_start;"
+            ' echo "$DLOCK_MYSQL_URL"; read -r _ || true; mariadb_stop',
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert server.stdin is not None and server.stdout is not None  # noqa: S101 - both piped
+    url = server.stdout.readline().strip()
+    try:
+        if not url.startswith("mysql://"):
+            session.error("scripts/mariadb-server.sh could not start MariaDB (its output is above)")
+        yield url
+    finally:
+        server.stdin.close()
+        server.wait(timeout=120)
+
+
 @nox.session
 @nox.parametrize(("python", "django", "database"), list(_matrix()))
 def tests(session: nox.Session, django: str, database: str) -> None:
-    session.install(
-        "-e",
-        EXTRAS,
-        f"django~={django}.0",
-        *nox.project.dependency_groups(PYPROJECT, "test"),
-    )
     pytest_args = session.posargs or [f"--ignore={path}" for path in VERSION_INDEPENDENT_TESTS]
+    test_group = nox.project.dependency_groups(PYPROJECT, "test")
     if database == "sqlite":
+        session.install("-e", EXTRAS, f"django~={django}.0", *test_group)
         session.run("python", "-m", "pytest", *pytest_args, env={"DATABASE_URL": None})
         return
-    with _postgres(session) as url:
+    if database == "postgres":
+        session.install("-e", EXTRAS, f"django~={django}.0", *test_group)
+        with _postgres(session) as url:
+            session.run("python", "-m", "pytest", *pytest_args, env={"DATABASE_URL": url})
+        return
+    # Started first: it installs what building mysqlclient needs (scripts/mariadb-server.sh).
+    with _mariadb(session) as url:
+        session.install("-e", MARIADB_EXTRAS, f"django~={django}.0", *test_group)
         session.run("python", "-m", "pytest", *pytest_args, env={"DATABASE_URL": url})
+
+
+@nox.session(name="django-main", python=MAIN_PYTHON)
+def django_main(session: nox.Session) -> None:
+    """The suite on SQLite against Django's next version; allowed to fail (see above)."""
+    session.install("-e", EXTRAS, *nox.project.dependency_groups(PYPROJECT, "test"))
+    session.install("--pre", "--upgrade", "django")
+    version = str(
+        session.run("python", "-c", "import django; print(django.get_version())", silent=True)
+    ).strip()
+    session.log(f"Django {version}")
+    pytest_args = session.posargs or [f"--ignore={path}" for path in VERSION_INDEPENDENT_TESTS]
+    try:
+        session.run("python", "-m", "pytest", *pytest_args, env={"DATABASE_URL": None})
+    except nox.command.CommandFailed as failure:
+        session.skip(f"allowed to fail: the suite failed on Django {version} ({failure.reason})")
 
 
 @nox.session(python=["3.11", "3.13"])

@@ -12,18 +12,9 @@ class DjangoDlockConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_dlock.checks import check_settings
-        from django_dlock.checks_durability import check_durability
-        from django_dlock.checks_mysql import check_mysql_database
-        from django_dlock.checks_replica import (
-            check_lock_database_is_primary,
-            check_lock_database_not_mirror,
-        )
+        from django_dlock.checks import check_database, check_settings
 
         checks.register(check_settings)
-        checks.register(check_lock_database_not_mirror)
-        # These query the lock database, so they run only where checks may
-        # (migrate, check --database).
-        checks.register(check_lock_database_is_primary, checks.Tags.database)
-        checks.register(check_durability, checks.Tags.database)
-        checks.register(check_mysql_database, checks.Tags.database)
+        # Its settings part runs on every check; it queries the lock database
+        # only where checks may (migrate, check --database).
+        checks.register(check_database, checks.Tags.database)

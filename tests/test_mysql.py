@@ -1,5 +1,5 @@
 """Where InnoDB differs from PostgreSQL: the first-acquire race, lock-wait
-timeouts, the clock, resource collation and the MariaDB system checks."""
+timeouts, the clock and resource collation (its system checks: tests/test_checks_mysql.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,6 @@ from django.db import OperationalError, connection
 
 from django_dlock.backends import backend_for
 from django_dlock.backends.clock import database_now
-from django_dlock.checks import check_settings
-from django_dlock.checks_mysql import check_mysql_database
 from django_dlock.models import DistributedLock, FencingFloor
 from tests import workers_mysql
 from tests.utils import database_settings, run_in_processes, run_in_thread, spawn
@@ -33,10 +31,6 @@ Locks = DistributedLock.objects
 
 # MySQL's "Lock wait timeout exceeded".
 ER_LOCK_WAIT_TIMEOUT = 1205
-
-
-def check_ids(**kwargs: Any) -> list[str]:
-    return [str(message.id) for message in check_mysql_database(databases=["default"], **kwargs)]
 
 
 @pytest.fixture
@@ -251,60 +245,3 @@ def test_purge_deletes_expired_ranges_and_keeps_the_floor() -> None:
     assert not Locks.filter(resource__in=expected).exists()
     assert Locks.count() == 26 - len(expected)
     assert FencingFloor.objects.get(pk=1).value == largest
-
-
-class TestChecks:
-    def test_a_stock_server_passes(self) -> None:
-        assert check_ids() == []
-        assert check_settings() == []
-
-    @pytest.mark.parametrize("level", ["repeatable read", "serializable", "read uncommitted"])
-    def test_an_isolation_level_other_than_read_committed(
-        self, monkeypatch: Any, level: str
-    ) -> None:
-        options = {"charset": "utf8mb4", "isolation_level": level}
-        monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
-        assert [message.id for message in check_settings()] == ["django_dlock.E400"]
-
-    def test_a_connection_character_set_without_four_byte_characters(
-        self, monkeypatch: Any
-    ) -> None:
-        monkeypatch.setitem(connection.settings_dict, "OPTIONS", {})
-        assert [message.id for message in check_settings()] == ["django_dlock.W400"]
-
-    def test_the_servers_isolation_level_when_options_leave_it(self, monkeypatch: Any) -> None:
-        options = {"charset": "utf8mb4", "isolation_level": None}
-        monkeypatch.setitem(connection.settings_dict, "OPTIONS", options)
-        with connection.cursor() as cursor:
-            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        try:
-            assert check_ids() == ["django_dlock.E400"]
-        finally:
-            with connection.cursor() as cursor:
-                cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
-
-    def test_a_database_time_zone_other_than_utc(self, monkeypatch: Any) -> None:
-        monkeypatch.setitem(connection.settings_dict, "TIME_ZONE", "Europe/Paris")
-        assert [message.id for message in check_settings()] == ["django_dlock.E401"]
-
-    def test_a_table_without_transactions(self) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute("ALTER TABLE distributed_locks_fencing_floor ENGINE=MyISAM")
-        try:
-            assert check_ids() == ["django_dlock.E402"]
-        finally:
-            with connection.cursor() as cursor:
-                cursor.execute("ALTER TABLE distributed_locks_fencing_floor ENGINE=InnoDB")
-
-    def test_a_case_insensitive_resource_column(self) -> None:
-        alter = (
-            "ALTER TABLE distributed_locks MODIFY resource VARCHAR(255) "
-            "CHARACTER SET utf8mb4 COLLATE {} NOT NULL"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(alter.format("utf8mb4_general_ci"))
-        try:
-            assert check_ids() == ["django_dlock.E403"]
-        finally:
-            with connection.cursor() as cursor:
-                cursor.execute(alter.format("utf8mb4_bin"))

@@ -8,12 +8,14 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from multiprocessing.context import SpawnContext
 from typing import Any
 
 from django.db import connection
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DurationField, Value
 
 WORKER_TIMEOUT = 120  # seconds; a hung worker fails the test instead of hanging it
@@ -147,3 +149,24 @@ def is_waiting_on_a_lock(admin: Any, pid: int | None) -> bool:
         "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid]
     ).fetchone()
     return row is not None and row[0] == "Lock"
+
+
+@contextmanager
+def extra_database(alias: str, **settings_dict: Any) -> Iterator[BaseDatabaseWrapper]:
+    """A database alias for the block only, in ``DATABASES`` and in ``connections``:
+    ``settings_dict`` (ENGINE, NAME, HOST, PORT, ...) with Django's defaults. Its
+    connection, if one was opened, is closed at the end."""
+    from django.conf import settings
+    from django.db import connections
+
+    configured = connections.configure_settings({"default": {}, alias: dict(settings_dict)})[alias]
+    # connections.settings is settings.DATABASES itself once Django has read it.
+    for databases in (settings.DATABASES, connections.settings):
+        databases[alias] = configured
+    try:
+        yield connections[alias]
+    finally:
+        connections[alias].close()
+        del connections[alias]
+        for databases in (settings.DATABASES, connections.settings):
+            databases.pop(alias, None)

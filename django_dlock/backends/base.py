@@ -15,9 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import ClassVar
+from typing import Any, ClassVar
+
+from django.core.checks import CheckMessage
 
 from django_dlock.backends.admission import Action, Admission, admit
+from django_dlock.backends.checks import BackendChecks
 from django_dlock.backends.holds import HoldStatements
 from django_dlock.backends.purge import Purge, PurgedBatch, expired_q
 from django_dlock.backends.queue import WaiterQueue
@@ -323,6 +326,13 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
         """The lock, if a release handed it to the waiter of ``ticket`` (one
         ``SELECT``, no transaction): held by ``owner``, the ticket gone."""
         return None
+
+    # -- system checks -------------------------------------------------------------
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """The system check messages about this database (Django's check
+        arguments; see ``django_dlock.backends.checks``). A vendor runs its own."""
+        return BackendChecks(self.using).check(**kwargs)
 
 
 class _NotAll(Exception):

@@ -7,7 +7,7 @@ InnoDB differs from PostgreSQL where races are decided:
   gap lock, and two processes acquiring a new resource at once then deadlock
   (error 1213) on their INSERTs. Django opens MySQL connections in READ
   COMMITTED, which takes no gap locks; the system checks refuse any other level
-  for the lock database (``django_dlock.checks_mysql``).
+  for the lock database (``django_dlock.backends.mysql.checks``).
 - There is no ``ON CONFLICT``: the first insert is ``INSERT ... ON DUPLICATE
   KEY UPDATE`` with a no-op, and the new row is read back (one statement more
   than on PostgreSQL, for the first acquisition of a resource only).
@@ -28,11 +28,14 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
+from django.core.checks import CheckMessage
 from django.db import DatabaseError
 
 from django_dlock.backends.base import LockBackend, PurgedBatch
 from django_dlock.backends.clock import DatabaseNow
+from django_dlock.backends.mysql.checks import MySQLChecks
 from django_dlock.backends.results import LockRow
 from django_dlock.django_private import compile_expression
 
@@ -196,3 +199,6 @@ class MySQLBackend(LockBackend):
                 f"ON DUPLICATE KEY UPDATE {value} = GREATEST({value}, %s)",
                 [token, token],
             )
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        return MySQLChecks(self.using).check(**kwargs)

@@ -7,10 +7,12 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
+from django.core.checks import CheckMessage
 from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend, PurgedBatch
 from django_dlock.backends.clock import DatabaseNow
+from django_dlock.backends.postgresql.checks import PostgreSQLChecks
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.postgresql.statements import (
     ASYNC_COMMIT,
@@ -282,6 +284,9 @@ class PostgreSQLBackend(LockBackend):
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [ticket, resource, ticket, resource])
         return True  # no release hands a lock over here (grants_on_release)
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        return PostgreSQLChecks(self.using).check(**kwargs)
 
 
 # libpq's transaction status of a connection with no transaction open.

@@ -7,7 +7,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
+from typing import Any
 
+from django.core.checks import CheckMessage
 from django.db import transaction
 from django.db.models import DurationField
 from django.db.models.expressions import RawSQL
@@ -15,6 +17,7 @@ from django.db.models.expressions import RawSQL
 from django_dlock.backends.base import LockBackend, PurgedBatch
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.results import LockRow
+from django_dlock.backends.sqlite.checks import SQLiteChecks
 from django_dlock.django_private import atomic_depth, compile_expression, sqlite_begin_immediate
 from django_dlock.listeners.sqlite import wake
 from django_dlock.rules import EXCLUSIVE
@@ -198,6 +201,9 @@ class SQLiteBackend(LockBackend):
             self._raise_fencing_floor(max(tokens))
         # Chosen and deleted under the one write lock: nothing changed in between.
         return PurgedBatch(chosen=len(tokens), deleted=len(tokens))
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        return SQLiteChecks(self.using).check(**kwargs)
 
 
 def _listening(head: str | None) -> tuple[str, int] | None:
