@@ -20,7 +20,15 @@ pytestmark = pytest.mark.skipif(
     reason="the cluster tests need root: DLOCK_CLUSTER=1 (scripts/cluster.sh test)",
 )
 
-CORE_FILES = ["tests/test_managers.py", "tests/test_concurrency.py"]
+CORE_FILES = [
+    "tests/test_managers.py",
+    "tests/test_concurrency.py",
+    "tests/test_kinds_reentrant.py",
+    "tests/test_kinds_shared.py",
+    "tests/test_kinds_semaphore.py",
+    "tests/test_kinds_several.py",
+    "tests/test_kinds_leader.py",
+]
 FULL_FILES = [
     *CORE_FILES,
     "tests/test_locking.py",

@@ -96,6 +96,10 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
         taken = self._carry_out(admit(header, holds, claim, queued), header, claim)
         if taken.row is not None:
             self._leave(claim.ticket)
+            if taken.row.shared and claim.ticket is not None and not taken.renewed:
+                # A waiter admitted beside others: the next in line may fit too
+                # (a reader behind it, a permit left), and looks at once.
+                self.wake_head(claim.resource)
         return taken
 
     def _carry_out(self, admission: Admission, header: LockRow, claim: Claim) -> Taken:
@@ -270,7 +274,7 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
             row = replace(header, expires_at=max(hold.expires_at for hold in others))
             self.update(row, ["expires_at"])
             if header.limit is not None:
-                self.wake_next(row)
+                self.wake_head(header.resource)
         else:
             self.mark_released(replace(header, owner="", expires_at=header.now, limit=None))
         return Released(
@@ -318,9 +322,10 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
         transaction; a vendor also wakes the head of the resource's queue here."""
         self.update(row, ["owner", "expires_at", "limit"])
 
-    def wake_next(self, row: LockRow) -> None:
-        """A permit of ``row``'s semaphore came free (inside the lock
-        transaction): a vendor wakes the head of the queue here."""
+    def wake_head(self, resource: str) -> None:
+        """Wake the head of ``resource``'s queue, once this lock transaction
+        commits, to look at the lock now (a permit came free, or a waiter was
+        admitted beside others). Waiters that nothing wakes poll."""
 
     def granted(self, resource: str, owner: str, ticket: int) -> LockRow | None:
         """The lock, if a release handed it to the waiter of ``ticket`` (one

@@ -84,17 +84,19 @@ class HoldStatements:
         limit: int | None,
         hold_count: int = 1,
     ) -> LockRow:
-        """A new hold of ``owner``, replacing an expired one of the same owner."""
+        """A new hold of ``owner``; expired holds of ``resource`` (its own among
+        them, which the unique key would refuse) are deleted first."""
         table, attnames, column = self._hold_names
         connection = connections[self.using]
         now_sql, now_params = compile_expression(self.using, DatabaseNow())
         expires_sql, expires_params = compile_expression(self.using, now_plus(duration))
         with connection.cursor() as cursor:
             # Only quoted identifiers and Django-compiled SQL are formatted in.
+            # The owner's hold that expired, and every other expired one: gone.
             cursor.execute(
                 f"DELETE FROM {table} WHERE {column['resource']} = %s "  # noqa: S608
-                f"AND {column['owner']} = %s",
-                [resource, owner],
+                f"AND ({column['owner']} = %s OR {column['expires_at']} <= {now_sql})",
+                [resource, owner, *now_params],
             )
             names = (
                 "resource", "owner", "label", "acquired_at", "expires_at", "hold_count",

@@ -266,6 +266,12 @@ class PostgreSQLBackend(LockBackend):
                 [row.resource, NO_TICKET_EXCLUDED, *values, row.pk],
             )
 
+    def wake_head(self, resource: str) -> None:
+        # NOTIFY goes out when the transaction commits.
+        sql = f"WITH head AS ({head_sql(self)}) {WAKE_HEAD}"
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [resource, NO_TICKET_EXCLUDED])
+
     def give_up_waiting(self, resource: str, ticket: int) -> bool:
         # Leaving without the lock while it is free: the next waiter would
         # otherwise wait for a release that already happened.

@@ -150,6 +150,11 @@ class SQLiteBackend(LockBackend):
         row = self._fetch_row(sql, [resource, owner, ticket])
         return row if row is not None and row.held else None
 
+    def wake_head(self, resource: str) -> None:
+        head = self._head(resource)
+        if head is not None:
+            transaction.on_commit(lambda: wake(*head), using=self.using)
+
     def give_up_waiting(self, resource: str, ticket: int) -> bool:
         # Leaving without the lock while it is free: the next waiter would
         # otherwise wait for a release that already happened.
