@@ -14,6 +14,9 @@
   once one is published, until then the newest release (the ``newest`` corner's Django). It is
   allowed to fail: a failed suite makes the session skipped, with the reason, never failed, so
   it can run in CI without failing it.
+- ``portable-postgres``: the suite on PostgreSQL with ``server_side_binding``, where the
+  backend's one-statement operations do not apply: its portable ones run (as with psycopg2).
+  Tagged ``oldest``, so the corners step runs it.
 - ``base-<python>``: Django alone, without DRF or Celery, runs the core.
 - ``lint``: ruff and mypy.
 
@@ -187,6 +190,23 @@ def django_main(session: nox.Session) -> None:
         session.run("python", "-m", "pytest", *pytest_args, env={"DATABASE_URL": None})
     except nox.command.CommandFailed as failure:
         session.skip(f"allowed to fail: the suite failed on Django {version} ({failure.reason})")
+
+
+@nox.session(name="portable-postgres", python=OLDEST[0], tags=["oldest", "postgres"])
+def portable_postgres(session: nox.Session) -> None:
+    """PostgreSQL's portable operations: the suite with server-side binding."""
+    session.install(
+        "-e", EXTRAS, f"django~={OLDEST[1]}.0", *nox.project.dependency_groups(PYPROJECT, "test")
+    )
+    pytest_args = session.posargs or [f"--ignore={path}" for path in VERSION_INDEPENDENT_TESTS]
+    with _postgres(session) as url:
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            *pytest_args,
+            env={"DATABASE_URL": url, "DLOCK_PG_SERVER_SIDE_BINDING": "1"},
+        )
 
 
 @nox.session(python=["3.11", "3.13"])

@@ -1,5 +1,8 @@
 """Signals sent after a lock operation has committed. ``sender`` is the
-``DistributedLock`` model; ``lock`` is the lock as the operation left it."""
+``DistributedLock`` model; ``lock`` is the hold as the operation left it: the
+``DistributedLock`` of an exclusive holder, or the ``LockHold`` of a reader or
+a semaphore's permit. Its ``mode`` ("exclusive" or "shared"), ``limit`` (a
+semaphore's, else None) and ``hold_count`` say which kind it is."""
 
 from __future__ import annotations
 

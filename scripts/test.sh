@@ -66,9 +66,12 @@ step_base() {
 }
 
 step_corners() {
-    # The matrix's oldest and newest pairs (Python 3.11 + Django 5.2, Python 3.13 + Django 6.1).
+    # The matrix's oldest and newest pairs (Python 3.11 + Django 5.2, Python 3.13 + Django 6.1),
+    # PostgreSQL's portable operations (portable-postgres, tagged oldest), and the suite against
+    # Django's next version, which may fail without failing the step (django-main).
     # A Python this machine lacks is skipped (`nox -l` says which exist).
     nox -t oldest newest -k "${DLOCK_CORNER_DATABASES:-sqlite}" ${1+-- "$@"}
+    nox -s django-main ${1+-- "$@"}
 }
 
 STEPS=(lint typing django sqlite postgres mariadb torture cluster wheel base corners)
