@@ -218,7 +218,7 @@ def base(session: nox.Session) -> None:
         "-m",
         "pytest",
         "--ds=tests.settings_base",
-        *(session.posargs or ["tests/test_base_install.py"]),
+        *(session.posargs or ["tests/test_base_install.py", "tests/test_api_extra_missing.py"]),
         env={"DATABASE_URL": None},
     )
 
