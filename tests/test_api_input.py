@@ -134,6 +134,68 @@ def test_utf8_and_literal_percent_signs_still_work(api: CheckedClient) -> None:
 def test_query_that_does_not_decode_as_utf8_is_400(api: CheckedClient) -> None:
     body = invalid(api.get("/api/locks?prefix=%FF"), "prefix")
     assert "UTF-8" in body["detail"]
+    body = problem(api.get("/api/locks?page_size=%FF&cursor=%FE"), 400, "invalid-input")
+    assert set(body["errors"]) == {"page_size", "cursor"}
+
+
+def test_query_parameters_the_api_does_not_read_are_ignored(api: CheckedClient) -> None:
+    assert api.get("/api/locks?utm_source=%FF").status_code == 200
+
+
+# -- 7b. an encoded "/" never reaches another route --------------------------------------
+# Django's test client decodes the path into PATH_INFO, as every WSGI server
+# does; the raw path is given as the server would give it. Under real servers:
+# test_api_servers.py.
+
+
+@pytest.mark.parametrize("key", ["RAW_URI", "REQUEST_URI"])
+def test_an_encoded_slash_is_400_where_the_raw_path_shows_it(api: CheckedClient, key: str) -> None:
+    held = post(api, "/api/locks/R", {"owner": "o", "ttl": 30}).json()
+    for method, path in [
+        ("POST", "/api/locks/a%2Fb"),
+        ("GET", "/api/locks/a%2Fb"),
+        ("DELETE", "/api/locks/a%2Fb"),
+        ("POST", "/api/locks/R%2Frenew"),  # not a renew of R
+        ("POST", "/api/locks/R%2frenew"),
+        ("DELETE", "/api/locks/R%2Frenew"),
+        ("POST", "/api/locks/a%2F"),
+        ("POST", "/api/locks/%2F"),
+    ]:
+        environ: dict[str, Any] = {key: path}
+        response = api.generic(
+            method, path, json.dumps({"owner": "o"}), "application/json", **environ
+        )
+        body = invalid(response, "resource")
+        assert "'/'" in body["detail"] and "%2F" in body["detail"], body
+    lock = DistributedLock.objects.get(resource="R")
+    assert lock.expires_at.isoformat().replace("+00:00", "Z") == held["expires_at"]
+    assert list(DistributedLock.objects.values_list("resource", flat=True)) == ["R"]
+
+
+def test_an_encoded_slash_in_an_absolute_request_target(api: CheckedClient) -> None:
+    path = "/api/locks/R%2Frenew"
+    uri = f"http://testserver{path}?x=1"
+    response = api.generic(
+        "POST", path, json.dumps({"owner": "o"}), "application/json", REQUEST_URI=uri
+    )
+    invalid(response, "resource")
+
+
+def test_a_literal_percent_2f_in_a_name_is_fine(api: CheckedClient) -> None:
+    path = "/api/locks/a%252Fb"  # the name "a%2Fb"
+    response = api.generic(
+        "POST", path, json.dumps({"owner": "o"}), "application/json", RAW_URI=path
+    )
+    assert response.json()["resource"] == "a%2Fb"
+
+
+def test_without_the_raw_path_a_slash_is_a_route_that_does_not_exist(api: CheckedClient) -> None:
+    """Django's runserver (wsgiref) passes no raw path: ``a%2Fb`` and ``a/b``
+    are the same request there, which no route takes (``R%2Frenew`` would be a
+    renew of ``R``: the docs say so)."""
+    body = problem(post(api, "/api/locks/a%2Fb", {"owner": "o"}), 404, "not-found")
+    assert "'/'" in body["detail"]
+    assert not DistributedLock.objects.exists()
 
 
 # -- 8. look-alike names --------------------------------------------------------------

@@ -57,7 +57,10 @@ class RequestTooLarge(exceptions.APIException):
 
 
 class RouteNotFound(exceptions.NotFound):
-    default_detail = _("There is no such route in the lock API.")
+    default_detail = _(
+        "There is no such route in the lock API. A resource cannot contain '/', also not "
+        "percent-encoded as %2F."
+    )
     default_code = "not_found"
 
 

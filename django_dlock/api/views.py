@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from django_dlock.api.encoding import path_is_utf8, query_parameters_not_utf8
+from django_dlock.api.encoding import path_errors, query_parameters_not_utf8
 from django_dlock.api.pagination import LockCursorPagination
 from django_dlock.api.parsers import LockJSONParser
 from django_dlock.api.permissions import filter_resources, may_see_owners
@@ -52,6 +52,14 @@ ACQUIRE_ATTEMPTS = 3
 # The routes that check an owner, and the refusals that count as failed checks.
 OWNER_CHECKED_ACTIONS = {"renew", "release"}
 OWNER_CHECK_FAILURES = (LockNotHeld, LockOwnerMismatch)
+
+# The query parameters the list reads (no other route reads any).
+PREFIX_PARAMETER = "prefix"
+LIST_QUERY_PARAMETERS = (
+    PREFIX_PARAMETER,
+    LockCursorPagination.cursor_query_param,
+    LockCursorPagination.page_size_query_param,
+)
 
 # What OPTIONS shows as the API's description (instead of a docstring's markup).
 DESCRIPTION = (
@@ -106,15 +114,13 @@ class LockViewSet(viewsets.ViewSet):
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
-        if not path_is_utf8(request):
-            raise serializers.ValidationError(
-                {"resource": ["The path is not UTF-8 once percent-decoded."]}
-            )
-        bad = query_parameters_not_utf8(request)
-        if bad:
-            raise serializers.ValidationError(
-                {name: ["Not UTF-8 once percent-decoded."] for name in bad}
-            )
+        refuse_unroutable_path(request)
+        if self.action == "list":
+            bad = query_parameters_not_utf8(request, LIST_QUERY_PARAMETERS)
+            if bad:
+                raise serializers.ValidationError(
+                    {name: ["Not UTF-8 once percent-decoded."] for name in bad}
+                )
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, OWNER_CHECK_FAILURES):
@@ -144,12 +150,12 @@ class LockViewSet(viewsets.ViewSet):
     # -- routes -------------------------------------------------------------------
 
     def list(self, request: Request) -> Response:
-        prefix = request.query_params.get("prefix", "")
+        prefix = request.query_params.get(PREFIX_PARAMETER, "")
         if prefix:
             try:
                 validate_resource_prefix(prefix)
             except DjangoValidationError as error:
-                raise serializers.ValidationError({"prefix": error.messages}) from None
+                raise serializers.ValidationError({PREFIX_PARAMETER: error.messages}) from None
         locks = self._locks().active().with_resource_prefix(prefix)
         locks = filter_resources(request, self, self.get_permissions(), locks)
         paginator = self.pagination_class()
@@ -213,6 +219,15 @@ class LockViewSet(viewsets.ViewSet):
         return Response(status=204)
 
 
+def refuse_unroutable_path(request: Request) -> None:
+    """A 400 naming ``resource`` when the path is not UTF-8 or carries an
+    encoded ``/`` (``django_dlock.api.encoding``), before anything is routed
+    on it."""
+    errors = path_errors(request)
+    if errors:
+        raise serializers.ValidationError({"resource": errors})
+
+
 class RouteNotFoundView(APIView):
     """Any other path under ``locks/``: a 404 problem rather than Django's page."""
 
@@ -223,6 +238,9 @@ class RouteNotFoundView(APIView):
     renderer_classes = [JSONRenderer]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        # "locks/a%2Fb" arrives here as "locks/a/b": where the raw path shows
+        # the client sent one segment, say what is wrong with it.
+        refuse_unroutable_path(request)
         raise RouteNotFound()
 
     def get_exception_handler(self) -> Callable[..., Response | None]:
