@@ -99,6 +99,8 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "django-dlock example",
     "DESCRIPTION": "Distributed locks kept in the database.",
     "VERSION": "0.1.0",
+    # The schema describes the lock API, not the view that serves the schema.
+    "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

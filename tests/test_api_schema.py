@@ -5,14 +5,19 @@ with a Swagger UI page whose assets ship with the install."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("drf_spectacular")
 
+from urllib.parse import parse_qs, urlsplit
+
+from django.contrib.auth.models import User
 from openapi_spec_validator import validate
 
-from tests.api_utils import PROBLEM, run_in_example_project, served_schema
+from django_dlock.api.permissions import SEE_OWNERS_PERMISSION
+from tests.api_utils import PROBLEM, client_for, post, run_in_example_project, served_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 OPERATIONS = {
@@ -104,13 +109,110 @@ def test_throttled_answers_document_retry_after() -> None:
                 assert "Retry-After" in operation["responses"]["429"]["headers"], path
 
 
+def lock_operations() -> list[dict[str, Any]]:
+    return [
+        operation
+        for path, item in served_schema()["paths"].items()
+        if path.startswith("/api/locks")
+        for operation in item.values()
+    ]
+
+
+def test_owner_is_described_as_the_code_decides_who_sees_it() -> None:
+    owner = served_schema()["components"]["schemas"]["Lock"]["properties"]["owner"]
+    assert SEE_OWNERS_PERMISSION in owner["description"]
+    assert "staff users only" not in owner["description"]
+
+
+def test_fencing_tokens_are_64_bit_wherever_they_appear() -> None:
+    components = served_schema()["components"]["schemas"]
+    with_token = [
+        name for name, c in components.items() if "fencing_token" in c.get("properties", {})
+    ]
+    assert sorted(with_token) == ["Acquired", "Lock", "OwnedLock"]
+    for name in with_token:
+        token = components[name]["properties"]["fencing_token"]
+        assert (token["type"], token["format"], token["minimum"]) == ("integer", "int64", 1), name
+
+
+def test_a_page_always_carries_next_and_previous() -> None:
+    page = served_schema()["components"]["schemas"]["PaginatedLockList"]
+    assert sorted(page["required"]) == ["next", "previous", "results"]
+    for link in ("next", "previous"):
+        example = page["properties"][link]["example"]
+        url = urlsplit(example)
+        assert url.scheme == "https" and url.path == "/api/locks", example
+        assert list(parse_qs(url.query)) == ["cursor"], example
+        assert '"' not in example
+
+
+def test_invalid_input_names_every_input_the_api_reads_and_no_other() -> None:
+    """The names under ``errors`` are the path and query parameters of the lock
+    operations, the fields of their bodies, and "body": a new parameter or
+    field without its name there fails here (and every response the API tests
+    see is checked against ``additionalProperties: false``)."""
+    schema = served_schema()
+    components = schema["components"]["schemas"]
+    errors = components["InvalidInputErrors"]
+    assert errors["additionalProperties"] is False
+    problem = components["InvalidInputProblem"]["properties"]["errors"]
+    assert problem["allOf"] == [{"$ref": "#/components/schemas/InvalidInputErrors"}]
+    inputs = {"body"}
+    for operation in lock_operations():
+        inputs |= {p["name"] for p in operation.get("parameters", []) if p["in"] != "header"}
+        body = operation.get("requestBody")
+        if body:
+            ref = body["content"]["application/json"]["schema"]["$ref"]
+            inputs |= set(components[ref.rsplit("/", 1)[-1]]["properties"])
+    assert set(errors["properties"]) == inputs
+    assert "page_size" in inputs
+
+
+@pytest.mark.django_db
+def test_each_name_of_errors_is_one_an_answer_uses() -> None:
+    api = client_for(User.objects.create_user("alice"))
+    answers = [
+        post(api, "/api/locks/a%20b", {}),
+        post(api, "/api/locks/job", {"owner": ""}),
+        post(api, "/api/locks/job", {"ttl": -1}),
+        post(api, "/api/locks/job", [1]),
+        api.get("/api/locks?prefix=a%20b"),
+        api.get("/api/locks?cursor=made-up"),
+        api.get("/api/locks?page_size=0"),
+    ]
+    used = set()
+    for answer in answers:
+        assert answer.status_code == 400, answer.content
+        used |= set(answer.json()["errors"])
+    documented = served_schema()["components"]["schemas"]["InvalidInputErrors"]["properties"]
+    assert used == set(documented)
+
+
+def test_headers_of_the_answers_are_declared() -> None:
+    for operation in lock_operations():
+        responses = operation["responses"]
+        for status, header in [
+            ("401", "WWW-Authenticate"),
+            ("405", "Allow"),
+            ("429", "Retry-After"),
+        ]:
+            assert responses[status]["headers"][header]["required"] is True, (status, header)
+        assert responses["429"]["headers"]["Retry-After"]["schema"]["minimum"] == 1
+    acquire = served_schema()["paths"]["/api/locks/{resource}"]["post"]["responses"]["200"]
+    retry_after = acquire["headers"]["Retry-After"]
+    assert retry_after["schema"] == {"type": "integer", "minimum": 1}
+    assert not retry_after.get("required")  # only with acquired false
+
+
 def test_example_project_serves_schema_and_offline_docs() -> None:
     output = run_in_example_project(
         """
         from django.contrib.staticfiles import finders
         schema = client.get("/api/schema/", HTTP_ACCEPT="application/json")
         assert schema.status_code == 200, schema.status_code
-        assert "/api/locks/{resource}/renew" in schema.json()["paths"]
+        # The lock API, and not the view that serves the schema.
+        paths = sorted(schema.json()["paths"])
+        assert paths == ["/api/locks", "/api/locks/{resource}", "/api/locks/{resource}/renew"], paths
         docs = client.get("/api/docs/")
         assert docs.status_code == 200, docs.status_code
         html = docs.content.decode()

@@ -9,10 +9,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,24 +21,12 @@ from django.contrib.auth.models import User
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
+from tests.api_servers import TEST_APPS, serving
 from tests.api_utils import PROBLEM
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-ROOT = Path(__file__).resolve().parent.parent
 STARTUP_AND_ANSWER = 60  # seconds: the first answer waits for the server to boot
-
-
-def command(server: str, fd: int) -> list[str]:
-    if server == "gunicorn":
-        return [
-            *(sys.executable, "-m", "gunicorn", "--bind", f"fd://{fd}", "--workers", "1"),
-            *("--log-level", "warning", "tests.api_servers:wsgi()"),
-        ]
-    return [
-        *(sys.executable, "-m", "uvicorn", "--fd", str(fd), "--factory", "--lifespan", "off"),
-        *("--log-level", "warning", "tests.api_servers:asgi"),
-    ]
 
 
 class Server:
@@ -69,37 +53,13 @@ class Server:
             client.close()
 
 
-@pytest.fixture(params=["gunicorn", "uvicorn"])
+@pytest.fixture(params=list(TEST_APPS))
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
     token = Token.objects.create(user=User.objects.create_user("alice")).key
-    # The test binds the socket and hands it over: no port to guess, and
-    # connections wait in its backlog until the server is up.
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(16)
-    log = tmp_path / "server.log"
     env = {**os.environ, "DLOCK_SERVER_DATABASE_NAME": str(connection.settings_dict["NAME"])}
-    with log.open("w") as output:
-        process = subprocess.Popen(
-            command(request.param, listener.fileno()),
-            pass_fds=(listener.fileno(),),
-            cwd=ROOT,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        yield Server(listener.getsockname()[1], token)
-    finally:
-        listener.close()
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    assert "Traceback" not in log.read_text(), log.read_text()
+    app = TEST_APPS[request.param]
+    with serving(request.param, app, env, tmp_path / "server.log") as port:
+        yield Server(port, token)
 
 
 def refused(answer: tuple[int, str, Any], field: str = "resource") -> str:

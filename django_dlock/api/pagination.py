@@ -46,6 +46,29 @@ class LockCursorPagination(pagination.CursorPagination):
             )
         return int(raw)
 
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        # DRF's: next and previous are always sent (null at either end), so
+        # required; its example for next ends in a stray quote.
+        url = "https://example.com/api/locks?cursor="
+        link = {"type": "string", "nullable": True, "format": "uri"}
+        return {
+            "type": "object",
+            "required": ["next", "previous", "results"],
+            "properties": {
+                "next": {
+                    **link,
+                    "description": "The next page; null on the last. Follow it as it is.",
+                    "example": f"{url}cD1qb2IlM0E0Mg%3D%3D",
+                },
+                "previous": {
+                    **link,
+                    "description": "The page before; null on the first.",
+                    "example": f"{url}cj0xJnA9am9iJTNBNDM%3D",
+                },
+                "results": schema,
+            },
+        }
+
     def decode_cursor(self, request: Request) -> Any:
         invalid = serializers.ValidationError({self.cursor_query_param: ["Invalid cursor."]})
         try:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.extensions import (
+    OpenApiSerializerExtension,
+    OpenApiSerializerFieldExtension,
+)
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -85,6 +88,20 @@ _USE_THE_LOCK = {
 LINKS = {"locks_acquire": _USE_THE_LOCK, "locks_renew": _USE_THE_LOCK}
 
 
+class InvalidInputErrorsExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+    """``errors`` of an invalid-input problem names no input but those listed."""
+
+    target_class = "django_dlock.api.serializers.InvalidInputErrorsSerializer"
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        # drf-spectacular's own mapping, as its docs show for extensions.
+        schema: dict[str, Any] = auto_schema._map_serializer(
+            self.target, direction, bypass_extensions=True
+        )
+        schema["additionalProperties"] = False
+        return schema
+
+
 class TtlFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
     target_class = "django_dlock.api.serializers.TtlField"
 
@@ -145,19 +162,39 @@ CURSOR = OpenApiParameter(
 )
 RETRY_AFTER = OpenApiParameter(
     "Retry-After",
-    OpenApiTypes.INT,
+    {"type": "integer", "minimum": 1},
     OpenApiParameter.HEADER,
     response=[200],
     description="With acquired false: whole seconds until the holder's lock expires "
     "(rounded up, by the database's clock).",
 )
-THROTTLED_RETRY_AFTER = OpenApiParameter(
-    "Retry-After",
-    {"type": "integer", "minimum": 1},
-    OpenApiParameter.HEADER,
-    response=[429],
-    description="Whole seconds until the throttle lets the next call through.",
-)
+# Headers of the answers every operation can give.
+COMMON_HEADERS = [
+    OpenApiParameter(
+        "Retry-After",
+        {"type": "integer", "minimum": 1},
+        OpenApiParameter.HEADER,
+        response=[429],
+        required=True,
+        description="Whole seconds until the throttle lets the next call through.",
+    ),
+    OpenApiParameter(
+        "WWW-Authenticate",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        response=[401],
+        required=True,
+        description="The authentication scheme to use, e.g. `Token`.",
+    ),
+    OpenApiParameter(
+        "Allow",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        response=[405],
+        required=True,
+        description="The methods the route takes, e.g. `GET, POST, DELETE, OPTIONS`.",
+    ),
+]
 
 
 def _problem(description: str, slugs: list[str], invalid: bool = False) -> OpenApiResponse:
@@ -171,8 +208,8 @@ def _problem(description: str, slugs: list[str], invalid: bool = False) -> OpenA
 def _problems(*statuses: int) -> dict[Any, Any]:
     known = {
         400: _problem(
-            "Invalid input: resource, owner, ttl, prefix, cursor or a malformed body; "
-            "`errors` names the fields.",
+            "Invalid input: the resource, a field of the body, a query parameter, or a "
+            "malformed body; `errors` names each.",
             ["invalid-input"],
             invalid=True,
         ),
@@ -217,7 +254,7 @@ def document(viewset: type) -> None:
             "see. `owner` is shown only to users with the `django_dlock.change_distributedlock` "
             "permission.",
             tags=[TAG],
-            parameters=[PREFIX, CURSOR, PAGE_SIZE, THROTTLED_RETRY_AFTER],
+            parameters=[PREFIX, CURSOR, PAGE_SIZE, *COMMON_HEADERS],
             responses={
                 **_json(200, LockSerializer(many=True)),
                 **_problems(400),
@@ -229,7 +266,7 @@ def document(viewset: type) -> None:
             description="The lock on `resource` if one is held now. `owner` is shown only to "
             "users with the `django_dlock.change_distributedlock` permission.",
             tags=[TAG],
-            parameters=[RESOURCE, THROTTLED_RETRY_AFTER],
+            parameters=[RESOURCE, *COMMON_HEADERS],
             responses={
                 **_json(200, LockSerializer),
                 **_problems(400),
@@ -247,7 +284,7 @@ def document(viewset: type) -> None:
             "The owner that holds it gets it again with a new `expires_at` and the same "
             "fencing token. Without `owner` a random 128-bit token is generated and returned.",
             tags=[TAG],
-            parameters=[RESOURCE, RETRY_AFTER, THROTTLED_RETRY_AFTER],
+            parameters=[RESOURCE, RETRY_AFTER, *COMMON_HEADERS],
             request=AcquireRequestSerializer,
             responses={
                 **_json(
@@ -271,7 +308,7 @@ def document(viewset: type) -> None:
             summary="Renew a lock",
             description="Extends the lock that `owner` validly holds to `ttl` seconds from now.",
             tags=[TAG],
-            parameters=[RESOURCE, THROTTLED_RETRY_AFTER],
+            parameters=[RESOURCE, *COMMON_HEADERS],
             request=RenewRequestSerializer,
             responses={
                 **_json(200, OwnedLockSerializer),
@@ -290,7 +327,7 @@ def document(viewset: type) -> None:
             summary="Release a lock",
             description="Gives up the lock that `owner` holds.",
             tags=[TAG],
-            parameters=[RESOURCE, THROTTLED_RETRY_AFTER],
+            parameters=[RESOURCE, *COMMON_HEADERS],
             request=ReleaseRequestSerializer,
             responses={
                 204: OpenApiResponse(description="Released."),

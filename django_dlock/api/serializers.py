@@ -9,6 +9,7 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
+from django_dlock.api.permissions import SEE_OWNERS_PERMISSION
 from django_dlock.models import DistributedLock
 from django_dlock.validators import MAX_LENGTH, validate_owner, validate_ttl
 
@@ -76,6 +77,9 @@ class ReleaseRequestSerializer(serializers.Serializer[Any]):
 
 
 # -- response bodies ---------------------------------------------------------
+
+# The largest signed 64-bit integer; fencing tokens count up by one per grant.
+MAX_FENCING_TOKEN = 2**63 - 1
 # Plain serializers, written by the views only: their fields are not read-only,
 # so that the schema marks exactly the keys that are always present as required.
 
@@ -87,15 +91,25 @@ class UTCDateTimeField(serializers.DateTimeField):
         super().__init__(default_timezone=datetime.UTC, **kwargs)
 
 
+# The docstrings of the response serializers are the schema's descriptions of
+# their components, which generated clients copy: plain text, no markup.
+
+
 class LockSerializer(serializers.Serializer[DistributedLock]):
-    """A held lock. ``owner`` is left out where the caller may not see it."""
+    """A lock held now. `owner` is left out for callers who may not see owners."""
 
     resource = serializers.CharField()
     owner = serializers.CharField(
-        required=False, help_text="The holder's token: shown to staff users only."
+        required=False,
+        help_text="The holder's token, a secret: knowing it is the right to renew and release. "
+        f"Shown only to users with the `{SEE_OWNERS_PERMISSION}` permission (who may "
+        "force-release locks); left out for everyone else, staff included.",
     )
     fencing_token = serializers.IntegerField(
         min_value=1,
+        # The column is a PositiveBigIntegerField: the bound makes the schema
+        # say int64, so that generators for Java, Go or C# make no 32-bit field.
+        max_value=MAX_FENCING_TOKEN,
         help_text="Larger than every token issued earlier for this resource.",
     )
     acquired_at = UTCDateTimeField(help_text="When the current holder took the lock.")
@@ -135,7 +149,7 @@ class AcquiredSerializer(OwnedLockSerializer):
 
 
 class NotAcquiredSerializer(serializers.Serializer[Any]):
-    """Another owner holds the lock; try again after ``Retry-After`` seconds."""
+    """Another owner holds the lock; try again after `Retry-After` seconds."""
 
     acquired = FlagField(False)
     resource = serializers.CharField()
@@ -147,7 +161,9 @@ class NotAcquiredSerializer(serializers.Serializer[Any]):
 
 
 class ProblemSerializer(serializers.Serializer[Any]):
-    """An RFC 9457 problem (for the schema; the handler writes the bodies)."""
+    """An RFC 9457 problem detail."""
+
+    # For the schema only: problems.problem_exception_handler writes the bodies.
 
     type = serializers.CharField(help_text="A URI naming the kind of problem.")
     title = serializers.CharField()
@@ -155,11 +171,32 @@ class ProblemSerializer(serializers.Serializer[Any]):
     detail = serializers.CharField()
 
 
+def _messages(help_text: str) -> serializers.ListField:
+    return serializers.ListField(child=serializers.CharField(), required=False, help_text=help_text)
+
+
+class InvalidInputErrorsSerializer(serializers.Serializer[Any]):
+    """The offending inputs, each with its messages: the resource of the path, a
+    field of the body, a query parameter of the list, or the body as a whole.
+    No other name appears."""
+
+    # Every name a 400 of the lock API can use; the schema admits no other,
+    # and every response the tests see is checked against it.
+
+    resource = _messages("The resource in the path.")
+    owner = _messages("`owner` of the body.")
+    ttl = _messages("`ttl` of the body.")
+    prefix = _messages("The `prefix` query parameter.")
+    cursor = _messages("The `cursor` query parameter.")
+    page_size = _messages("The `page_size` query parameter.")
+    body = _messages("The body as a whole: malformed JSON, or JSON that is not an object.")
+
+
 class InvalidInputProblemSerializer(ProblemSerializer):
+    """An RFC 9457 problem detail of invalid input: `errors` names what is wrong."""
+
     # A declared field: DRF's metaclass takes it off the class, so it does not
     # hide Serializer.errors at run time.
-    errors = serializers.DictField(  # type: ignore[assignment]
-        child=serializers.ListField(child=serializers.CharField()),
-        help_text='The offending fields ("resource", "owner", "ttl", "prefix", "cursor", '
-        'or "body" for the body as a whole) and their messages.',
+    errors = InvalidInputErrorsSerializer(  # type: ignore[assignment]
+        help_text="The offending fields, each with its messages.",
     )
