@@ -20,7 +20,7 @@ from django_dlock.models import DistributedLock, FencingFloor
 from tests.utils import make_lock
 
 if TYPE_CHECKING:
-    from django_dlock.admin import _ListedLock
+    from django_dlock.admin.locks import _ListedLock
 
 pytestmark = pytest.mark.django_db
 
@@ -67,10 +67,11 @@ def test_changelist_shows_each_column_in_words(admin_client: Client) -> None:
         "resource",
         "owner",
         "status",
-        "acquired_at",
-        "expires_at",
         "time_left",
+        "expires_at",
+        "acquired_at",
         "fencing_token",
+        "waiters",
     ]
     rows = {lock.resource: lock for lock in results(response)}
     assert {name: lock.lock_status for name, lock in rows.items()} == {
@@ -124,17 +125,23 @@ def test_search_by_resource_and_owner(admin_client: Client) -> None:
     assert resources(admin_client.get(CHANGELIST, {"q": "nothing-like-it"})) == []
 
 
-def test_sorted_by_expiry(admin_client: Client) -> None:
+def test_active_locks_first_then_expired_then_released_each_by_expiry(
+    admin_client: Client,
+) -> None:
+    make_lock("released", "worker-r", expires_in=600)
+    DistributedLock.objects.release("released", owner="worker-r")
+    make_lock("expired-long-ago", expires_in=-3000)
     make_lock("b", expires_in=30)
+    make_lock("expired-just-now", expires_in=-30)
     make_lock("a", expires_in=90)
-    make_lock("c", expires_in=-30)
 
     default = admin_client.get(CHANGELIST)
-    assert resources(default) == ["c", "b", "a"]  # soonest expiry first
+    assert resources(default) == ["b", "a", "expired-long-ago", "expired-just-now", "released"]
+    by_expiry = ["a", "b", "released", "expired-just-now", "expired-long-ago"]
     index = column(default, "expires_at")
-    assert resources(admin_client.get(CHANGELIST, {"o": f"-{index}"})) == ["a", "b", "c"]
+    assert resources(admin_client.get(CHANGELIST, {"o": f"-{index}"})) == by_expiry
     index = column(default, "time_left")
-    assert resources(admin_client.get(CHANGELIST, {"o": f"-{index}"})) == ["a", "b", "c"]
+    assert resources(admin_client.get(CHANGELIST, {"o": f"-{index}"})) == by_expiry
 
 
 def test_changelist_query_count_does_not_grow_with_the_rows(admin_client: Client) -> None:

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 from django.contrib.auth.models import User
 from openapi_spec_validator import validate
 
-from django_dlock.api.permissions import SEE_OWNERS_PERMISSION
+from django_dlock.permissions import SEE_OWNERS_PERMISSION
 from tests.api_utils import PROBLEM, client_for, post, run_in_example_project, served_schema
 
 ROOT = Path(__file__).resolve().parent.parent

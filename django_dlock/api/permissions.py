@@ -1,4 +1,4 @@
-"""Who may see owners, and the per-resource hooks of the lock API's permission classes.
+"""The per-resource hooks of the lock API's permission classes.
 
 The viewset calls DRF's object permissions with the resource name (a ``str``)
 on every route that names one, before it touches the database, and filters the
@@ -17,15 +17,6 @@ from rest_framework.request import Request
 if TYPE_CHECKING:
     from django_dlock.managers import DistributedLockQuerySet
     from django_dlock.models import DistributedLock
-
-# The permission that lets an operator force-release any lock in the admin.
-# Knowing an owner is the right to release its lock, so only its holders see owners.
-SEE_OWNERS_PERMISSION = "django_dlock.change_distributedlock"
-
-
-def may_see_owners(request: Request) -> bool:
-    """Whether reads (GET of a lock, the list) show ``owner`` to this user."""
-    return bool(request.user.has_perm(SEE_OWNERS_PERMISSION))
 
 
 def filter_resources(

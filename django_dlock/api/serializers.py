@@ -9,8 +9,8 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
-from django_dlock.api.permissions import SEE_OWNERS_PERMISSION
 from django_dlock.models import DistributedLock
+from django_dlock.permissions import SEE_OWNERS_PERMISSION
 from django_dlock.validators import MAX_LENGTH, validate_owner, validate_ttl
 
 

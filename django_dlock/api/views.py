@@ -22,7 +22,7 @@ from rest_framework.views import APIView
 from django_dlock.api.encoding import path_errors, query_parameters_not_utf8
 from django_dlock.api.pagination import LockCursorPagination
 from django_dlock.api.parsers import LockJSONParser
-from django_dlock.api.permissions import filter_resources, may_see_owners
+from django_dlock.api.permissions import filter_resources
 from django_dlock.api.problems import (
     LockNotFound,
     LockNotHeld,
@@ -43,6 +43,7 @@ from django_dlock.api.throttling import LockCallThrottle, OwnerFailureThrottle
 from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock, ReleaseResult
+from django_dlock.permissions import may_see_owners
 from django_dlock.validators import validate_resource, validate_resource_prefix
 
 # How often acquire is tried again when it lost to a holder that was gone by the
@@ -160,7 +161,7 @@ class LockViewSet(viewsets.ViewSet):
         locks = filter_resources(request, self, self.get_permissions(), locks)
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(locks, request, view=self)
-        data = LockSerializer(page, many=True, show_owner=may_see_owners(request)).data
+        data = LockSerializer(page, many=True, show_owner=may_see_owners(request.user)).data
         return paginator.get_paginated_response(data)
 
     def retrieve(self, request: Request, resource: str) -> Response:
@@ -168,7 +169,7 @@ class LockViewSet(viewsets.ViewSet):
         lock = self._locks().active().filter(resource=resource).first()
         if lock is None:
             raise LockNotFound()
-        return Response(LockSerializer(lock, show_owner=may_see_owners(request)).data)
+        return Response(LockSerializer(lock, show_owner=may_see_owners(request.user)).data)
 
     def acquire(self, request: Request, resource: str) -> Response:
         resource = self._resource()

@@ -1,22 +1,35 @@
-"""A read-only admin for the locks: staff browse them, force-release the
-selected ones and purge the expired ones. Locks are made by code, so there is
-no add form and no edit form.
+"""A read-only admin for the locks: staff browse them with their queued
+waiters, force-release one or the selected ones, and purge the expired ones.
+Locks are made by code, so there is no add form and no edit form.
 
 Whether a lock is active, and how long it has left, is decided by the
-database's clock, never by this server's.
+database's clock, never by this server's. Owners are secrets: only users who
+may see owners (``django_dlock.permissions``, the rule of the HTTP API too)
+see them, or search and sort by them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import Case, CharField, DateTimeField, QuerySet, Value, When
+from django.db.models import (
+    Case,
+    CharField,
+    DateTimeField,
+    Field,
+    IntegerField,
+    OrderBy,
+    QuerySet,
+    Value,
+    When,
+)
 from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -24,9 +37,12 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from django_dlock.backends.clock import DatabaseNow, database_now, time_left
+from django_dlock.admin.waiters import waiter_count, waiter_table
+from django_dlock.admin.words import ACTIVE, EXPIRED, RELEASED, time_left_in_words
+from django_dlock.backends.clock import DatabaseNow, database_now
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock
+from django_dlock.permissions import may_see_owners
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -43,38 +59,26 @@ class _ListAnnotations(TypedDict):
 
     lock_status: str
     database_now: datetime
+    waiter_count: int
 
 
 # A lock as the list shows it (annotated by ``LockAdmin.get_queryset``).
 _ListedLock: TypeAlias = "WithAnnotations[DistributedLock, _ListAnnotations]"
 
-ACTIVE = "active"
-EXPIRED = "expired"
-RELEASED = "released"
+# The list's default order: the locks held now first.
+STATUS_RANK = {ACTIVE: 0, EXPIRED: 1, RELEASED: 2}
+
+OWNER = "owner"
 
 
-def duration_in_words(seconds: float) -> str:
-    """``seconds`` (>= 0) as one rounded-down unit a person reads: "42 s", "3 min", "5 h", "2 d"."""
-    whole = int(seconds)
-    if whole < 60:
-        return gettext("%(count)d s") % {"count": whole}
-    if whole < 60 * 60:
-        return gettext("%(count)d min") % {"count": whole // 60}
-    if whole < 48 * 60 * 60:
-        return gettext("%(count)d h") % {"count": whole // (60 * 60)}
-    return gettext("%(count)d d") % {"count": whole // (24 * 60 * 60)}
-
-
-def time_left_in_words(status: str, expires_at: datetime, now: datetime) -> str:
-    """ "in 42 s", "expired 3 min ago" or "released 5 s ago", from the database time ``now``."""
-    left = time_left(expires_at, now)
-    if status == ACTIVE:
-        return gettext("in %(time)s") % {"time": duration_in_words(max(left, 0))}
-    if -left < 1:  # also when the lock expired between ``now`` and the list's query
-        return gettext("released just now") if status == RELEASED else gettext("expired just now")
-    if status == RELEASED:
-        return gettext("released %(time)s ago") % {"time": duration_in_words(-left)}
-    return gettext("expired %(time)s ago") % {"time": duration_in_words(-left)}
+def by_status(values: Mapping[str, Any], output_field: Field[Any, Any]) -> Case:
+    """``values[status]`` of each lock's status by the database's clock."""
+    return Case(
+        When(owner="", then=Value(values[RELEASED])),
+        When(expires_at__gt=DatabaseNow(), then=Value(values[ACTIVE])),
+        default=Value(values[EXPIRED]),
+        output_field=output_field,
+    )
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -101,27 +105,36 @@ class StatusFilter(admin.SimpleListFilter):
 class LockAdmin(_LockAdminBase):
     list_display = (
         "resource",
-        "owner",
+        OWNER,
+        "status",
+        "time_left",
+        "expires_at",
+        "acquired_at",
+        "fencing_token",
+        "waiters",
+    )
+    list_filter = (StatusFilter,)
+    search_fields = ("resource", OWNER)
+    sortable_by = (
+        "resource",
+        OWNER,
+        "time_left",
+        "expires_at",
+        "acquired_at",
+        "fencing_token",
+        "waiters",
+    )
+    list_per_page = 100
+    fields = (
+        "resource",
+        OWNER,
         "status",
         "acquired_at",
         "expires_at",
         "time_left",
         "fencing_token",
     )
-    list_filter = (StatusFilter,)
-    search_fields = ("resource", "owner")
-    ordering = ("expires_at",)
-    sortable_by = (
-        "resource",
-        "owner",
-        "acquired_at",
-        "expires_at",
-        "time_left",
-        "fencing_token",
-    )
-    list_per_page = 100
-    fields = list_display
-    readonly_fields = list_display
+    readonly_fields = fields
     actions = ["force_release_selected"]
 
     # -- read-only: locks are made by code -----------------------------------
@@ -144,6 +157,26 @@ class LockAdmin(_LockAdminBase):
         """Who may purge expired locks: the model's "delete" permission."""
         return request.user.has_perm(f"{self.opts.app_label}.delete_{self.opts.model_name}")
 
+    # -- owners, for those who may see them -------------------------------------
+
+    def _without_owner(self, request: HttpRequest, names: Sequence[Any]) -> tuple[str, ...]:
+        return tuple(n for n in names if n != OWNER or may_see_owners(request.user))
+
+    def get_list_display(self, request: HttpRequest) -> tuple[str, ...]:
+        return self._without_owner(request, self.list_display)
+
+    def get_search_fields(self, request: HttpRequest) -> tuple[str, ...]:
+        return self._without_owner(request, self.search_fields)
+
+    def get_sortable_by(self, request: HttpRequest) -> tuple[str, ...]:
+        return self._without_owner(request, self.sortable_by)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return self._without_owner(request, self.fields or ())
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        return self.get_fields(request, obj)
+
     # -- the list --------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[DistributedLock]:
@@ -155,15 +188,15 @@ class LockAdmin(_LockAdminBase):
             now = database_now(queryset.db)
             request._dlock_database_now = now  # type: ignore[attr-defined]
         return queryset.annotate(
-            lock_status=Case(
-                When(owner="", then=Value(RELEASED)),
-                When(expires_at__gt=DatabaseNow(), then=Value(ACTIVE)),
-                default=Value(EXPIRED),
-                output_field=CharField(),
-            ),
+            lock_status=by_status({status: status for status in STATUS_RANK}, CharField()),
             # Cast: MySQL sends a bare parameter back as text, not as a datetime.
             database_now=Cast(Value(now, output_field=DateTimeField()), DateTimeField()),
+            waiter_count=waiter_count(queryset.db),
         )
+
+    def get_ordering(self, request: HttpRequest) -> tuple[OrderBy | str, ...]:
+        # Active locks first, each group by expiry (soonest first).
+        return (by_status(STATUS_RANK, IntegerField()).asc(), "expires_at")
 
     @admin.display(description=_("status"))
     def status(self, lock: _ListedLock) -> str:
@@ -178,43 +211,105 @@ class LockAdmin(_LockAdminBase):
     def time_left(self, lock: _ListedLock) -> str:
         return time_left_in_words(lock.lock_status, lock.expires_at, lock.database_now)
 
+    @admin.display(description=_("waiters"), ordering="waiter_count")
+    def waiters(self, lock: _ListedLock) -> int:
+        """Live ``lock()`` waiters queued for the resource."""
+        return lock.waiter_count
+
+    # -- a lock's page -------------------------------------------------------------
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The lock's fields, its queued waiters, and a force-release button."""
+        lock = cast("_ListedLock | None", self.get_object(request, unquote(object_id)))
+        context: dict[str, Any] = {}
+        if lock is not None:
+            context = {
+                "waiters": waiter_table(
+                    lock.resource,
+                    lock.database_now,
+                    using=conf.DATABASE,
+                    show_owners=may_see_owners(request.user),
+                ),
+                "force_release_url": self._url("force_release", quote(lock.pk))
+                if lock.lock_status == ACTIVE and self.has_force_release_permission(request)
+                else None,
+            }
+        return super().change_view(
+            request, object_id, form_url, {**context, **(extra_context or {})}
+        )
+
+    def _url(self, name: str, *args: Any) -> str:
+        """The URL of this admin's view ``name`` (``"changelist"``, ``"change"``...)."""
+        return reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_{name}",
+            args=args,
+            current_app=self.admin_site.name,
+        )
+
+    def force_release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Ask for confirmation, then release this one lock, whoever holds it;
+        back to its page."""
+        if not self.has_force_release_permission(request):
+            raise PermissionDenied
+        lock = cast("_ListedLock | None", self.get_object(request, unquote(object_id)))
+        if lock is None:  # purged meanwhile
+            self.message_user(request, gettext("There is no such lock."), messages.WARNING)
+            return HttpResponseRedirect(self._url("changelist"))
+        if request.method == "POST":
+            self._force_release(request, [lock])
+            return HttpResponseRedirect(self._url("change", quote(lock.pk)))
+        return self._force_release_confirmation(request, [lock], from_action=False)
+
     # -- actions -----------------------------------------------------------------
 
     @admin.action(description=_("Force-release the selected locks"), permissions=["force_release"])
     def force_release_selected(
         self, request: HttpRequest, queryset: QuerySet[_ListedLock]
     ) -> HttpResponse | None:
-        """Ask for confirmation, then release each selected lock whoever holds it.
-
-        Each goes through ``DistributedLock.objects.force_release`` (its own
-        transaction), so the next holder still gets a larger fencing token.
-        """
+        """Ask for confirmation, then release each selected lock whoever holds it."""
         locks = list(queryset.order_by("resource"))
         if request.POST.get("post"):
-            released = 0
-            for lock in locks:
-                if DistributedLock.objects.force_release(lock.resource):
-                    released += 1
-                    # The admin's history of the lock says who released it, and when.
-                    self.log_change(request, lock, gettext("Force-released."))
+            self._force_release(request, locks)
+            return None  # back to the list
+        return self._force_release_confirmation(request, locks, from_action=True)
+
+    def _force_release(self, request: HttpRequest, locks: list[_ListedLock]) -> None:
+        """Release each of ``locks`` through ``DistributedLock.objects.force_release``
+        (its own transaction, so the next holder still gets a larger fencing
+        token), and say how many were released."""
+        released = 0
+        for lock in locks:
+            if DistributedLock.objects.force_release(lock.resource):
+                released += 1
+                # The admin's history of the lock says who released it, and when.
+                self.log_change(request, lock, gettext("Force-released."))
+        self.message_user(
+            request,
+            ngettext("Released %(count)d lock.", "Released %(count)d locks.", released)
+            % {"count": released},
+            messages.SUCCESS,
+        )
+        if not_held := len(locks) - released:
             self.message_user(
                 request,
-                ngettext("Released %(count)d lock.", "Released %(count)d locks.", released)
-                % {"count": released},
-                messages.SUCCESS,
-            )
-            if not_held := len(locks) - released:
-                self.message_user(
-                    request,
-                    ngettext(
-                        "%(count)d selected lock was not held (expired or released already).",
-                        "%(count)d selected locks were not held (expired or released already).",
-                        not_held,
-                    )
-                    % {"count": not_held},
-                    messages.WARNING,
+                ngettext(
+                    "%(count)d selected lock was not held (expired or released already).",
+                    "%(count)d selected locks were not held (expired or released already).",
+                    not_held,
                 )
-            return None  # back to the list
+                % {"count": not_held},
+                messages.WARNING,
+            )
+
+    def _force_release_confirmation(
+        self, request: HttpRequest, locks: list[_ListedLock], *, from_action: bool
+    ) -> TemplateResponse:
         context = {
             **self.admin_site.each_context(request),
             "title": gettext("Force-release locks"),
@@ -222,6 +317,7 @@ class LockAdmin(_LockAdminBase):
             "opts": self.opts,
             "locks": locks,
             "active_count": sum(lock.lock_status == ACTIVE for lock in locks),
+            "from_action": from_action,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "media": self.media,
         }
@@ -243,7 +339,12 @@ class LockAdmin(_LockAdminBase):
             _non_atomic(self.admin_site.admin_view(self.purge_view)),
             name="{}_{}_purge".format(*info),
         )
-        return [purge, *urls]
+        force_release = path(
+            "<path:object_id>/force-release/",
+            _non_atomic(self.admin_site.admin_view(self.force_release_view)),
+            name="{}_{}_force_release".format(*info),
+        )
+        return [purge, force_release, *urls]
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
@@ -259,10 +360,7 @@ class LockAdmin(_LockAdminBase):
         ``DistributedLock.objects.purge_expired`` (which keeps fencing tokens counting)."""
         if not self.has_purge_permission(request):
             raise PermissionDenied
-        changelist_url = reverse(
-            f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist",
-            current_app=self.admin_site.name,
-        )
+        changelist_url = self._url("changelist")
         if request.method == "POST":
             purged = DistributedLock.objects.purge_expired()
             self.message_user(

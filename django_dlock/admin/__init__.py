@@ -1,0 +1,9 @@
+"""The admin of the locks (``LockAdmin``, registered on import, as Django's
+``admin.autodiscover()`` does)."""
+
+from __future__ import annotations
+
+from django_dlock.admin.locks import LockAdmin, StatusFilter
+from django_dlock.admin.words import duration_in_words, time_left_in_words
+
+__all__ = ["LockAdmin", "StatusFilter", "duration_in_words", "time_left_in_words"]

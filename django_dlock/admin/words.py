@@ -1,0 +1,37 @@
+"""Times as the admin shows them: one rounded-down unit a person reads."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.utils.translation import gettext
+
+from django_dlock.backends.clock import time_left
+
+ACTIVE = "active"
+EXPIRED = "expired"
+RELEASED = "released"
+
+
+def duration_in_words(seconds: float) -> str:
+    """``seconds`` (>= 0) as one rounded-down unit a person reads: "42 s", "3 min", "5 h", "2 d"."""
+    whole = int(seconds)
+    if whole < 60:
+        return gettext("%(count)d s") % {"count": whole}
+    if whole < 60 * 60:
+        return gettext("%(count)d min") % {"count": whole // 60}
+    if whole < 48 * 60 * 60:
+        return gettext("%(count)d h") % {"count": whole // (60 * 60)}
+    return gettext("%(count)d d") % {"count": whole // (24 * 60 * 60)}
+
+
+def time_left_in_words(status: str, expires_at: datetime, now: datetime) -> str:
+    """ "in 42 s", "expired 3 min ago" or "released 5 s ago", from the database time ``now``."""
+    left = time_left(expires_at, now)
+    if status == ACTIVE:
+        return gettext("in %(time)s") % {"time": duration_in_words(max(left, 0))}
+    if -left < 1:  # also when the lock expired between ``now`` and the list's query
+        return gettext("released just now") if status == RELEASED else gettext("expired just now")
+    if status == RELEASED:
+        return gettext("released %(time)s ago") % {"time": duration_in_words(-left)}
+    return gettext("expired %(time)s ago") % {"time": duration_in_words(-left)}
