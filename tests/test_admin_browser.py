@@ -11,13 +11,16 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db.models import DurationField, Value
 
-from django_dlock.models import DistributedLock
+from django_dlock.backends.clock import DatabaseNow
+from django_dlock.models import DistributedLock, LockWaiter
 from tests.utils import make_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -65,21 +68,55 @@ def browser_page(tmp_path: Path) -> Any:
             context.close()
 
 
+# Owners as the API generates them (32 hex digits), and a long one.
+OWNERS = {
+    "report:monthly-2026-05": "cron@web-3.example.com:pid-48211",
+    "job:42": "7f3a9c0e4d11b2c3d5e6f708192a3b4c",
+    "job:43": "1b2c3d4e5f60718293a4b5c6d7e8f901",
+    "billing.nightly": "0e4d11f2a3b4c5d6e7f8091a2b3c4d5e",
+    "job:41": "9c8b7a6f5e4d3c2b1a09f8e7d6c5b4a3",
+}
+
+
 @pytest.fixture
 def staff_and_locks() -> None:
-    """A staff user and locks of every kind, made before the browser starts:
-    Playwright's sync API runs an event loop in this thread, where Django refuses
-    ORM calls (so the test requests this fixture before ``browser_page``)."""
+    """A staff user, locks of every kind and queued waiters, made before the
+    browser starts: Playwright's sync API runs an event loop in this thread,
+    where Django refuses ORM calls (so the test requests this fixture before
+    ``browser_page``)."""
     User.objects.create_user("operator", password=PASSWORD, is_staff=True, is_superuser=True)
-    make_lock("report:monthly-2026-05", "cron-host-1", expires_in=42.5)
-    make_lock("job:42", "worker-7f3a9c", expires_in=25 * 60 + 30)
-    make_lock("job:43", "worker-1b2c3d", expires_in=3 * 3600 + 60)
-    make_lock("billing.nightly", "worker-0e4d11", expires_in=-(3 * 60 + 5))
-    make_lock("job:41", "worker-7f3a9c")
-    DistributedLock.objects.release("job:41", owner="worker-7f3a9c")
+    make_lock("report:monthly-2026-05", OWNERS["report:monthly-2026-05"], expires_in=42.5)
+    make_lock("job:42", OWNERS["job:42"], expires_in=25 * 60 + 30)
+    make_lock("job:43", OWNERS["job:43"], expires_in=3 * 3600 + 60)
+    make_lock("billing.nightly", OWNERS["billing.nightly"], expires_in=-(3 * 60 + 5))
+    make_lock("job:41", OWNERS["job:41"])
+    DistributedLock.objects.release("job:41", owner=OWNERS["job:41"])
     # Tokens as a lock table that has been in use a while shows them.
-    for resource, token in [("report:monthly-2026-05", 12), ("job:42", 7), ("billing.nightly", 41)]:
+    for resource, token in [
+        ("report:monthly-2026-05", 12),
+        ("job:42", 7),
+        ("job:43", 9_007_199_254_740_993),
+        ("billing.nightly", 41),
+    ]:
         DistributedLock.objects.filter(resource=resource).update(fencing_token=token)
+    # Two lock() calls wait for job:43, one for job:42 (tickets live for the
+    # test). The heads poll: a release hands the lock to a head that listens
+    # (on SQLite), and these waiters have no process to take it.
+    for resource, owner, ttl, channel in [
+        ("job:43", "a1b2c3d4e5f60718293a4b5c6d7e8f90", 60, ""),
+        ("job:43", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", 600, "dlock_4121"),
+        ("job:42", "5e6f708192a3b4c5d6e7f8091a2b3c4d", 30, ""),
+    ]:
+        waiter = LockWaiter.objects.create(
+            resource=resource,
+            owner=owner,
+            expires_at=DatabaseNow(),
+            ttl=timedelta(seconds=ttl),
+            channel=channel,
+        )
+        LockWaiter.objects.filter(pk=waiter.pk).update(
+            expires_at=DatabaseNow() + Value(timedelta(minutes=10), output_field=DurationField())
+        )
 
 
 def screenshot(page: Any, name: str) -> Path:
@@ -89,36 +126,66 @@ def screenshot(page: Any, name: str) -> Path:
     return path
 
 
-def test_staff_filters_and_force_releases_in_a_browser(
-    live_server: Any, staff_and_locks: None, browser_page: Any
-) -> None:
-    page = browser_page
+def log_in(page: Any, live_server: Any) -> str:
+    """Log in as the operator; return the changelist's URL (where it lands)."""
     changelist = f"{live_server.url}/admin/django_dlock/distributedlock/"
-
-    # Log in as staff.
     page.goto(f"{live_server.url}/admin/login/?next=/admin/django_dlock/distributedlock/")
     page.fill("input[name=username]", "operator")
     page.fill("input[name=password]", PASSWORD)
     page.click("input[type=submit]")
     page.wait_for_url(changelist)
-    page.click("#toggle-nav-sidebar")  # room for every column
+    return changelist
+
+
+def assert_fits_the_screen(page: Any) -> None:
+    """Every column of the list is on the 1400 px screen, the admin's sidebar
+    open: the list does not scroll sideways, and no header ends past the edge."""
+    assert page.is_visible("#nav-sidebar")
+    overflow = page.evaluate(
+        "() => { const r = document.querySelector('.results');"
+        " return r.scrollWidth - r.clientWidth; }"
+    )
+    assert overflow <= 0, f"the list scrolls sideways by {overflow} px"
+    width = page.viewport_size["width"]
+    for header in page.locator("#result_list thead th").all():
+        box = header.bounding_box()
+        assert box["x"] + box["width"] <= width, header.inner_text()
+
+
+def test_staff_browse_filter_and_force_release_in_a_browser(
+    live_server: Any, staff_and_locks: None, browser_page: Any
+) -> None:
+    page = browser_page
+    changelist = log_in(page, live_server)
     rows = page.locator("#result_list tbody tr")
     assert rows.count() == 5
+    assert_fits_the_screen(page)
     screenshot(page, "changelist")
+
+    # Active locks first (soonest expiry first), then expired, then released.
+    assert rows.locator("th.field-resource").all_inner_texts() == [
+        "report:monthly-2026-05",
+        "job:42",
+        "job:43",
+        "billing.nightly",
+        "job:41",
+    ]
     time_left = rows.locator("td.field-time_left").all_inner_texts()
-    assert len([text for text in time_left if re.fullmatch(r"in [34]\d s", text)]) == 1
-    assert "expired 3 min ago" in time_left
-    assert (
-        len([text for text in time_left if re.fullmatch(r"released (\d s ago|just now)", text)])
-        == 1
-    )
+    assert re.fullmatch(r"in [34]\d s", time_left[0]), time_left
+    assert time_left[1:4] == ["in 25 min", "in 3 h", "expired 3 min ago"]
+    assert re.fullmatch(r"released (\d s ago|just now)", time_left[4]), time_left
+    assert rows.locator("td.field-waiters").all_inner_texts() == ["0", "1", "2", "0", "0"]
+    # An owner cut short to fit is whole in its tooltip.
+    owner = rows.nth(1).locator(".dlock-owner")
+    assert owner.get_attribute("title") == OWNERS["job:42"]
+    assert owner.evaluate("e => e.scrollWidth > e.clientWidth")  # shown cut short
 
     # Filter: active only.
     page.locator("#changelist-filter").get_by_role("link", name="Active", exact=True).click()
     page.wait_for_url(f"{changelist}?status=active")
     assert rows.count() == 3
     resources = rows.locator("th.field-resource").all_inner_texts()
-    assert sorted(resources) == ["job:42", "job:43", "report:monthly-2026-05"]
+    assert resources == ["report:monthly-2026-05", "job:42", "job:43"]
 
     # Force-release two of them, through the confirmation page.
     for resource in ("job:42", "report:monthly-2026-05"):
@@ -134,8 +201,41 @@ def test_staff_filters_and_force_releases_in_a_browser(
     assert rows.locator("th.field-resource").all_inner_texts() == ["job:43"]
     screenshot(page, "force-released")
 
-    # The whole list again, for the README.
-    page.goto(changelist)
-    assert rows.count() == 5
+
+def test_a_locks_page_shows_its_waiters_and_force_releases_it_in_a_browser(
+    live_server: Any, staff_and_locks: None, browser_page: Any
+) -> None:
+    page = browser_page
+    log_in(page, live_server)
+    # The whole list, for the docs (docs/admin.png is a copy of it).
     path = screenshot(page, "list")
     assert path.stat().st_size > 10_000
+
+    page.locator("#result_list").get_by_role("link", name="job:43", exact=True).click()
+    page.wait_for_selector("body.change-form")
+    waiters = page.locator("#waiters table")
+    assert [text.lower() for text in waiters.locator("thead th").all_inner_texts()] == [
+        "position",
+        "owner",
+        "will hold it for",
+        "woken",
+        "ticket expires",
+    ]
+    cells = [row.locator("td").all_inner_texts() for row in waiters.locator("tbody tr").all()]
+    assert [row[:4] for row in cells] == [
+        ["1", "a1b2c3d4e5f60718293a4b5c6d7e8f90", "1 min", "polls"],
+        ["2", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", "10 min", "told by the release"],
+    ]
+    screenshot(page, "lock")
+
+    # The force-release button, its confirmation, and back on the lock's page.
+    page.click("a.force-release-link")
+    page.wait_for_selector("body.force-release-confirmation")
+    assert "Release the lock on job:43, whoever holds it?" in page.inner_text("#content")
+    page.click("input[type=submit][value='Yes, release it']")
+    page.wait_for_selector("ul.messagelist")
+    assert page.inner_text("ul.messagelist") == "Released 1 lock."
+    assert page.locator("body.change-form").count() == 1
+    assert page.locator("a.force-release-link").count() == 0  # nothing left to release
+    assert page.locator("div.field-status div.readonly").inner_text() == "released"
+    screenshot(page, "lock-released")
