@@ -77,6 +77,9 @@ OWNERS = {
     "job:41": "9c8b7a6f5e4d3c2b1a09f8e7d6c5b4a3",
 }
 
+# Owners of the lock() calls queued for job:43.
+OWNERS_WAITING = ["a1b2c3d4e5f60718293a4b5c6d7e8f90", "0f1e2d3c4b5a69788796a5b4c3d2e1f0"]
+
 
 @pytest.fixture
 def staff_and_locks() -> None:
@@ -102,10 +105,10 @@ def staff_and_locks() -> None:
     # Two lock() calls wait for job:43, one for job:42 (tickets live for the
     # test). The heads poll: a release hands the lock to a head that listens
     # (on SQLite), and these waiters have no process to take it.
-    for resource, owner, ttl, channel in [
-        ("job:43", "a1b2c3d4e5f60718293a4b5c6d7e8f90", 60, ""),
-        ("job:43", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", 600, "dlock_4121"),
-        ("job:42", "5e6f708192a3b4c5d6e7f8091a2b3c4d", 30, ""),
+    for resource, owner, ttl, channel, label in [
+        ("job:43", OWNERS_WAITING[0], 60, "", "web-3 pid 4121"),
+        ("job:43", OWNERS_WAITING[1], 600, "dlock_4122", ""),
+        ("job:42", "5e6f708192a3b4c5d6e7f8091a2b3c4d", 30, "", ""),
     ]:
         waiter = LockWaiter.objects.create(
             resource=resource,
@@ -113,6 +116,7 @@ def staff_and_locks() -> None:
             expires_at=DatabaseNow(),
             ttl=timedelta(seconds=ttl),
             channel=channel,
+            label=label,
         )
         LockWaiter.objects.filter(pk=waiter.pk).update(
             expires_at=DatabaseNow() + Value(timedelta(minutes=10), output_field=DurationField())
@@ -216,15 +220,17 @@ def test_a_locks_page_shows_its_waiters_and_force_releases_it_in_a_browser(
     waiters = page.locator("#waiters table")
     assert [text.lower() for text in waiters.locator("thead th").all_inner_texts()] == [
         "position",
+        "label",
         "owner",
+        "asks for",
         "will hold it for",
         "woken",
         "ticket expires",
     ]
     cells = [row.locator("td").all_inner_texts() for row in waiters.locator("tbody tr").all()]
-    assert [row[:4] for row in cells] == [
-        ["1", "a1b2c3d4e5f60718293a4b5c6d7e8f90", "1 min", "polls"],
-        ["2", "0f1e2d3c4b5a69788796a5b4c3d2e1f0", "10 min", "told by the release"],
+    assert [row[:6] for row in cells] == [
+        ["1", "web-3 pid 4121", OWNERS_WAITING[0], "exclusive", "1 min", "polls"],
+        ["2", "—", OWNERS_WAITING[1], "exclusive", "10 min", "told by the release"],
     ]
     screenshot(page, "lock")
 

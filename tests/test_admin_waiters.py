@@ -37,7 +37,14 @@ def force_release_url(lock: DistributedLock) -> str:
     return reverse("admin:django_dlock_distributedlock_force_release", args=[lock.pk])
 
 
-def queue(resource: str, owner: str, *, alive_for: float = 5, ttl: float | None = 30) -> None:
+def queue(
+    resource: str,
+    owner: str,
+    *,
+    alive_for: float = 5,
+    ttl: float | None = 30,
+    **fields: Any,
+) -> None:
     """A waiter's ticket, live for ``alive_for`` seconds by the database's clock
     (negative: a crashed waiter's, expired that long ago)."""
     waiter = LockWaiter.objects.create(
@@ -45,6 +52,7 @@ def queue(resource: str, owner: str, *, alive_for: float = 5, ttl: float | None 
         owner=owner,
         expires_at=DatabaseNow(),
         ttl=None if ttl is None else timedelta(seconds=ttl),
+        **fields,
     )
     LockWaiter.objects.filter(pk=waiter.pk).update(
         expires_at=DatabaseNow() + Value(timedelta(seconds=alive_for), output_field=DurationField())
@@ -106,10 +114,10 @@ def test_view_only_staff_see_no_owners_and_cannot_search_by_them(viewer: Client)
 @pytest.mark.django_db
 def test_a_locks_page_lists_its_queue_in_order(admin_client: Client) -> None:
     lock = make_lock("job:busy")
-    queue("job:busy", "first", ttl=30)
+    queue("job:busy", "first", ttl=30, label="web-3 pid 4121")
     queue("job:busy", "crashed", alive_for=-5)
-    queue("job:busy", "second", ttl=7200, alive_for=3)
-    queue("job:busy", "third", ttl=None)
+    queue("job:busy", "second", ttl=7200, alive_for=3, mode="shared")
+    queue("job:busy", "third", ttl=None, mode="shared", limit=4)
     queue("job:other", "elsewhere")
 
     response = admin_client.get(change_url(lock))
@@ -122,6 +130,8 @@ def test_a_locks_page_lists_its_queue_in_order(admin_client: Client) -> None:
         ("3", "third"),
     ]
     assert [row["will hold it for"] for row in rows] == ["30 s", "2 h", "—"]
+    assert [row["label"] for row in rows] == ["web-3 pid 4121", "—", "—"]
+    assert [row["asks for"] for row in rows] == ["exclusive", "shared", "semaphore of 4"]
     assert rows[1]["ticket expires"] in ("in 2 s", "in 3 s")
     html = response.content.decode()
     assert 'id="waiters"' in html and "second" in html and "crashed" not in html
@@ -254,3 +264,49 @@ def test_the_page_shows_processes_waiting_in_lock(admin_client: Client) -> None:
     tokens = waiting["result"]
     assert len(set(tokens)) == 2 and min(tokens) > lock.fencing_token
     assert waiters_on_page(admin_client.get(change_url(lock))) == []
+
+
+@pytest.mark.django_db
+def test_each_kind_of_lock_says_what_it_is(admin_client: Client) -> None:
+    manager = DistributedLock.objects
+    assert manager.acquire("doc:7", owner="reader-1", ttl=30, shared=True)
+    assert manager.acquire("doc:7", owner="reader-2", ttl=30, shared=True)
+    assert manager.acquire("gpu", owner="job-1", ttl=30, limit=4)
+    assert manager.acquire("r", owner="w1", ttl=30, reentrant=True)
+    assert manager.acquire("r", owner="w1", ttl=30, reentrant=True)
+    assert manager.acquire("plain", owner="w2", ttl=30, label="web-3 pid 4121")
+
+    response = admin_client.get(CHANGELIST)
+
+    owners = {
+        lock.resource: admin_client_display(response, lock, "owner_token")
+        for lock in response.context["cl"].result_list
+    }
+    assert owners["doc:7"] == owners["gpu"] == "shared holders"  # each holder has its own
+    assert "w2" in owners["plain"]
+    kinds = {
+        resource: admin_client.get(change_url(manager.get(resource=resource))).context["adminform"]
+        for resource in ("doc:7", "gpu", "r", "plain")
+    }
+    shown = {
+        resource: {
+            field.field["name"]: field.contents()
+            for fieldset in form
+            for line in fieldset
+            for field in line
+        }
+        for resource, form in kinds.items()
+    }
+    assert {resource: fields["kind"] for resource, fields in shown.items()} == {
+        "doc:7": "shared",
+        "gpu": "semaphore of 4",
+        "r": "exclusive, held 2 times",
+        "plain": "exclusive",
+    }
+    assert shown["plain"]["label"] == "web-3 pid 4121"
+
+
+def admin_client_display(response: Any, lock: DistributedLock, name: str) -> str:
+    """What the list's column ``name`` shows for ``lock``."""
+    model_admin = response.context["cl"].model_admin
+    return str(getattr(model_admin, name)(lock))

@@ -10,15 +10,14 @@ see them, or search and sort by them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import (
     Case,
     CharField,
@@ -32,15 +31,22 @@ from django.db.models import (
 from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils.formats import localize
 from django.utils.html import format_html
 from django.utils.timezone import localtime
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from django_dlock.admin.purge import PurgeAdmin, non_atomic
 from django_dlock.admin.waiters import waiter_count, waiter_table
-from django_dlock.admin.words import ACTIVE, EXPIRED, RELEASED, time_left_in_words
+from django_dlock.admin.words import (
+    ACTIVE,
+    EXPIRED,
+    RELEASED,
+    kind_in_words,
+    time_left_in_words,
+)
 from django_dlock.backends.clock import DatabaseNow, database_now
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock
@@ -50,10 +56,6 @@ if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
     from django_dlock.managers import DistributedLockQuerySet
-
-    _LockAdminBase = admin.ModelAdmin[DistributedLock]
-else:
-    _LockAdminBase = admin.ModelAdmin
 
 
 class _ListAnnotations(TypedDict):
@@ -106,7 +108,7 @@ class StatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(DistributedLock)
-class LockAdmin(_LockAdminBase):
+class LockAdmin(PurgeAdmin):
     # Narrow enough for a 1400 px screen with the admin's sidebar open. The
     # time left says "expired" and "released" too, so the status has no column
     # (it has a filter), and the exact expiry is its tooltip; a lock's page
@@ -120,7 +122,9 @@ class LockAdmin(_LockAdminBase):
     list_per_page = 100
     fields = (
         "resource",
-        OWNER,
+        "label",
+        OWNER_COLUMN,
+        "kind",
         "status",
         "acquired_at",
         "expires_at",
@@ -145,10 +149,6 @@ class LockAdmin(_LockAdminBase):
     def has_force_release_permission(self, request: HttpRequest) -> bool:
         """Who may release other owners' locks: the model's "change" permission."""
         return request.user.has_perm(f"{self.opts.app_label}.change_{self.opts.model_name}")
-
-    def has_purge_permission(self, request: HttpRequest) -> bool:
-        """Who may purge expired locks: the model's "delete" permission."""
-        return request.user.has_perm(f"{self.opts.app_label}.delete_{self.opts.model_name}")
 
     # -- owners, for those who may see them -------------------------------------
 
@@ -202,7 +202,13 @@ class LockAdmin(_LockAdminBase):
     def owner_token(self, lock: _ListedLock) -> str:
         if lock.is_released:
             return self.get_empty_value_display()
+        if lock.is_shared:  # its holders each have an owner of their own
+            return gettext("shared holders")
         return format_html('<span class="dlock-owner" title="{}">{}</span>', lock.owner, lock.owner)
+
+    @admin.display(description=_("kind"))
+    def kind(self, lock: _ListedLock) -> str:
+        return kind_in_words(lock.mode, lock.limit, lock.hold_count)
 
     @admin.display(description=_("time left"), ordering="expires_at")
     def time_left(self, lock: _ListedLock) -> str:
@@ -237,20 +243,12 @@ class LockAdmin(_LockAdminBase):
                     using=conf.DATABASE,
                     show_owners=may_see_owners(request.user),
                 ),
-                "force_release_url": self._url("force_release", quote(lock.pk))
+                "force_release_url": self.admin_url("force_release", quote(lock.pk))
                 if lock.lock_status == ACTIVE and self.has_force_release_permission(request)
                 else None,
             }
         return super().change_view(
             request, object_id, form_url, {**context, **(extra_context or {})}
-        )
-
-    def _url(self, name: str, *args: Any) -> str:
-        """The URL of this admin's view ``name`` (``"changelist"``, ``"change"``...)."""
-        return reverse(
-            f"admin:{self.opts.app_label}_{self.opts.model_name}_{name}",
-            args=args,
-            current_app=self.admin_site.name,
         )
 
     def force_release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -261,10 +259,10 @@ class LockAdmin(_LockAdminBase):
         lock = cast("_ListedLock | None", self.get_object(request, unquote(object_id)))
         if lock is None:  # purged meanwhile
             self.message_user(request, gettext("There is no such lock."), messages.WARNING)
-            return HttpResponseRedirect(self._url("changelist"))
+            return HttpResponseRedirect(self.admin_url("changelist"))
         if request.method == "POST":
             self._force_release(request, [lock])
-            return HttpResponseRedirect(self._url("change", quote(lock.pk)))
+            return HttpResponseRedirect(self.admin_url("change", quote(lock.pk)))
         return self._force_release_confirmation(request, [lock], from_action=False)
 
     # -- actions -----------------------------------------------------------------
@@ -327,71 +325,15 @@ class LockAdmin(_LockAdminBase):
             request, "admin/django_dlock/distributedlock/force_release_confirmation.html", context
         )
 
-    # -- purge -------------------------------------------------------------------
-
     def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
         urls = super().get_urls()
         for pattern in urls:
             if pattern.name == "{}_{}_changelist".format(*info):
-                _non_atomic(pattern.callback)  # force-release runs lock operations
-        purge = path(
-            "purge/",
-            _non_atomic(self.admin_site.admin_view(self.purge_view)),
-            name="{}_{}_purge".format(*info),
-        )
+                non_atomic(pattern.callback)  # force-release runs lock operations
         force_release = path(
             "<path:object_id>/force-release/",
-            _non_atomic(self.admin_site.admin_view(self.force_release_view)),
+            non_atomic(self.admin_site.admin_view(self.force_release_view)),
             name="{}_{}_force_release".format(*info),
         )
-        return [purge, force_release, *urls]
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        extra_context = {
-            **(extra_context or {}),
-            "has_purge_permission": self.has_purge_permission(request),
-        }
-        return super().changelist_view(request, extra_context)
-
-    def purge_view(self, request: HttpRequest) -> HttpResponse:
-        """Ask for confirmation, then delete every expired lock in batches through
-        ``DistributedLock.objects.purge_expired`` (which keeps fencing tokens counting)."""
-        if not self.has_purge_permission(request):
-            raise PermissionDenied
-        changelist_url = self._url("changelist")
-        if request.method == "POST":
-            purged = DistributedLock.objects.purge_expired()
-            self.message_user(
-                request,
-                ngettext(
-                    "Purged %(count)d expired lock.", "Purged %(count)d expired locks.", purged
-                )
-                % {"count": purged},
-                messages.SUCCESS,
-            )
-            return HttpResponseRedirect(changelist_url)
-        context = {
-            **self.admin_site.each_context(request),
-            "title": gettext("Purge expired locks"),
-            "subtitle": None,
-            "opts": self.opts,
-            "expired_count": DistributedLock.objects.using(conf.DATABASE).expired().count(),
-            "changelist_url": changelist_url,
-            "media": self.media,
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(
-            request, "admin/django_dlock/distributedlock/purge_confirmation.html", context
-        )
-
-
-_View = TypeVar("_View", bound=Callable[..., Any])
-
-
-def _non_atomic(view: _View) -> _View:
-    """Keep ``view`` out of ``ATOMIC_REQUESTS`` on the locks' database: a lock
-    operation refuses to run inside a transaction the caller has open."""
-    return transaction.non_atomic_requests(using=conf.DATABASE)(view)
+        return [force_release, *urls]

@@ -16,7 +16,12 @@ from django.db.models.functions import Coalesce
 from django.utils.functional import Promise
 from django.utils.translation import gettext, gettext_lazy
 
-from django_dlock.admin.words import ACTIVE, duration_in_words, time_left_in_words
+from django_dlock.admin.words import (
+    ACTIVE,
+    duration_in_words,
+    kind_in_words,
+    time_left_in_words,
+)
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.models import LockWaiter
 
@@ -78,10 +83,15 @@ def _ticket(waiter: QueuedWaiter) -> str:
     return time_left_in_words(ACTIVE, waiter.waiter.expires_at, waiter.now)
 
 
-# The table on a lock's page. The lock kinds add label, queued at and kind here.
+# The table on a lock's page (the model keeps no time of queuing yet).
 COLUMNS = [
     WaiterColumn(gettext_lazy("position"), lambda waiter: str(waiter.position)),
+    WaiterColumn(gettext_lazy("label"), lambda waiter: waiter.waiter.label or "—"),
     WaiterColumn(gettext_lazy("owner"), lambda waiter: waiter.waiter.owner, shows_owner=True),
+    WaiterColumn(
+        gettext_lazy("asks for"),
+        lambda waiter: kind_in_words(waiter.waiter.mode, waiter.waiter.limit),
+    ),
     WaiterColumn(gettext_lazy("will hold it for"), _ttl),
     WaiterColumn(gettext_lazy("woken"), _wake_up),
     WaiterColumn(gettext_lazy("ticket expires"), _ticket),

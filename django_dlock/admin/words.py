@@ -7,6 +7,7 @@ from datetime import datetime
 from django.utils.translation import gettext
 
 from django_dlock.backends.clock import time_left
+from django_dlock.rules import SHARED
 
 ACTIVE = "active"
 EXPIRED = "expired"
@@ -35,3 +36,15 @@ def time_left_in_words(status: str, expires_at: datetime, now: datetime) -> str:
     if status == RELEASED:
         return gettext("released %(time)s ago") % {"time": duration_in_words(-left)}
     return gettext("expired %(time)s ago") % {"time": duration_in_words(-left)}
+
+
+def kind_in_words(mode: str, limit: int | None, hold_count: int = 1) -> str:
+    """What a hold or a waiter is: "exclusive", "exclusive, held 3 times"
+    (reentrant), "shared" (a reader) or "semaphore of 4" (a permit)."""
+    if limit is not None:
+        return gettext("semaphore of %(limit)d") % {"limit": limit}
+    if mode == SHARED:
+        return gettext("shared")
+    if hold_count > 1:
+        return gettext("exclusive, held %(count)d times") % {"count": hold_count}
+    return gettext("exclusive")
