@@ -62,6 +62,10 @@ def anonymous() -> CheckedClient:
     return CheckedClient()
 
 
+# What every lock in an answer says of its kind (CONTRACT.md, "Lock kinds").
+KIND_KEYS = {"mode", "hold_count", "limit", "label"}
+
+
 def as_time(value: str) -> Any:
     parsed = parse_datetime(value)
     assert parsed is not None and value.endswith("Z"), value  # ISO 8601, UTC
@@ -82,6 +86,10 @@ def test_acquire_returns_the_lock(api: CheckedClient) -> None:
         "fencing_token",
         "acquired_at",
         "expires_at",
+        "mode",
+        "hold_count",
+        "limit",
+        "label",
     }
     assert body["acquired"] is True
     assert body["resource"] == "job:42"
@@ -169,7 +177,7 @@ def test_get_returns_the_lock_without_owner_to_users(api: CheckedClient) -> None
     body = response.json()
     assert "owner" not in body
     assert body == {key: acquired[key] for key in body}
-    assert set(body) == {"resource", "fencing_token", "acquired_at", "expires_at"}
+    assert set(body) == {"resource", "fencing_token", "acquired_at", "expires_at", *KIND_KEYS}
 
 
 def test_get_shows_owner_to_operators(api: CheckedClient, operator_api: CheckedClient) -> None:
@@ -196,7 +204,14 @@ def test_renew_extends_the_lock(api: CheckedClient) -> None:
     response = post(api, "/api/locks/job/renew", {"owner": "a", "ttl": 100})
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"resource", "owner", "fencing_token", "acquired_at", "expires_at"}
+    assert set(body) == {
+        "resource",
+        "owner",
+        "fencing_token",
+        "acquired_at",
+        "expires_at",
+        *KIND_KEYS,
+    }
     assert body["owner"] == "a"
     assert body["fencing_token"] == acquired["fencing_token"]
     assert body["acquired_at"] == acquired["acquired_at"]  # renew does not change it

@@ -24,10 +24,10 @@ OPERATIONS = {
     ("/api/locks", "get"): {"200", "400", "401", "403", "404", "405", "406", "429"},
     ("/api/locks/{resource}", "get"): {"200", "400", "401", "403", "404", "405", "406", "429"},
     ("/api/locks/{resource}", "post"): {
-        *("200", "400", "401", "403", "404", "405", "406", "413", "415", "429"),
+        *("200", "400", "401", "403", "404", "405", "406", "409", "413", "415", "429"),
     },
     ("/api/locks/{resource}", "delete"): {
-        *("204", "400", "401", "403", "404", "405", "406", "413", "415", "429"),
+        *("200", "204", "400", "401", "403", "404", "405", "406", "413", "415", "429"),
     },
     ("/api/locks/{resource}/renew", "post"): {
         *("200", "400", "401", "403", "404", "405", "406", "409", "413", "415", "429"),
@@ -75,6 +75,10 @@ def test_bodies_and_parameters_are_documented() -> None:
     assert set(components[body("/api/locks/{resource}", "post")]["properties"]) == {
         "owner",
         "ttl",
+        "reentrant",
+        "shared",
+        "limit",
+        "label",
     }
     assert components[body("/api/locks/{resource}/renew", "post")]["required"] == ["owner"]
     assert components[body("/api/locks/{resource}", "delete")]["required"] == ["owner"]
@@ -129,7 +133,7 @@ def test_fencing_tokens_are_64_bit_wherever_they_appear() -> None:
     with_token = [
         name for name, c in components.items() if "fencing_token" in c.get("properties", {})
     ]
-    assert sorted(with_token) == ["Acquired", "Lock", "OwnedLock"]
+    assert sorted(with_token) == ["Acquired", "Hold", "Lock", "OwnedLock"]
     for name in with_token:
         token = components[name]["properties"]["fencing_token"]
         assert (token["type"], token["format"], token["minimum"]) == ("integer", "int64", 1), name
@@ -175,6 +179,10 @@ def test_each_name_of_errors_is_one_an_answer_uses() -> None:
         post(api, "/api/locks/a%20b", {}),
         post(api, "/api/locks/job", {"owner": ""}),
         post(api, "/api/locks/job", {"ttl": -1}),
+        post(api, "/api/locks/job", {"reentrant": "yes"}),
+        post(api, "/api/locks/job", {"shared": 1}),
+        post(api, "/api/locks/job", {"limit": 0}),
+        post(api, "/api/locks/job", {"label": "a\nb"}),
         post(api, "/api/locks/job", [1]),
         api.get("/api/locks?prefix=a%20b"),
         api.get("/api/locks?cursor=made-up"),

@@ -48,6 +48,15 @@ class LockOwnerMismatch(exceptions.APIException):
     default_code = "lock_owner_mismatch"
 
 
+class KindMismatch(exceptions.APIException):
+    """Acquire refused: the resource is another kind of lock while it has
+    holders (a semaphore, or another limit)."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = _("The resource is another kind of lock while it has holders.")
+    default_code = "kind_mismatch"
+
+
 class RequestTooLarge(exceptions.APIException):
     """The body is over Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
 
@@ -77,6 +86,7 @@ PROBLEM_TYPES: list[tuple[type[exceptions.APIException], str, str]] = [
     (exceptions.MethodNotAllowed, "method-not-allowed", "Method not allowed"),
     (exceptions.NotAcceptable, "not-acceptable", "Not acceptable"),
     (LockNotHeld, "lock-not-held", "Lock not held"),
+    (KindMismatch, "kind-mismatch", "Another kind of lock"),
     (RequestTooLarge, "request-too-large", "Request body too large"),
     (exceptions.UnsupportedMediaType, "unsupported-media-type", "Unsupported media type"),
     (exceptions.Throttled, "throttled", "Too many requests"),

@@ -33,7 +33,7 @@ from django_dlock.api.serializers import (
     RenewRequestSerializer,
 )
 from django_dlock.conf import conf
-from django_dlock.validators import MAX_LENGTH, resource_character_class
+from django_dlock.validators import MAX_LENGTH, MAX_LIMIT, resource_character_class
 
 TAG = "locks"
 
@@ -112,6 +112,13 @@ class TtlFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-unt
             "exclusiveMinimum": True,
             "maximum": conf.MAX_TTL,  # read when the schema is generated
         }
+
+
+class LimitFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
+    target_class = "django_dlock.api.serializers.LimitField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        return {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}
 
 
 class OwnerFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
@@ -280,9 +287,13 @@ def document(viewset: type) -> None:
         acquire=extend_schema(
             operation_id="locks_acquire",
             summary="Acquire a lock",
-            description="Takes the lock unless another owner validly holds it; never waits. "
-            "The owner that holds it gets it again with a new `expires_at` and the same "
-            "fencing token. Without `owner` a random 128-bit token is generated and returned.",
+            description="Takes the lock unless others hold it in a way that excludes this "
+            "call; never waits. Exclusive by default; `shared: true` holds it as one of many "
+            "readers (none beside the exclusive holder, none ahead of a writer queued in "
+            "lock()), `limit: N` as one of at most N permits of a semaphore. The owner that "
+            "holds it gets it again with a new `expires_at` and the same fencing token "
+            "(`reentrant: true`: with one hold more). Without `owner` a random 128-bit token "
+            "is generated and returned.",
             tags=[TAG],
             parameters=[RESOURCE, RETRY_AFTER, *COMMON_HEADERS],
             request=AcquireRequestSerializer,
@@ -296,17 +307,30 @@ def document(viewset: type) -> None:
                     ),
                 ),
                 **_problems(400, 413, 415),
+                (409, PROBLEM_CONTENT_TYPE): _problem(
+                    "The resource is another kind of lock while it has holders (a semaphore "
+                    "where a lock was asked for, a lock where a semaphore was, or another "
+                    "limit).",
+                    ["kind-mismatch"],
+                ),
             },
             examples=[
                 OpenApiExample(
                     "Acquire", value={"owner": "worker-1", "ttl": 30}, request_only=True
                 ),
+                OpenApiExample(
+                    "A reader",
+                    value={"ttl": 30, "shared": True, "label": "report worker 3"},
+                    request_only=True,
+                ),
+                OpenApiExample("A permit", value={"ttl": 30, "limit": 4}, request_only=True),
             ],
         ),
         renew=extend_schema(
             operation_id="locks_renew",
             summary="Renew a lock",
-            description="Extends the lock that `owner` validly holds to `ttl` seconds from now.",
+            description="Extends the hold that `owner` validly has (the lock, or its reader's "
+            "or permit's hold) to `ttl` seconds from now.",
             tags=[TAG],
             parameters=[RESOURCE, *COMMON_HEADERS],
             request=RenewRequestSerializer,
@@ -325,11 +349,19 @@ def document(viewset: type) -> None:
         release=extend_schema(
             operation_id="locks_release",
             summary="Release a lock",
-            description="Gives up the lock that `owner` holds.",
+            description="Gives up the hold that `owner` has: the lock, or its reader's or "
+            "permit's hold. A reentrant hold loses one of its holds: 200 with the hold while "
+            "holds remain, 204 at the last.",
             tags=[TAG],
             parameters=[RESOURCE, *COMMON_HEADERS],
             request=ReleaseRequestSerializer,
             responses={
+                **_json(
+                    200,
+                    OpenApiResponse(
+                        OwnedLockSerializer, description="One hold of several released."
+                    ),
+                ),
                 204: OpenApiResponse(description="Released."),
                 **_problems(400, 413, 415),
                 (403, PROBLEM_CONTENT_TYPE): _problem(

@@ -11,7 +11,14 @@ from rest_framework import serializers
 
 from django_dlock.models import DistributedLock
 from django_dlock.permissions import SEE_OWNERS_PERMISSION
-from django_dlock.validators import MAX_LENGTH, validate_owner, validate_ttl
+from django_dlock.rules import EXCLUSIVE, SHARED
+from django_dlock.validators import (
+    MAX_LENGTH,
+    validate_label,
+    validate_limit,
+    validate_owner,
+    validate_ttl,
+)
 
 
 def _drf_error(error: DjangoValidationError) -> serializers.ValidationError:
@@ -51,6 +58,43 @@ class TtlField(serializers.Field[float, Any, float, Any]):
 # -- request bodies ----------------------------------------------------------
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON ``true`` or ``false``, never a string or a number that reads as one."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            raise serializers.ValidationError("Must be true or false.", code="invalid")
+        return data
+
+
+class LimitField(serializers.Field[int, Any, int, Any]):
+    """A semaphore's number of permits: a JSON integer from 1 to ``MAX_LIMIT``."""
+
+    def to_internal_value(self, data: Any) -> int:
+        try:
+            return validate_limit(data)
+        except DjangoValidationError as error:
+            raise _drf_error(error) from None
+
+    def to_representation(self, value: int) -> int:
+        return value
+
+
+class LabelField(serializers.CharField):
+    """A holder's public name, checked by ``validate_label``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=MAX_LENGTH, trim_whitespace=False, allow_blank=True, **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            raise serializers.ValidationError("A label must be a string.", code="invalid")
+        try:
+            return validate_label(super().to_internal_value(data))
+        except DjangoValidationError as error:
+            raise _drf_error(error) from None
+
+
 class AcquireRequestSerializer(serializers.Serializer[Any]):
     owner = OwnerField(
         required=False,
@@ -61,6 +105,28 @@ class AcquireRequestSerializer(serializers.Serializer[Any]):
         required=False,
         help_text="Seconds until the lock expires by itself: greater than 0, at most "
         "DLOCK_MAX_TTL. Default: DLOCK_DEFAULT_TTL.",
+    )
+    reentrant = StrictBooleanField(
+        required=False,
+        help_text="The owner that holds it already adds a hold (released one at a time) "
+        "rather than only extending it.",
+    )
+    shared = StrictBooleanField(
+        required=False,
+        help_text="Hold it as one of many readers: none beside the exclusive holder, and "
+        "none ahead of a writer queued in lock().",
+    )
+    limit = LimitField(
+        required=False,
+        help_text="Hold one of at most this many permits of a semaphore. While the resource "
+        "has holders, another limit or kind is a 409 kind-mismatch.",
+    )
+    # A declared field: DRF's metaclass takes it off the class, so it does not
+    # hide Field.label at run time.
+    label = LabelField(  # type: ignore[assignment]
+        required=False,
+        help_text="A public name for the holder (shown to everyone who may read the lock; "
+        "unlike the owner, not a secret).",
     )
 
 
@@ -95,8 +161,35 @@ class UTCDateTimeField(serializers.DateTimeField):
 # their components, which generated clients copy: plain text, no markup.
 
 
+class HoldSerializer(serializers.Serializer[Any]):
+    """One hold of a resource: a reader, or a semaphore's permit. `owner` is
+    left out for callers who may not see owners."""
+
+    owner = serializers.CharField(
+        required=False,
+        help_text="The holder's token, a secret: shown only to users with the "
+        f"`{SEE_OWNERS_PERMISSION}` permission.",
+    )
+    label = serializers.CharField(  # type: ignore[assignment]  # a declared field (see above)
+        allow_blank=True, help_text="The holder's public name."
+    )
+    mode = serializers.ChoiceField(choices=[EXCLUSIVE, SHARED])
+    hold_count = serializers.IntegerField(
+        min_value=1, help_text="Its holds: a reentrant holder's count, else 1."
+    )
+    fencing_token = serializers.IntegerField(min_value=1, max_value=2**63 - 1)
+    acquired_at = serializers.DateTimeField(default_timezone=datetime.UTC)
+    expires_at = serializers.DateTimeField(default_timezone=datetime.UTC)
+
+    def __init__(self, *args: Any, show_owner: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not show_owner:
+            self.fields.pop("owner")
+
+
 class LockSerializer(serializers.Serializer[DistributedLock]):
-    """A lock held now. `owner` is left out for callers who may not see owners."""
+    """A lock held now. `owner` is left out for callers who may not see owners,
+    and for a lock its shared holders hold (then `holders` lists them)."""
 
     resource = serializers.CharField()
     owner = serializers.CharField(
@@ -114,11 +207,42 @@ class LockSerializer(serializers.Serializer[DistributedLock]):
     )
     acquired_at = UTCDateTimeField(help_text="When the current holder took the lock.")
     expires_at = UTCDateTimeField(help_text="When the lock expires unless renewed.")
+    mode = serializers.ChoiceField(
+        choices=[EXCLUSIVE, SHARED],
+        help_text="exclusive: one holder; shared: readers, or a semaphore's permits (`limit`).",
+    )
+    hold_count = serializers.IntegerField(
+        min_value=1, help_text="The exclusive holder's holds (reentrant acquisitions add one)."
+    )
+    limit = serializers.IntegerField(
+        allow_null=True, min_value=1, help_text="The semaphore's number of permits, or null."
+    )
+    label = serializers.CharField(  # type: ignore[assignment]  # a declared field (see above)
+        allow_blank=True, help_text="The holder's public name."
+    )
+    holders = HoldSerializer(
+        many=True,
+        required=False,
+        help_text="The valid holds of a shared resource (readers or permits), oldest first.",
+    )
 
     def __init__(self, *args: Any, show_owner: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.show_owner = show_owner
         if not show_owner:
             self.fields.pop("owner")
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        holders = getattr(instance, "shared_holders", None)
+        if getattr(instance, "is_shared", False):
+            data.pop("owner", None)  # its owner marks the shared holders
+            data["holders"] = HoldSerializer(
+                holders or [], many=True, show_owner=self.show_owner
+            ).data
+        else:
+            data.pop("holders", None)
+        return data
 
 
 class OwnedLockSerializer(LockSerializer):
@@ -186,6 +310,10 @@ class InvalidInputErrorsSerializer(serializers.Serializer[Any]):
     resource = _messages("The resource in the path.")
     owner = _messages("`owner` of the body.")
     ttl = _messages("`ttl` of the body.")
+    reentrant = _messages("`reentrant` of the body.")
+    shared = _messages("`shared` of the body.")
+    limit = _messages("`limit` of the body.")
+    label = _messages("`label` of the body.")  # type: ignore[assignment]  # a declared field
     prefix = _messages("The `prefix` query parameter.")
     cursor = _messages("The `cursor` query parameter.")
     page_size = _messages("The `page_size` query parameter.")

@@ -24,6 +24,7 @@ from django_dlock.api.pagination import LockCursorPagination
 from django_dlock.api.parsers import LockJSONParser
 from django_dlock.api.permissions import filter_resources
 from django_dlock.api.problems import (
+    KindMismatch,
     LockNotFound,
     LockNotHeld,
     LockOwnerMismatch,
@@ -42,7 +43,8 @@ from django_dlock.api.serializers import (
 from django_dlock.api.throttling import LockCallThrottle, OwnerFailureThrottle
 from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
-from django_dlock.models import DistributedLock, ReleaseResult
+from django_dlock.exceptions import LockKindMismatch
+from django_dlock.models import DistributedLock, LockHold, ReleaseResult
 from django_dlock.permissions import may_see_owners
 from django_dlock.validators import validate_resource, validate_resource_prefix
 
@@ -161,6 +163,7 @@ class LockViewSet(viewsets.ViewSet):
         locks = filter_resources(request, self, self.get_permissions(), locks)
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(locks, request, view=self)
+        _attach_holders(page or [])
         data = LockSerializer(page, many=True, show_owner=may_see_owners(request.user)).data
         return paginator.get_paginated_response(data)
 
@@ -169,6 +172,9 @@ class LockViewSet(viewsets.ViewSet):
         lock = self._locks().active().filter(resource=resource).first()
         if lock is None:
             raise LockNotFound()
+        _attach_holders([lock])
+        if lock.is_shared and not lock.shared_holders:
+            raise LockNotFound()  # its last holds expired a moment ago
         return Response(LockSerializer(lock, show_owner=may_see_owners(request.user)).data)
 
     def acquire(self, request: Request, resource: str) -> Response:
@@ -177,21 +183,19 @@ class LockViewSet(viewsets.ViewSet):
         if "owner" not in body:
             body["owner"] = None  # the manager generates one with `secrets`
         for _attempt in range(ACQUIRE_ATTEMPTS):
-            lock = DistributedLock.objects.acquire(resource, **body)
+            try:
+                lock = DistributedLock.objects.acquire(resource, **body)
+            except LockKindMismatch as error:
+                raise KindMismatch(str(error)) from None
             if lock is not None:
                 return Response(AcquiredSerializer(lock).data)
-            holder = (
-                self._locks()
-                .filter(resource=resource)
-                .annotate(db_now=DatabaseNow())
-                .values("owner", "expires_at", "db_now")
-                .first()
-            )
-            if holder is not None and holder["owner"] and holder["db_now"] < holder["expires_at"]:
-                wait = time_left(holder["expires_at"], holder["db_now"])
-                data = NotAcquiredSerializer(
-                    {"resource": resource, "expires_at": holder["expires_at"]}
-                ).data
+            holds = DistributedLock.objects.holders(resource)
+            if holds:
+                # The first to expire lets this caller in, at the soonest.
+                expires_at = min(hold.expires_at for hold in holds)
+                now = database_now(conf.DATABASE)
+                wait = max(time_left(expires_at, now), 1)
+                data = NotAcquiredSerializer({"resource": resource, "expires_at": expires_at}).data
                 return Response(data, headers={"Retry-After": str(math.ceil(wait))})
         # Lost to holders that kept leaving just before they could be read.
         now = database_now(conf.DATABASE)
@@ -217,7 +221,30 @@ class LockViewSet(viewsets.ViewSet):
             raise LockNotFound()
         if result is ReleaseResult.FORBIDDEN:
             raise LockOwnerMismatch()
+        if result is ReleaseResult.DECREMENTED:  # holds remain: the hold as it is now
+            holds = DistributedLock.objects.holders(resource)
+            mine = [hold for hold in holds if hold.owner == body["owner"]]
+            if mine:
+                return Response(OwnedLockSerializer(mine[0]).data)
         return Response(status=204)
+
+
+def _attach_holders(locks: Any) -> None:
+    """Give each lock that shared holders hold its ``shared_holders``: one
+    query for all of them."""
+    shared = [lock for lock in locks if lock.is_shared]
+    if not shared:
+        return
+    holds = (
+        LockHold.objects.using(conf.DATABASE)
+        .filter(resource__in=[lock.resource for lock in shared], expires_at__gt=DatabaseNow())
+        .order_by("acquired_at", "id")
+    )
+    by_resource: dict[str, list[LockHold]] = {}
+    for hold in holds:
+        by_resource.setdefault(hold.resource, []).append(hold)
+    for lock in shared:
+        lock.shared_holders = by_resource.get(lock.resource, [])
 
 
 def refuse_unroutable_path(request: Request) -> None:
