@@ -38,6 +38,7 @@ from django.utils.timezone import localtime
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from django_dlock.admin.holders import holder_table
 from django_dlock.admin.purge import PurgeAdmin, non_atomic
 from django_dlock.admin.waiters import waiter_count, waiter_table
 from django_dlock.admin.words import (
@@ -236,7 +237,17 @@ class LockAdmin(PurgeAdmin):
         lock = cast("_ListedLock | None", self.get_object(request, unquote(object_id)))
         context: dict[str, Any] = {}
         if lock is not None:
+            may_force = lock.lock_status == ACTIVE and self.has_force_release_permission(request)
             context = {
+                "holders": holder_table(
+                    lock.resource,
+                    lock.database_now,
+                    using=conf.DATABASE,
+                    show_owners=may_see_owners(request.user),
+                ),
+                "holder_release_url": self.admin_url("force_release", quote(lock.pk))
+                if may_force
+                else None,
                 "waiters": waiter_table(
                     lock.resource,
                     lock.database_now,
@@ -260,6 +271,17 @@ class LockAdmin(PurgeAdmin):
         if lock is None:  # purged meanwhile
             self.message_user(request, gettext("There is no such lock."), messages.WARNING)
             return HttpResponseRedirect(self.admin_url("changelist"))
+        holder = request.POST.get("holder") or request.GET.get("holder")
+        if holder and request.method == "POST":
+            # One holder's hold (a reader's, a permit's), whatever its hold count.
+            if DistributedLock.objects.force_release(lock.resource, owner=holder):
+                self.log_change(request, lock, gettext("Force-released one holder."))
+                self.message_user(request, gettext("Released one holder."), messages.SUCCESS)
+            else:
+                self.message_user(
+                    request, gettext("That holder no longer held the lock."), messages.WARNING
+                )
+            return HttpResponseRedirect(self.admin_url("change", quote(lock.pk)))
         if request.method == "POST":
             self._force_release(request, [lock])
             return HttpResponseRedirect(self.admin_url("change", quote(lock.pk)))
