@@ -121,6 +121,18 @@ class LimitFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-u
         return {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT}
 
 
+class LabelFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
+    target_class = "django_dlock.api.serializers.LabelField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        # No control characters (Unicode Cc) nor line or paragraph separators.
+        return {
+            "type": "string",
+            "maxLength": MAX_LENGTH,
+            "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029]*$",
+        }
+
+
 class OwnerFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
     target_class = "django_dlock.api.serializers.OwnerField"
 
