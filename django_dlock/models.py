@@ -172,6 +172,11 @@ class LockWaiter(models.Model):
     # (null for a lock). Processes of the previous version queue exclusive.
     mode = models.CharField(_("mode"), max_length=9, default=EXCLUSIVE, db_default=EXCLUSIVE)
     limit = models.PositiveIntegerField(_("limit"), null=True, blank=True)
+    # The process id, on the database server, of the waiter's listener
+    # connection (PostgreSQL): while that backend lives, so does the waiter's
+    # process; a ticket whose backend is gone (its process was killed, its host
+    # lost) no longer counts, long before it expires. Null: no such check.
+    listener_pid = models.IntegerField(_("listener pid"), null=True, blank=True)
     # The waiter's public name, shown with the queue.
     label = models.CharField(
         _("label"), max_length=MAX_LENGTH, blank=True, default="", db_default=""

@@ -26,3 +26,12 @@ def take_turns(
             time.sleep(hold)
             turns.append((began, time.monotonic()))
     return turns
+
+
+def wait_for_a_long_time(db: dict[str, Any], resource: str) -> None:
+    """Wait in the queue of ``resource`` (ttl 45, timeout 120), to be killed while queued."""
+    setup_worker(db)
+    from django_dlock import lock
+
+    with lock(resource, ttl=45, timeout=120):
+        time.sleep(60)

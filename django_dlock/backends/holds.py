@@ -16,7 +16,7 @@ from django.db import connections
 from django.db.models import Model, QuerySet
 
 from django_dlock.backends.clock import DatabaseNow, now_plus
-from django_dlock.backends.queue import NO_TICKET
+from django_dlock.backends.queue import NO_TICKET, WaiterQueue
 from django_dlock.backends.results import LockRow
 from django_dlock.backends.statements import row_of
 from django_dlock.django_private import Converters, compile_expression, compile_select
@@ -25,11 +25,11 @@ from django_dlock.rules import EXCLUSIVE
 _PLACEHOLDER = "django-dlock:placeholder"
 
 
-class HoldStatements:
-    """The SQL of one alias's shared holds (a ``LockBackend`` mixes it in)."""
+class HoldStatements(WaiterQueue):
+    """The SQL of one alias's shared holds (a ``LockBackend`` mixes it in); who
+    is admitted depends on who queues (``WaiterQueue``)."""
 
     using: str
-    waiters_table: str
 
     @cached_property
     def hold_model(self) -> type[Model]:
@@ -140,13 +140,12 @@ class HoldStatements:
         """How many live waiters of ``resource`` queued before ``ticket`` (all,
         without one), and how many of them want it exclusively."""
         qn = connections[self.using].ops.quote_name
-        now_sql, now_params = compile_expression(self.using, DatabaseNow())
         sql = (
             f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {qn('mode')} = %s THEN 1 ELSE 0 END), 0) "  # noqa: S608
             f"FROM {self.waiters_table} WHERE {qn('resource')} = %s AND {qn('id')} < %s "
-            f"AND {qn('expires_at')} > {now_sql}"
+            f"AND {self.live_waiter_sql()}"
         )
         with connections[self.using].cursor() as cursor:
-            cursor.execute(sql, [EXCLUSIVE, resource, ticket or NO_TICKET, *now_params])
+            cursor.execute(sql, [EXCLUSIVE, resource, ticket or NO_TICKET])
             everyone, exclusive = cursor.fetchone()
         return int(everyone), int(exclusive)

@@ -23,6 +23,9 @@ from django_dlock.backends.results import Claim
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE, SHARED
 
+# The columns of a ticket that say what its waiter wants and how to reach it (``_wants``).
+WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
+
 # "No ticket yet" for queue_state(): every queued waiter is ahead.
 NO_TICKET = 2**62
 
@@ -90,9 +93,16 @@ class WaiterQueue:
             f"l.{qn('limit')}, ({self.holders_sql()}) FROM "
             f"(SELECT COUNT(*) AS n, SUM(CASE WHEN w.{qn('mode')} = '{EXCLUSIVE}' THEN 1 "
             f"ELSE 0 END) AS x FROM {self.waiters_table} w WHERE w.{qn('resource')} = %s "
-            f"AND w.{qn('id')} < %s AND w.{qn('expires_at')} > {now_sql}) q "
+            f"AND w.{qn('id')} < %s AND {self.live_waiter_sql('w.')}) q "
             f"LEFT JOIN {self.table} l ON l.{qn('resource')} = %s"
         )
+
+    def live_waiter_sql(self, alias: str = "") -> str:
+        """SQL: the waiter (of the table alias ``alias``, with its dot) still
+        counts: its ticket has not expired. A vendor that can tell a dead
+        waiter sooner says so too."""
+        now_sql, _ = compile_expression(self.using, DatabaseNow())
+        return f"{alias}{self.qn('expires_at')} > {now_sql}"
 
     def holders_sql(self) -> str:
         """SQL: the number of valid shared holds of a resource (a placeholder)."""
@@ -114,32 +124,32 @@ class WaiterQueue:
             return QueueRow.of(*cursor.fetchone())
 
     def enqueue_waiter(
-        self, claim: Claim, seconds: float, *, channel: str = ""
+        self, claim: Claim, seconds: float, *, channel: str = "", listener_pid: int | None = None
     ) -> tuple[int, QueueRow]:
         """Queue a waiter of ``claim`` for ``seconds`` (unless refreshed), to be
-        woken on ``channel`` ("" polls); its ticket, and the queue as seen once
-        the ticket is in it. An INSERT in autocommit (no transaction of its own
-        to wait for), then ``queue_state``."""
+        woken on ``channel`` ("" polls) through the listener connection whose
+        server process is ``listener_pid``; its ticket, and the queue as seen
+        once the ticket is in it. An INSERT in autocommit (no transaction of its
+        own to wait for), then ``queue_state``."""
         qn = self.qn
         expires_sql, expires_params = self._from_now(seconds)
-        names = ("resource", "owner", "expires_at", "channel", "ttl", "mode", "limit", "label")
-        columns = ", ".join(qn(name) for name in names)
+        columns = ", ".join(qn(name) for name in ("resource", "owner", "expires_at", *WANTS))
         # Only quoted identifiers and Django-compiled SQL are formatted in.
         sql = (
             f"INSERT INTO {self.waiters_table} ({columns}) "  # noqa: S608
-            f"VALUES (%s, %s, {expires_sql}, %s, %s, %s, %s, %s)"
+            f"VALUES (%s, %s, {expires_sql}, {', '.join(['%s'] * len(WANTS))})"
         )
+        wants = self._wants(claim, channel, listener_pid)
         with connections[self.using].cursor() as cursor:
-            cursor.execute(
-                sql, [claim.resource, claim.owner, *expires_params, *self._wants(claim, channel)]
-            )
+            cursor.execute(sql, [claim.resource, claim.owner, *expires_params, *wants])
             ticket = int(cursor.lastrowid)
         return ticket, self.queue_state(claim.resource, ticket)
 
-    def _wants(self, claim: Claim, channel: str) -> list[Any]:
-        """A ticket's channel, ttl, mode, limit and label, as parameters."""
+    def _wants(self, claim: Claim, channel: str, listener_pid: int | None) -> list[Any]:
+        """A ticket's ``WANTS``, as parameters."""
         mode = SHARED if claim.shared else EXCLUSIVE
-        return [channel, self._ttl_value(claim.duration), mode, claim.limit, claim.label]
+        ttl = self._ttl_value(claim.duration)
+        return [channel, ttl, mode, claim.limit, claim.label, listener_pid]
 
     def refresh_waiters(self, tickets: Sequence[int], seconds: float) -> None:
         """Keep the waiters of ``tickets`` queued for ``seconds`` more (one UPDATE)."""
@@ -170,6 +180,17 @@ class WaiterQueue:
         whether its ticket was still queued (if not, a release may have handed
         it the lock: ``granted``)."""
         return self.leave_queue(ticket)
+
+    def session_pid(self) -> int | None:
+        """The server's id of this thread's connection, when the database can
+        tell whether a connection of that id lives (``live_waiter_sql``): a
+        polling waiter's ticket carries it."""
+        return None
+
+    def prune_ahead(self, resource: str, ticket: int) -> None:
+        """Drop the tickets queued before ``ticket`` whose waiters are known to
+        be dead, where the backend can tell sooner than their expiry
+        (``live_waiter_sql`` tells where the database can)."""
 
     def drop_dead_waiters(self, resource: str) -> None:
         """Delete the rows of waiters of ``resource`` that stopped refreshing them."""

@@ -86,6 +86,9 @@ class Listener(Generic[_C]):
         self._stopping = False
         self._wake_read, self._wake_write = os.pipe()
         self.connects = 0  # how many times it connected (for tests and benchmarks)
+        # The process id, on the database server, of the listening connection,
+        # where the server can tell whether it lives (see ``LockWaiter.listener_pid``).
+        self.backend_pid: int | None = None
 
     # -- the waiters' side ---------------------------------------------------------
 

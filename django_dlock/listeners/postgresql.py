@@ -14,6 +14,7 @@ import os
 import select
 from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.db import connections
 
 from django_dlock.conf import conf
@@ -23,12 +24,12 @@ if TYPE_CHECKING:
     import psycopg
 
 
+# The server's TCP keepalives on the listening connection (seconds, probes).
+KEEPALIVES = {"tcp_keepalives_idle": 1, "tcp_keepalives_interval": 1, "tcp_keepalives_count": 2}
+
+
 class PostgresListener(Listener["psycopg.Connection[Any]"]):
     """``LISTEN`` on a connection of its own; releases ``NOTIFY`` the channel."""
-
-    def __init__(self, using: str) -> None:
-        super().__init__(using)
-        self.backend_pid: int | None = None
 
     def _connect(self) -> psycopg.Connection[Any] | None:
         import psycopg
@@ -60,7 +61,23 @@ class PostgresListener(Listener["psycopg.Connection[Any]"]):
     def _subscribe(self, connection: psycopg.Connection[Any]) -> None:
         from psycopg import sql
 
+        # The server probes an idle connection after a second and drops it when
+        # its host does not answer: a waiter on a host that was lost stops
+        # counting (its ticket's listener_pid) within a few seconds.
+        for setting, value in KEEPALIVES.items():
+            connection.execute(sql.SQL("SET {} = {}").format(sql.Identifier(setting), value))
         connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+        # Tickets queued through an earlier connection (a reconnect) name its
+        # server process, which is gone: they name this one from now on.
+        meta = apps.get_model("django_dlock", "LockWaiter")._meta
+        connection.execute(
+            sql.SQL("UPDATE {} SET {} = pg_backend_pid() WHERE {} = %s").format(
+                sql.Identifier(meta.db_table),
+                sql.Identifier(str(meta.get_field("listener_pid").column)),
+                sql.Identifier(str(meta.get_field("channel").column)),
+            ),
+            [self.channel],
+        )
 
     def _receive(self, connection: psycopg.Connection[Any]) -> None:
         socket = connection.fileno()

@@ -26,6 +26,20 @@ def host_address(channel: str) -> str:
     return "\0" + channel
 
 
+def alive(channel: str) -> bool:
+    """Whether the listener of ``channel`` is there (its process lives): a
+    datagram to a socket nobody has bound is refused at once. The probe's
+    payload is no ticket, and the listener drops it."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+        try:
+            sender.sendto(b"?", host_address(channel))
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError:  # a full buffer, say: it is there
+            return True
+    return True
+
+
 def wake(channel: str, ticket: int) -> None:
     """Tell the listener of ``channel`` that ``ticket`` heads its queue and the
     lock is free. A listener that is gone (its process ended) is not there to

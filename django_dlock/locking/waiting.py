@@ -131,6 +131,9 @@ class Wait:
             acquired = self._granted()
             if acquired is not None:
                 return acquired
+        if state.free and state.ahead and self.ticket is not None:
+            # Free, yet others ahead: dead waiters' tickets, where they can be told.
+            backend_for(self.using).prune_ahead(self.resource, self.ticket)
         if state.admissible:
             acquired = self._try(queued=True)
             if acquired is not None:
@@ -235,7 +238,15 @@ class Wait:
         # Releases notify the head's channel: only where it is listened to now.
         listening = self.watch is not None and self.watch.listening()
         self.channel = self.watch.channel if self.watch is not None and listening else ""
-        self.ticket, row = backend.enqueue_waiter(self.claim, seconds, channel=self.channel)
+        # Where the database can tell, the ticket says which server connection
+        # lives as long as the waiter: its listener's, or the one it polls on.
+        if self.channel and self.watch is not None:
+            pid = self.watch.listener.backend_pid
+        else:
+            pid = backend.session_pid()
+        self.ticket, row = backend.enqueue_waiter(
+            self.claim, seconds, channel=self.channel, listener_pid=pid
+        )
         self.ticket_until = time.monotonic() + seconds
         if self.watch is not None:
             self.watch.claim(self.ticket)

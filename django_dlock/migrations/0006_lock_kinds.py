@@ -102,6 +102,11 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.AddField(
+            model_name="lockwaiter",
+            name="listener_pid",
+            field=models.IntegerField(blank=True, null=True, verbose_name="listener pid"),
+        ),
         migrations.RunPython(
             binary_resource_collation, migrations.RunPython.noop, atomic=False, elidable=False
         ),

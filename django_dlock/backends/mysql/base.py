@@ -92,6 +92,23 @@ class MySQLBackend(LockBackend):
             raise DatabaseError(f"the row inserted for {resource!r} cannot be read back")
         return row
 
+    def session_pid(self) -> int | None:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT CONNECTION_ID()")
+            (pid,) = cursor.fetchone()
+        return int(pid)
+
+    def live_waiter_sql(self, alias: str = "") -> str:
+        # A ticket whose waiter's connection is gone is a dead waiter's. (The
+        # process list shows the sessions of the same user, and all of them
+        # with the PROCESS privilege: others' tickets stay live until they
+        # expire.)
+        pid = f"{alias}{self.qn('listener_pid')}"
+        return (
+            f"{super().live_waiter_sql(alias)} AND ({pid} IS NULL OR EXISTS "  # noqa: S608
+            f"(SELECT 1 FROM information_schema.PROCESSLIST p WHERE p.ID = {pid}))"
+        )
+
     def _pairs_sql(self, count: int) -> str:
         return f"({', '.join(['(%s, %s)'] * count)})"
 

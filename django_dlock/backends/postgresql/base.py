@@ -22,7 +22,7 @@ from django_dlock.backends.postgresql.statements import (
     OperationStatements,
     head_sql,
 )
-from django_dlock.backends.queue import QueueRow
+from django_dlock.backends.queue import WANTS, QueueRow
 from django_dlock.backends.results import Claim, LockRow, Released, Renewed, Taken
 from django_dlock.django_private import atomic_depth, compile_expression
 from django_dlock.rules import EXCLUSIVE, SHARED_HOLDERS, ReleaseResult
@@ -208,7 +208,7 @@ class PostgreSQLBackend(LockBackend):
     # waiter alone.
 
     def enqueue_waiter(
-        self, claim: Claim, seconds: float, *, channel: str = ""
+        self, claim: Claim, seconds: float, *, channel: str = "", listener_pid: int | None = None
     ) -> tuple[int, QueueRow]:
         # FOR KEY SHARE of the lock row (when there is one) makes the INSERT wait
         # for a release in flight, and a release wait for an INSERT in flight: a
@@ -221,17 +221,17 @@ class PostgreSQLBackend(LockBackend):
         now_sql, _ = compile_expression(self.using, DatabaseNow())
         expires_sql, expires_params = self._from_now(seconds)
         waiters = self.waiters_table
-        names = ("resource", "owner", "expires_at", "channel", "ttl", "mode", "limit", "label")
+        names = ("resource", "owner", "expires_at", *WANTS)
         sql = (
             f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at, "  # noqa: S608
             f"{qn('limit')} AS lim FROM {self.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
             f"queued AS (INSERT INTO {waiters} ({', '.join(qn(name) for name in names)}) "
-            f"SELECT %s, %s, {expires_sql}, %s, %s::interval, %s, %s::integer, %s "
+            f"SELECT %s, %s, {expires_sql}, %s, %s::interval, %s, %s::integer, %s, %s::integer "
             "FROM (SELECT COUNT(*) FROM held) "
             f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id), "
             f"ahead AS (SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE w.{qn('mode')} = '{EXCLUSIVE}') "
             f"AS x FROM {waiters} w, queued WHERE w.{qn('resource')} = %s "
-            f"AND w.{qn('id')} < queued.id AND w.{qn('expires_at')} > {now_sql}) "
+            f"AND w.{qn('id')} < queued.id AND {self.live_waiter_sql('w.')}) "
             f"SELECT queued.id, held.owner, held.expires_at, {now_sql}, ahead.n, ahead.x, "
             f"held.lim, ({self.holders_sql()}) FROM queued CROSS JOIN ahead LEFT JOIN held ON TRUE"
         )
@@ -243,7 +243,7 @@ class PostgreSQLBackend(LockBackend):
                     claim.resource,
                     claim.owner,
                     *expires_params,
-                    *self._wants(claim, channel),
+                    *self._wants(claim, channel, listener_pid),
                     claim.resource,
                     claim.resource,
                 ],
@@ -265,6 +265,27 @@ class PostgreSQLBackend(LockBackend):
                 sql,
                 [row.resource, NO_TICKET_EXCLUDED, *values, row.pk],
             )
+
+    def live_waiter_sql(self, alias: str = "") -> str:
+        # A ticket whose listener's server process is gone is a dead waiter's:
+        # killed, or its host lost (its connection then ends at the keepalive
+        # timeout the listener sets).
+        pid = f"{alias}{self.qn('listener_pid')}"
+        return (
+            f"{super().live_waiter_sql(alias)} AND ({pid} IS NULL OR "
+            f"EXISTS (SELECT FROM pg_stat_get_activity({pid})))"
+        )
+
+    def session_pid(self) -> int | None:
+        connection = self.connection
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (pid,) = cursor.fetchone()
+        # Behind a pooler the server's process changes from one transaction to
+        # the next (and is not the one the pooler reports): no such check then.
+        raw = connection.connection
+        reported = raw.info.backend_pid if hasattr(raw, "info") else raw.get_backend_pid()
+        return int(pid) if pid == reported else None
 
     def wake_head(self, resource: str) -> None:
         # NOTIFY goes out when the transaction commits.

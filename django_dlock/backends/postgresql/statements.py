@@ -157,7 +157,7 @@ def head_sql(
         f"SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel "  # noqa: S608
         f"FROM {backend.waiters_table} w "
         f"WHERE w.{qn('resource')} = {resource} AND w.{qn('id')} <> {ticket} "
-        f"AND w.{qn('expires_at')} > {now_sql} {condition} ORDER BY w.{qn('id')} LIMIT 1"
+        f"AND {backend.live_waiter_sql('w.')} {condition} ORDER BY w.{qn('id')} LIMIT 1"
     )
 
 

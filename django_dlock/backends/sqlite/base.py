@@ -19,7 +19,7 @@ from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.results import LockRow
 from django_dlock.backends.sqlite.checks import SQLiteChecks
 from django_dlock.django_private import atomic_depth, compile_expression, sqlite_begin_immediate
-from django_dlock.listeners.sqlite import wake
+from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.rules import EXCLUSIVE
 
 # SQLite's primary result code for "database is locked".
@@ -99,6 +99,8 @@ class SQLiteBackend(LockBackend):
             # The UPDATE returns the head of the queue (one statement, as without waiters).
             cursor.execute(self._release_sql, [*values, row.pk, row.resource])
             head = _listening(cursor.fetchone()[0])
+            if head is not None and not alive(head[0]):
+                head = self._head(row.resource)  # the first that lives
             if head is not None:
                 ticket = head[1]
                 cursor.execute(self._grant_sql, [ticket, ticket, ticket, row.pk, ticket, ticket])
@@ -166,12 +168,34 @@ class SQLiteBackend(LockBackend):
 
     def _head(self, resource: str, *, unless_held: bool = False) -> tuple[str, int] | None:
         """The channel and ticket of the live waiter first in line for
-        ``resource``, when it listens (and, ``unless_held``, the lock is free)."""
+        ``resource``, when it listens (and, ``unless_held``, the lock is free).
+        A waiter whose process is gone (its listener's socket refuses) is
+        dropped on the way: it never gets the lock, nor holds up the queue."""
+        while True:
+            with self.connection.cursor() as cursor:
+                sql = self._head_sql(unless_held=unless_held)
+                cursor.execute(sql, [resource, resource] if unless_held else [resource])
+                row = cursor.fetchone()
+            head = None if row is None else _listening(row[0])
+            if head is None or alive(head[0]):
+                return head
+            self.leave_queue(head[1])
+
+    def prune_ahead(self, resource: str, ticket: int) -> None:
+        # Every process of the database is on this host: a ticket ahead whose
+        # listener's socket refuses is a dead waiter's.
+        qn = self.qn
         with self.connection.cursor() as cursor:
-            sql = self._head_sql(unless_held=unless_held)
-            cursor.execute(sql, [resource, resource] if unless_held else [resource])
-            row = cursor.fetchone()
-        return None if row is None else _listening(row[0])
+            cursor.execute(
+                f"SELECT {qn('id')}, {qn('channel')} FROM {self.waiters_table} "  # noqa: S608
+                f"WHERE {qn('resource')} = %s AND {qn('id')} < %s AND {qn('channel')} <> '' "
+                f"AND {self.live_waiter_sql()}",
+                [resource, ticket],
+            )
+            ahead = cursor.fetchall()
+        for ticket_ahead, channel in ahead:
+            if not alive(channel):
+                self.leave_queue(ticket_ahead)
 
     def _head_sql(self, *, unless_held: bool = False) -> str:
         """SQL: "channel ticket" of the first live waiter of a resource (a
