@@ -260,6 +260,8 @@ def test_scheduler_recipe_has_one_leader_and_hands_over_when_it_stops() -> None:
 
     first = scheduler("first", stop_first)
     _wait_until(lambda: "first" in leaders)
+    [leader] = Locks.holders("scheduler:leader")
+    assert leader.label == namespace["LABEL"] and " pid " in leader.label
     second = scheduler("second", stop_second)
     time.sleep(0.5)  # the second stands by meanwhile
     assert set(leaders) == {"first"}
