@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the sdist and the wheel into dist/, checks them (twine, and what the wheel holds), then
+# Builds the sdist and the wheel into dist/, checks them (twine --strict, which renders the README
+# as PyPI will; what the wheel holds; the project's URLs in its metadata), then
 # installs the wheel with its [api] extra into a new virtualenv and runs a copy of the example
 # project outside the source tree, so that what runs is the installed package: migrate, check,
 # and two requests to its server (the admin's login page and the OpenAPI schema).
@@ -26,6 +27,13 @@ for wanted in ("django_dlock/py.typed", "django_dlock/migrations/0001_initial.py
     assert wanted in names, f"the wheel lacks {wanted}"
 assert any(n.startswith("django_dlock/templates/") for n in names), "the wheel lacks the templates"
 assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), "the wheel lacks LICENSE"
+# The PyPI page: the README as its description (no relative links: tests/test_docs.py), and the
+# links PyPI shows beside it.
+[metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+text = zipfile.ZipFile(sys.argv[1]).read(metadata).decode()
+assert "Description-Content-Type: text/markdown" in text, "the description is not Markdown"
+for label in ("Homepage", "Documentation", "Source", "Changelog", "Issues"):
+    assert f"Project-URL: {label}, https://" in text, f"the metadata lacks the {label} URL"
 print(f"{sys.argv[1]}: {len(names)} files, only django_dlock")
 PY
 

@@ -55,6 +55,29 @@ step_cluster() {
     DLOCK_CLUSTER=1 python -m pytest -p no:randomly tests/test_cluster.py
 }
 
+step_docs() {
+    # The documentation site, strictly: a broken link or anchor, or a page outside the nav, fails
+    # (mkdocs.yml's `validation:`). Then the same on a copy with a broken anchor planted, which
+    # must fail, so that the check cannot be switched off unnoticed (`--quiet`, for one, hides
+    # the warnings that --strict counts). Built in a temporary directory, deleted afterwards.
+    dlock_venv --group docs
+    work=$(mktemp -d) # not local: the EXIT trap of the step's subshell reads it
+    trap 'rm -rf "$work"' EXIT
+    export NO_MKDOCS_2_WARNING=1 # Material's notice about its successor, on every build
+    mkdocs build --strict --site-dir "$work/site"
+    cp -r docs mkdocs.yml README.md CHANGELOG.md "$work/"
+    echo 'A [planted link](usage.md#no-such-anchor).' >>"$work/docs/index.md"
+    if (cd "$work" && mkdocs build --strict --site-dir "$work/planted") >"$work/planted.log" 2>&1; then
+        dlock_say "docs: the build passed with a broken anchor planted in index.md"
+        return 1
+    fi
+    grep -q "no-such-anchor" "$work/planted.log" || {
+        cat "$work/planted.log" >&2
+        dlock_say "docs: the build with a planted broken anchor failed for another reason"
+        return 1
+    }
+}
+
 step_wheel() {
     # The sdist and the wheel build and pass twine; the wheel runs the example project.
     bash scripts/check-wheel.sh
@@ -74,7 +97,7 @@ step_corners() {
     nox -s django-main ${1+-- "$@"}
 }
 
-STEPS=(lint typing django sqlite postgres mariadb torture cluster wheel base corners)
+STEPS=(lint typing django sqlite postgres mariadb torture cluster docs wheel base corners)
 
 # -- setup ---------------------------------------------------------------------------------------
 

@@ -1,15 +1,16 @@
-"""The README's examples of ``lock()`` and Celery run as written.
-
-Each ```python block that starts with ``# example: <name>`` is executed with
-stand-ins for the project's own functions, then exercised.
-"""
+"""The documentation's examples run as written: each ```python block of the README or of a page
+under docs/ that starts with ``# example: <name>`` is executed with stand-ins for the project's
+own functions and models, then exercised (usage, recipes, Celery, the quickstart)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import re
-from pathlib import Path
+import sys
+import threading
+import time
+import types
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,29 +18,86 @@ from django.test import AsyncRequestFactory, RequestFactory
 
 from django_dlock import LockExpired
 from django_dlock.models import DistributedLock
+from tests.docs_utils import run_example
 from tests.test_async import close_connections  # noqa: F401 - a fixture
+from tests.testapp.models import Counter, Product
+from tests.utils import run_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-README = Path(__file__).resolve().parent.parent / "README.md"
 Locks = DistributedLock.objects
 
 
-def example(name: str, **stand_ins: Any) -> dict[str, Any]:
-    blocks = re.findall(r"```python\n(# example: ([^\n]+)\n.*?)```", README.read_text(), re.S)
-    [code] = [code for code, title in blocks if title == name]
-    namespace: dict[str, Any] = {"__name__": f"readme_{name.replace(' ', '_')}", **stand_ins}
-    exec(compile(code, f"README.md ({name})", "exec"), namespace)  # noqa: S102 - our README
-    return namespace
+@pytest.fixture
+def project_modules(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The recipes import the reader's models (``shop.models``, ``deploy.models``): these are
+    the test app's."""
+    for package, module, names in (
+        ("shop", "shop.models", {"Product": Product}),
+        ("deploy", "deploy.models", {"AppliedChange": Counter}),  # a model with a unique name
+    ):
+        monkeypatch.setitem(sys.modules, package, types.ModuleType(package))
+        models = types.ModuleType(module)
+        vars(models).update(names)
+        monkeypatch.setitem(sys.modules, module, models)
+    yield
+
+
+def _join(*outcomes: dict[str, Any]) -> list[Any]:
+    """Wait for threads started by ``run_in_thread``; their results (raising their errors)."""
+    for outcome in outcomes:
+        outcome["thread"].join(30)
+        assert not outcome["thread"].is_alive()
+        if "error" in outcome:
+            raise outcome["error"]
+    return [outcome["result"] for outcome in outcomes]
+
+
+# -- the quickstart (also run in a new project by tests/test_docs.py) ----------------------------
+
+
+def test_quickstart_example_runs_once_at_a_time() -> None:
+    posted: list[tuple[str, int]] = []
+    close_month = run_example(
+        "quickstart",
+        post_invoices=lambda month, fencing_token: posted.append((month, fencing_token)),
+    )["close_month"]
+    assert close_month("2026-05") is True
+    assert posted[0][0] == "2026-05" and posted[0][1] >= 1
+
+    Locks.acquire("billing:close:2026-06", "another-process", ttl=60)
+    assert close_month("2026-06") is False
+    assert len(posted) == 1
+
+
+def test_quickstart_manager_example_generates_the_owner_and_releases() -> None:
+    seen: list[str] = []
+
+    def run_job(job_id: int, fencing_token: int) -> None:
+        [held] = Locks.active().filter(resource=f"job:{job_id}")
+        seen.append(held.owner)
+
+    run_job_once = run_example("quickstart manager", run_job=run_job)["run_job_once"]
+    run_job_once(42)
+    run_job_once(42)
+    assert len(seen) == 2 and seen[0] != seen[1]  # a new owner each time
+    assert not Locks.active().exists()
+
+    Locks.acquire("job:7", "another-process", ttl=60)
+    run_job_once(7)
+    assert len(seen) == 2
+
+
+# -- usage ----------------------------------------------------------------------------------------
 
 
 def test_script_example_writes_each_batch_with_the_fencing_token() -> None:
     written: list[tuple[str, int]] = []
-    namespace = example(
+    namespace = run_example(
         "script",
         export_batches=lambda: ["a", "b"],
         write_batch=lambda batch, fencing_token: written.append((batch, fencing_token)),
-        logger=logging.getLogger("readme"),
+        logger=logging.getLogger("docs"),
     )
     namespace["nightly_export"]()
     assert [batch for batch, _ in written] == ["a", "b"]
@@ -47,7 +105,7 @@ def test_script_example_writes_each_batch_with_the_fencing_token() -> None:
     assert not Locks.active().exists()
 
 
-def test_script_example_does_nothing_when_another_host_is_at_it(
+def test_script_example_does_nothing_at_once_when_another_host_is_at_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     Locks.acquire("export:nightly", "other-host", ttl=60)
@@ -57,30 +115,20 @@ def test_script_example_does_nothing_when_another_host_is_at_it(
         called.append("export")
         return []
 
-    namespace = example(
-        "script",
-        export_batches=export_batches,
-        write_batch=None,
-        logger=logging.getLogger("readme"),
+    namespace = run_example(
+        "script", export_batches=export_batches, write_batch=None, logger=logging.getLogger("docs")
     )
-    # The example waits 10 s; a test need not.
-    namespace["lock"] = _with_short_timeout(namespace["lock"])
-    with caplog.at_level(logging.INFO, logger="readme"):
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="docs"):
         namespace["nightly_export"]()
+    assert time.monotonic() - started < 2  # it does not wait for the other host
     assert called == []
     assert "Another host is exporting" in caplog.text
 
 
-def _with_short_timeout(lock: Any) -> Any:
-    def short(resource: str, **kwargs: Any) -> Any:
-        return lock(resource, **{**kwargs, "timeout": 0.2})
-
-    return short
-
-
 def test_view_example() -> None:
     rebuilt: list[str] = []
-    namespace = example(
+    namespace = run_example(
         "view", rebuild=lambda name, fencing_token: rebuilt.append(f"{name}:{fencing_token}")
     )
     view = namespace["rebuild_index"]
@@ -104,7 +152,7 @@ async def test_async_view_example() -> None:
         assert await Locks.active().filter(resource=f"cache:{key}").aexists()
         refreshed.append(key)
 
-    view = example("async view", refresh=refresh)["refresh_cache"]
+    view = run_example("async view", refresh=refresh)["refresh_cache"]
     response = await view(AsyncRequestFactory().get("/"), "home")
     assert response.status_code == 200
     assert refreshed == ["home"]
@@ -117,14 +165,146 @@ def test_decorator_example() -> None:
     def post_invoices() -> None:
         posted.append(Locks.active().filter(resource="billing:close-month").exists())
 
-    example("decorator", post_invoices=post_invoices)["close_month"]()
+    run_example("decorator", post_invoices=post_invoices)["close_month"]()
     assert posted == [True]
+
+
+def test_who_holds_example() -> None:
+    namespace = run_example("who holds")
+    holders_of, in_progress = namespace["holders_of"], namespace["reports_in_progress"]
+    assert holders_of("job:42") == []
+    held = Locks.acquire("job:42", "worker-1", ttl=60)
+    assert held is not None
+    [answer] = holders_of("job:42")
+    assert answer.startswith("worker-1 until ") and f"(token {held.fencing_token})" in answer
+    Locks.release("job:42", "worker-1")
+    assert holders_of("job:42") == []
+
+    Locks.acquire("report:a", "w", ttl=60)
+    Locks.acquire("report:b", "w", ttl=60)
+    Locks.release("report:b", "w")
+    Locks.acquire("job:report:c", "w", ttl=60)
+    assert in_progress() == ["report:a"]
+
+
+# -- recipes --------------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("project_modules")
+def test_stock_recipe_never_oversells() -> None:
+    Product.objects.create(sku="mug", stock=5)
+    reserved: list[str] = []
+    sell = run_example("stock", reserve_payment=lambda sku, quantity: reserved.append(sku))["sell"]
+    buyers = [run_in_thread(lambda outcome: sell("mug", 1)) for _ in range(8)]
+    sold = _join(*buyers)
+    assert sorted(sold) == [False] * 3 + [True] * 5
+    assert len(reserved) == 5
+    product = Product.objects.get(sku="mug")
+    assert product.stock == 0
+    assert product.fencing_token >= 1
+
+
+@pytest.mark.usefixtures("project_modules")
+def test_stock_recipe_refuses_a_holder_whose_lock_was_taken_over() -> None:
+    Product.objects.create(sku="mug", stock=5)
+    namespace = run_example("stock", reserve_payment=lambda sku, quantity: None)
+    # A holder takes the lock, then is paused past its ttl; an operator (or the expiry) frees
+    # it, and another process sells with a larger token.
+    paused = Locks.acquire("stock:mug", ttl=30)
+    assert paused is not None
+    Locks.force_release("stock:mug")
+    assert namespace["sell"]("mug", 1) is True
+    # The paused holder wakes up and writes with its old token: refused, nothing written.
+    with pytest.raises(namespace["StaleLock"]):
+        namespace["take_from_stock"]("mug", 1, paused.fencing_token)
+    assert Product.objects.get(sku="mug").stock == 4
+
+
+def test_cron_recipe_runs_the_job_once_across_hosts(caplog: pytest.LogCaptureFixture) -> None:
+    started, ran = threading.Event(), []
+
+    def build_report(fencing_token: int) -> None:
+        ran.append(fencing_token)
+        started.set()
+
+    namespace = run_example("cron", build_report=build_report, logger=logging.getLogger("docs"))
+    namespace["MIN_HOLD"] = 1.0  # a test need not hold for a minute
+    first_host = run_in_thread(lambda outcome: namespace["nightly_report"]())
+    assert started.wait(10)
+    # The job is done, but the first host keeps the lock: a second host, whose cron started
+    # later, finds it held and gives up at once.
+    with caplog.at_level(logging.INFO, logger="docs"):
+        namespace["nightly_report"]()
+    assert "Another host is running the nightly report" in caplog.text
+    _join(first_host)
+    assert len(ran) == 1
+    assert not Locks.active().exists()
+
+
+def test_scheduler_recipe_has_one_leader_and_hands_over_when_it_stops() -> None:
+    leaders: list[str] = []
+
+    def run_due_jobs(fencing_token: int) -> None:
+        leaders.append(threading.current_thread().name)
+
+    namespace = run_example("scheduler", run_due_jobs=run_due_jobs)
+    namespace["TICK"] = 0.05
+    stop_first, stop_second = threading.Event(), threading.Event()
+
+    def scheduler(name: str, stop: threading.Event) -> dict[str, Any]:
+        def run(outcome: dict[str, Any]) -> None:
+            threading.current_thread().name = name
+            namespace["run_scheduler"](stop)
+
+        return run_in_thread(run)
+
+    first = scheduler("first", stop_first)
+    _wait_until(lambda: "first" in leaders)
+    [leader] = Locks.holders("scheduler:leader")
+    assert leader.label == namespace["LABEL"] and " pid " in leader.label
+    second = scheduler("second", stop_second)
+    time.sleep(0.5)  # the second stands by meanwhile
+    assert set(leaders) == {"first"}
+    stop_first.set()
+    _join(first)
+    _wait_until(lambda: "second" in leaders)
+    stop_second.set()
+    _join(second)
+    switch = leaders.index("second")
+    assert set(leaders[:switch]) == {"first"} and set(leaders[switch:]) == {"second"}
+    assert not Locks.active().exists()
+
+
+@pytest.mark.usefixtures("project_modules")
+def test_config_change_recipe_applies_once_and_the_others_wait_for_it() -> None:
+    applied: list[int] = []
+
+    def apply_change(name: str, fencing_token: int) -> None:
+        time.sleep(0.2)  # the others queue meanwhile
+        applied.append(fencing_token)
+
+    apply_once = run_example("config change", apply_change=apply_change)["apply_once"]
+    hosts = [run_in_thread(lambda outcome: apply_once("feature-flags-v2")) for _ in range(3)]
+    assert sorted(_join(*hosts)) == [False, False, True]
+    assert len(applied) == 1
+    assert Counter.objects.filter(name="feature-flags-v2").exists()
+    assert apply_once("feature-flags-v2") is False
+
+
+def _wait_until(condition: Any, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+# -- Celery -----------------------------------------------------------------------------------------
 
 
 def test_celery_example_passes_the_fencing_token() -> None:
     pytest.importorskip("celery")
     reports: list[tuple[str, int]] = []
-    task = example(
+    task = run_example(
         "celery", write_report=lambda month, fencing_token: reports.append((month, fencing_token))
     )["build_monthly_report"]
     task("2026-05")  # run in this process, as a worker would
