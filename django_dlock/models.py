@@ -41,7 +41,9 @@ class DistributedLock(models.Model):
     acquired_at = models.DateTimeField(_("acquired at"))
     expires_at = models.DateTimeField(_("expires at"))
     fencing_token = models.PositiveBigIntegerField(_("fencing token"))
-    # The exclusive holder's holds (reentrant acquisitions add one each).
+    # The exclusive holder's holds (reentrant acquisitions add one each); while
+    # shared holders hold the resource, how many they are (at least: a hold
+    # that expired is counted until the next release or admission that looks).
     hold_count = models.PositiveIntegerField(
         _("hold count"), default=HOLD_COUNT_DEFAULT, db_default=HOLD_COUNT_DEFAULT
     )

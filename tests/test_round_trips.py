@@ -85,6 +85,26 @@ def test_a_reentrant_reentry_and_its_release_take_one_round_trip_each(proxy: Del
     assert DistributedLock.objects.get(resource="rt:5").is_released
 
 
+def test_a_reader_and_a_permit_take_one_round_trip_each_way(proxy: DelayProxy) -> None:
+    locks = DistributedLock.objects.db_manager(ALIAS)
+    locks.acquire("rt:6", owner="first", ttl=30, shared=True)  # the row exists
+    locks.acquire("rt:7", owner="first", ttl=30, limit=3)
+    operations: dict[str, Callable[[], object]] = {
+        "reader joins": lambda: locks.acquire("rt:6", owner="a", ttl=30, shared=True),
+        "reader again": lambda: locks.acquire("rt:6", owner="a", ttl=30, shared=True),
+        "reader releases": lambda: locks.release("rt:6", owner="a"),
+        "reader refused": lambda: (
+            locks.acquire("rt:8", owner="w", ttl=30),
+            locks.acquire("rt:8", owner="a", ttl=30, shared=True),
+        )[1],
+        "permit": lambda: locks.acquire("rt:7", owner="b", ttl=30, limit=3),
+        "permit released": lambda: locks.release("rt:7", owner="b"),
+        "last reader releases": lambda: locks.release("rt:6", owner="first"),
+    }
+    counted = {name: round_trips(proxy, operation) for name, operation in operations.items()}
+    assert counted == {**dict.fromkeys(operations, 1), "reader refused": 2}
+
+
 def test_lock_context_takes_one_round_trip_each_way(proxy: DelayProxy) -> None:
     held = lock("rt:2", ttl=30, using=ALIAS)
 

@@ -93,7 +93,7 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
                 return Taken(row=None, previous_owner=None, renewed=False)  # call it held
         holds = self.valid_holds(claim.resource) if header.held_by_shared else []
         queued = (0, 0) if claim.exclusive else self.queued_before(claim.resource, claim.ticket)
-        taken = self._carry_out(admit(header, holds, claim, queued), header, claim)
+        taken = self._carry_out(admit(header, holds, claim, queued), header, claim, len(holds))
         if taken.row is not None:
             self._leave(claim.ticket)
             if taken.row.shared and claim.ticket is not None and not taken.renewed:
@@ -102,8 +102,11 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
                 self.wake_head(claim.resource)
         return taken
 
-    def _carry_out(self, admission: Admission, header: LockRow, claim: Claim) -> Taken:
-        """Write what ``admission`` decided for ``claim`` on the locked ``header``."""
+    def _carry_out(
+        self, admission: Admission, header: LockRow, claim: Claim, holders: int
+    ) -> Taken:
+        """Write what ``admission`` decided for ``claim`` on the locked ``header``
+        (beside ``holders`` valid shared holds)."""
         action, now = admission.action, header.now
         before = header.owner
         if action is Action.REFUSE:
@@ -145,11 +148,15 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
             hold = self._hold_for(replace(header, owner="", hold_count=header.hold_count), claim)
             return Taken(row=hold, previous_owner=before, renewed=False)
         # JOIN: a new shared hold
-        return Taken(row=self._hold_for(header, claim), previous_owner=before, renewed=False)
+        hold = self._hold_for(header, claim, others=holders)
+        return Taken(row=hold, previous_owner=before, renewed=False)
 
-    def _hold_for(self, header: LockRow, claim: Claim, *, hold_count: int = 1) -> LockRow:
-        """A new shared hold of ``claim`` beside the holds ``header`` covers,
-        with the resource's next token; the header then shows shared holders."""
+    def _hold_for(
+        self, header: LockRow, claim: Claim, *, hold_count: int = 1, others: int = 0
+    ) -> LockRow:
+        """A new shared hold of ``claim`` beside the ``others`` valid holds
+        ``header`` covers, with the resource's next token; the header then
+        shows shared holders, and how many."""
         token = header.fencing_token + 1
         shared_before = header.held_by_shared
         hold = self.insert_hold(
@@ -161,11 +168,14 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
             limit=claim.limit,
             hold_count=hold_count,
         )
-        if shared_before:
+        if shared_before:  # its hold_count counts the shared holds
             covered = replace(
-                header, fencing_token=token, expires_at=max(header.expires_at, hold.expires_at)
+                header,
+                fencing_token=token,
+                expires_at=max(header.expires_at, hold.expires_at),
+                hold_count=others + 1,
             )
-            self.update(covered, ["fencing_token", "expires_at"])
+            self.update(covered, ["fencing_token", "expires_at", "hold_count"])
         else:
             covered = replace(
                 header,
@@ -271,8 +281,12 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
         if others:
             # The row stays held until the last of the others expires; a
             # semaphore's freed permit goes to the head of the queue.
-            row = replace(header, expires_at=max(hold.expires_at for hold in others))
-            self.update(row, ["expires_at"])
+            row = replace(
+                header,
+                expires_at=max(hold.expires_at for hold in others),
+                hold_count=len(others),
+            )
+            self.update(row, ["expires_at", "hold_count"])
             if header.limit is not None:
                 self.wake_head(header.resource)
         else:

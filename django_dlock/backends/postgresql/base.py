@@ -12,8 +12,10 @@ from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend, PurgedBatch
 from django_dlock.backends.clock import DatabaseNow
+from django_dlock.backends.postgresql import shared
 from django_dlock.backends.postgresql.checks import PostgreSQLChecks
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
+from django_dlock.backends.postgresql.shared import SharedStatements
 from django_dlock.backends.postgresql.statements import (
     ASYNC_COMMIT,
     ASYNC_COMMIT_CONDITION,
@@ -22,7 +24,7 @@ from django_dlock.backends.postgresql.statements import (
     OperationStatements,
     head_sql,
 )
-from django_dlock.backends.queue import WANTS, QueueRow
+from django_dlock.backends.queue import NO_TICKET, WANTS, QueueRow
 from django_dlock.backends.results import Claim, LockRow, Released, Renewed, Taken
 from django_dlock.django_private import atomic_depth, compile_expression
 from django_dlock.rules import EXCLUSIVE, SHARED_HOLDERS, ReleaseResult
@@ -59,6 +61,7 @@ class PostgreSQLBackend(LockBackend):
         #: Whether the operations run as one statement each (else the portable ones).
         self.one_statement = is_psycopg3 and not options.get("server_side_binding")
         self._statements = OperationStatements(self)
+        self._shared = SharedStatements(self)
         self._prepared = PreparedStatements(using)
 
     def can_listen(self) -> bool:
@@ -70,8 +73,11 @@ class PostgreSQLBackend(LockBackend):
         return True
 
     def take(self, claim: Claim) -> Taken:
-        if not self.one_statement or not claim.exclusive:
+        if not self.one_statement:
             return super().take(claim)
+        if not claim.exclusive:
+            taken = in_lock_transaction(self, lambda: self._take_shared(claim))
+            return super().take(claim) if taken is None else taken
         statements = self._statements
         statement = statements.take if claim.ticket is None else statements.take_leaving
         params = {
@@ -88,6 +94,29 @@ class PostgreSQLBackend(LockBackend):
             # another kind; the portable operation tells.
             return super().take(claim)
         return taken
+
+    def _take_shared(self, claim: Claim) -> Taken | None:
+        """A reader's or a permit's acquisition in one statement; None where the
+        portable operation decides (see ``postgresql.shared``)."""
+        params = {
+            "resource": claim.resource,
+            "owner": claim.owner,
+            "duration": claim.duration,
+            "limit": claim.limit,
+            "reentrant": int(claim.reentrant),
+            "label": claim.label,
+            "ticket": NO_TICKET if claim.ticket is None else claim.ticket,
+        }
+        answer = self._run(self._shared.take_shared, params)
+        if answer is None:  # no row for the resource yet
+            return None
+        action, header_owner, _, *hold = answer
+        if action == shared.REFUSED:
+            return Taken(row=None, previous_owner=header_owner, renewed=False)
+        if action == shared.PORTABLE or hold[0] is None:
+            return None
+        row = self._hold_row(hold, self._hold_select[1])
+        return Taken(row=row, previous_owner=header_owner, renewed=action == shared.AGAIN)
 
     def _taken(self, statement: Statement, params: dict[str, Any]) -> Taken:
         owner, _, row = self._decided(statement, params)
@@ -117,20 +146,44 @@ class PostgreSQLBackend(LockBackend):
     def give_up(self, resource: str, owner: str | None, *, forced: bool = False) -> Released:
         if not self.one_statement or (forced and owner is not None):
             return super().give_up(resource, owner, forced=forced)
-        statements = self._statements
-        statement = statements.release if owner is not None else statements.force_release
-        params = {"resource": resource, "owner": owner}
-        held_by, held, row = in_lock_transaction(self, lambda: self._decided(statement, params))
+        if owner is not None:
+            params = {"resource": resource, "owner": owner}
+            answer = in_lock_transaction(self, lambda: self._run(self._shared.release, params))
+            released = self._released(answer)
+            return super().give_up(resource, owner) if released is None else released
+        # An operator's: whoever holds it (shared holds: the portable operation).
+        params = {"resource": resource}
+        held_by, held, row = in_lock_transaction(
+            self, lambda: self._decided(self._statements.force_release, params)
+        )
         if not held or held_by is None:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
-        if row is None and held_by == SHARED_HOLDERS:
-            return super().give_up(resource, owner, forced=forced)  # shared holds
-        if row is None:  # held by another owner
-            return Released(row=None, owner=held_by, result=ReleaseResult.FORBIDDEN)
-        if row.owner != "":  # one of several holds
-            return Released(row=row, owner=held_by, result=ReleaseResult.DECREMENTED)
-        released = replace(row, owner=held_by, expires_at=row.now)  # as it was held
-        return Released(row=row, owner=held_by, result=ReleaseResult.RELEASED, released=(released,))
+        if row is None:  # shared holders hold it
+            return super().give_up(resource, None, forced=True)
+        held_row = replace(row, owner=held_by, expires_at=row.now)  # as it was held
+        return Released(row=row, owner=held_by, result=ReleaseResult.RELEASED, released=(held_row,))
+
+    def _released(self, answer: Sequence[Any]) -> Released | None:
+        """``Released`` from the answer of ``shared.release``; None where the
+        portable operation decides."""
+        outcome, held_by, _, *rest = answer
+        if outcome == shared.NOT_FOUND:
+            return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
+        if outcome == shared.FORBIDDEN:
+            return Released(row=None, owner=held_by or "", result=ReleaseResult.FORBIDDEN)
+        if outcome == shared.PORTABLE:
+            return None
+        header, hold = rest[: len(self.columns) + 1], rest[len(self.columns) + 1 :]
+        if header[0] is not None:  # the exclusive holder's
+            row = self._row(header)
+        else:
+            row = self._hold_row(hold, self._hold_select[1])
+        if outcome == shared.DECREMENTED:
+            return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
+        # The exclusive row comes back as released (no owner); a hold, as it was.
+        held = replace(row, owner=held_by) if header[0] is not None else row
+        gone = replace(held, owner="", expires_at=row.now)
+        return Released(row=gone, owner=held.owner, result=ReleaseResult.RELEASED, released=(held,))
 
     def _decided(
         self, statement: Statement, params: dict[str, Any]

@@ -35,6 +35,7 @@ PARAMETER_TYPES = {
     "channel": "text",
     "reentrant": "integer",
     "label": "text",
+    "limit": "integer",
 }
 # SQLSTATEs of a prepared statement that is missing (invalid_sql_statement_name),
 # or that exists already (duplicate_prepared_statement): another session's.

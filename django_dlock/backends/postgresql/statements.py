@@ -133,7 +133,6 @@ class OperationStatements:
         self.extend = Statement(
             "extend", decide_and_write(f"{c['expires_at']} = {now} + %(duration)s", owned)
         )
-        self.release = Statement("release", decide_and_write(condition=owned, **release))
         self.force_release = Statement(
             "force_release",
             decide_and_write(
