@@ -22,7 +22,7 @@ from django.db import models
 from django_dlock import signals
 from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.clock import DatabaseNow
+from django_dlock.backends.clock import DatabaseNow, time_left
 from django_dlock.backends.purge import expired_q
 from django_dlock.backends.results import Claim, LockRow
 from django_dlock.conf import conf
@@ -438,6 +438,19 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
     async def arelease(self, resource: str, owner: str) -> ReleaseResult:
         """``release()`` for async code."""
         return await run_in_lock_thread(self._alias(), self.release, resource, owner)
+
+    def expires_in(self, resource: str) -> float | None:
+        """Seconds until the holder's lock on ``resource`` expires, by the database's
+        clock; ``None`` when nobody holds it. (For a retry's countdown: it reads, never waits.)"""
+        validate_resource(resource)
+        row = (
+            self.active()
+            .filter(resource=resource)
+            .annotate(db_now=DatabaseNow())
+            .values_list("expires_at", "db_now")
+            .first()
+        )
+        return None if row is None else max(time_left(*row), 0.0)
 
 
 def mismatch(claim: Claim, kind: str) -> LockKindMismatch:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from pathlib import Path
@@ -56,6 +57,18 @@ INSTALLED_APPS = [
     "django_dlock.api",
     "tests.testapp",
 ]
+
+# Django's tasks framework, where installed (tests/test_contrib_tasks.py): the backport on
+# Django 5.2, and django-tasks-db's backend for real db_worker processes.
+if importlib.util.find_spec("django_tasks_db") is not None:
+    _TASKS = "django.tasks" if importlib.util.find_spec("django.tasks") else "django_tasks"
+    if _TASKS == "django_tasks":
+        INSTALLED_APPS.append("django_tasks")
+    INSTALLED_APPS.append("django_tasks_db")
+    TASKS = {
+        "default": {"BACKEND": f"{_TASKS}.backends.immediate.ImmediateBackend"},
+        "db": {"BACKEND": "django_tasks_db.DatabaseBackend"},
+    }
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -11,41 +11,49 @@ def build_report(month: str, fencing_token: int) -> None:
 ```
 
 It never creates a Celery app: it wraps the function that your app's
-``@app.task``/``@shared_task`` registers.
+``@app.task``/``@shared_task`` registers (so it goes underneath them). See
+docs/celery.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
-import logging
-import math
-import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from celery import current_task
+from celery import Task, current_task
+from celery.local import Proxy
 
-from django_dlock.backends.clock import DatabaseNow, time_left
-from django_dlock.conf import conf
+from django_dlock.contrib.task_locks import (
+    FENCING_TOKEN_ARG,
+    HANDLE_ARG,
+    RETRY_WAIT,
+    SKIPPED,
+    LockedFunction,
+    OnLost,
+    announce_skip,
+    backoff,
+    holds_own_lock,
+    owner_for_task,
+    task_skipped,
+)
 from django_dlock.exceptions import LockNotAcquired
-from django_dlock.locking import lock
-from django_dlock.models import DistributedLock
+from django_dlock.locking import LockHandle
 
 if TYPE_CHECKING:
-    from celery import Task
+    from django_dlock.locking import lock
 
-__all__ = ["locked_task"]
-
-logger = logging.getLogger("django_dlock.celery")
+__all__ = [
+    "FENCING_TOKEN_ARG",
+    "HANDLE_ARG",
+    "SKIPPED",
+    "locked_task",
+    "task_skipped",
+]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 OnLocked = Literal["skip", "retry", "raise"]
-
-#: The parameter a task names to be given the lock's fencing token.
-FENCING_TOKEN_ARG = "fencing_token"  # noqa: S105 - a parameter name
 
 
 def locked_task(
@@ -55,107 +63,106 @@ def locked_task(
     timeout: float | None = None,
     on_locked: OnLocked = "skip",
     auto_renew: bool = True,
+    on_lost: OnLost = "raise",
     min_countdown: float = 1.0,
 ) -> Callable[[_F], _F]:
     """Run each call of the task function holding the lock named by ``key``.
 
-    ``key`` is a ``str.format`` template filled with the task's arguments by
-    name (``"report:{month}"``), or a function of those arguments that returns
-    the resource. The lock is taken with ``ttl``, waiting up to ``timeout``
-    seconds (``None``: one try), renewed every ttl/3 while the task runs
-    (``auto_renew``), and released when it returns or raises. A task function
-    with a ``fencing_token`` parameter gets the lock's token there.
+    ``key`` is a template filled from the task's arguments by name
+    (``"report:{month}"``; ``{{``/``}}`` for literal braces), or a function of
+    those arguments returning the resource. The lock is taken with ``ttl``,
+    renewed every ttl/3 while the task runs (``auto_renew``) and released when
+    it returns or raises. A body with a ``fencing_token`` parameter gets the
+    lock's token there, one with a ``held`` parameter the ``LockHandle``; the
+    task's callers (``.delay()``) see the signature without them.
 
-    When another owner holds the lock, ``on_locked`` says what happens:
+    The owner of the lock is derived from the task id: a redelivered task
+    (``acks_late`` and a worker that died) takes its own lock back.
 
-    - ``"skip"``: log it and return ``None`` without running the task;
-    - ``"retry"``: ``task.retry()`` with a countdown until the holder's lock
-      expires (at least ``min_countdown`` seconds, plus up to 10% jitter);
-      the task's ``max_retries`` applies, after which ``LockNotAcquired`` is
-      raised;
-    - ``"raise"``: raise ``LockNotAcquired`` (the task fails).
+    When another owner holds the lock, it waits up to ``timeout`` seconds in
+    the lock's queue (``None``: one try; 5 s with ``"retry"``), then
+    ``on_locked`` says what happens:
 
-    If the lock is lost while the task runs (renewal failed), the task ends by
-    raising ``LockExpired``/``LockNotOwned`` (see ``lock()``).
+    - ``"skip"``: the run returns ``SKIPPED`` without running the body, logs it
+      with the task id and arguments and sends ``task_skipped``;
+    - ``"retry"``: ``task.retry()`` after an exponential backoff from
+      ``min_countdown`` seconds, with jitter, capped at the holder's expiry; the
+      task's ``max_retries`` applies, after which ``LockNotAcquired`` is raised;
+    - ``"raise"``: ``LockNotAcquired`` (the task fails).
+
+    If the lock is lost while the task runs, the task fails with
+    ``LockExpired``/``LockNotOwned`` saying why; ``on_lost="stop"`` raises it in
+    the body as soon as the loss is found (within ttl/3), rather than at its end.
     """
     if on_locked not in ("skip", "retry", "raise"):
         raise ValueError(f"on_locked must be 'skip', 'retry' or 'raise', not {on_locked!r}")
+    wait = RETRY_WAIT if timeout is None and on_locked == "retry" else timeout
 
     def decorate(function: _F) -> _F:
-        signature = inspect.signature(function)
-        wants_token = FENCING_TOKEN_ARG in signature.parameters
+        if issubclass(type(function), (Task, Proxy)):
+            raise TypeError(
+                f"@locked_task is above @shared_task/@app.task on {function!r}: put it "
+                "underneath, so that Celery registers the locked function."
+            )
+        locked = LockedFunction(function, key, ttl=ttl, auto_renew=auto_renew, on_lost=on_lost)
 
-        @functools.wraps(function)
         def run_locked(*args: Any, **kwargs: Any) -> Any:
-            resource = _resource(key, signature, args, kwargs)
+            resource = locked.resource(args, kwargs)
+            task = _running_task(run_locked)
+            task_id = task.request.id if task is not None else None
+            owner = owner_for_task(task_id, resource) if task_id else None
             with contextlib.ExitStack() as stack:
                 # Only taking the task's lock is guarded: a LockNotAcquired from the
-                # task's own code (a lock it takes itself) fails the task as raised.
+                # body (a lock it takes itself) fails the task as raised.
                 try:
-                    held = stack.enter_context(
-                        lock(resource, ttl=ttl, timeout=timeout, auto_renew=auto_renew)
-                    )
+                    held: LockHandle = stack.enter_context(_take(locked, resource, owner, wait))
                 except LockNotAcquired as error:
-                    return _on_locked(on_locked, resource, error, min_countdown)
-                if wants_token:
-                    kwargs[FENCING_TOKEN_ARG] = held.fencing_token
-                return function(*args, **kwargs)
+                    return _on_locked(on_locked, task, resource, error, min_countdown, args, kwargs)
+                return locked.run(held, args, kwargs)
 
-        return run_locked  # type: ignore[return-value]
+        return locked.wraps(run_locked)  # type: ignore[return-value]
 
     return decorate
 
 
-def _resource(
-    key: str | Callable[..., str],
-    signature: inspect.Signature,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> str:
-    if callable(key):
-        return key(*args, **kwargs)
-    bound = signature.bind_partial(*args, **kwargs)
-    bound.apply_defaults()
-    arguments = {name: value for name, value in bound.arguments.items() if name != "self"}
-    return key.format(**arguments)
+def _take(locked: LockedFunction, resource: str, owner: str | None, wait: float | None) -> lock:
+    """The run's lock: taken back at once when an earlier delivery of the same
+    task holds it (its worker died), else with the wait."""
+    if owner is not None and holds_own_lock(resource, owner):
+        return locked.hold(resource, owner, None)
+    return locked.hold(resource, owner, wait)
+
+
+def _running_task(run_locked: Callable[..., Any]) -> Task[Any, Any] | None:
+    """The task whose body is ``run_locked``, if a worker (or ``apply()``) runs it
+    now; ``None`` for a direct call, also one made inside another task."""
+    # current_task is a proxy: falsy outside a task, never None. (celery-types
+    # types it as the Task itself, without the proxy's methods.)
+    if not current_task:
+        return None
+    task: Task[Any, Any] = current_task._get_current_object()  # type: ignore[attr-defined]
+    # Celery's task class keeps the registered function in __wrapped__ (a bound
+    # method when bind=True).
+    wrapped = getattr(task, "__wrapped__", None)
+    if getattr(wrapped, "__func__", wrapped) is not run_locked or task.request.called_directly:
+        return None
+    return task
 
 
 def _on_locked(
-    policy: OnLocked, resource: str, error: LockNotAcquired, min_countdown: float
+    policy: OnLocked,
+    task: Task[Any, Any] | None,
+    resource: str,
+    error: LockNotAcquired,
+    min_countdown: float,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
 ) -> Any:
-    # current_task is a proxy: falsy outside a task, never None. (celery-types
-    # types it as the Task itself, without the proxy's methods.)
-    task: Task[Any, Any] | None = (
-        current_task._get_current_object()  # type: ignore[attr-defined]
-        if current_task
-        else None
-    )
-    name = task.name if task is not None else "(not a task)"
     if policy == "skip":
-        logger.info("Skipped task %s: the lock on %r is held by another owner.", name, resource)
-        return None
-    if policy == "retry" and task is not None and task.request.id is not None:
-        countdown = _countdown(resource, min_countdown)
-        logger.info(
-            "Retrying task %s in %.1f s: the lock on %r is held by another owner.",
-            name,
-            countdown,
-            resource,
-        )
+        name = task.name if task is not None else "(called directly)"
+        return announce_skip(resource, name, task.request.id if task else None, args, kwargs)
+    if policy == "retry" and task is not None:
+        retries = task.request.retries or 0
+        countdown = backoff(retries, min_countdown, resource)
         raise task.retry(countdown=countdown, exc=error)
     raise error
-
-
-def _countdown(resource: str, minimum: float) -> float:
-    """Seconds until the holder's lock on ``resource`` expires, with jitter."""
-    row = (
-        DistributedLock.objects.using(conf.DATABASE)
-        .active()
-        .filter(resource=resource)
-        .annotate(db_now=DatabaseNow())
-        .values_list("expires_at", "db_now")
-        .first()
-    )
-    left = time_left(*row) if row else 0.0
-    left = max(left, minimum)
-    return math.ceil(left * 10 * (1 + random.uniform(0, 0.1))) / 10  # noqa: S311 - jitter

@@ -22,6 +22,7 @@ from django_dlock.backends.results import Claim
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockHeldByCaller, LockNotAcquired
 from django_dlock.locking.handle import LockHandle, report_lost
+from django_dlock.locking.names import ResourceName
 from django_dlock.locking.reentry import Entered, current_holder, held_here
 from django_dlock.locking.renewer import Renewer
 from django_dlock.locking.several import HeldLocks, LockItems, hold_several
@@ -250,29 +251,39 @@ class lock:
     # -- decorator ----------------------------------------------------------------
 
     def __call__(self, function: _F) -> _F:
-        """Run each call of ``function`` (sync or async) holding the lock."""
+        """Run each call of ``function`` (sync or async) holding the lock.
+
+        ``{name}`` placeholders in the resource are filled from each call's
+        arguments (``@lock("order:{order_id}")``); ``{{`` and ``}}`` are literal
+        braces (see ``names``).
+        """
+        name = ResourceName(self.resource, function)
+
+        def resources(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | LockItems:
+            return name.format(args, kwargs) if self.items is None else self.items
+
         if inspect.iscoroutinefunction(function):
 
             @functools.wraps(function)
             async def async_locked(*args: Any, **kwargs: Any) -> Any:
-                async with self._copy():
+                async with self._copy(resources(args, kwargs)):
                     return await function(*args, **kwargs)
 
             return async_locked  # type: ignore[return-value]
 
         @functools.wraps(function)
         def locked(*args: Any, **kwargs: Any) -> Any:
-            with self._copy():
+            with self._copy(resources(args, kwargs)):
                 return function(*args, **kwargs)
 
         return locked  # type: ignore[return-value]
 
     # -- shared -------------------------------------------------------------------
 
-    def _copy(self) -> lock:
+    def _copy(self, resource: str | LockItems) -> lock:
         """A fresh context for one call (decorated functions may run concurrently)."""
         return lock(
-            self.resource if self.items is None else self.items,
+            resource,
             owner=self.owner,
             ttl=self.ttl,
             timeout=self.timeout,

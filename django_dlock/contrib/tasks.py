@@ -1,0 +1,222 @@
+"""Django's tasks framework under a lock: ``django.tasks`` (Django 6.0+), or the
+``django-tasks`` backport on Django 5.2 (``pip install "django-dlock[tasks]"``).
+
+```python
+from django.tasks import task  # django_tasks on Django 5.2
+from django_dlock.contrib.tasks import locked_task
+
+@task()
+@locked_task("order:{order_id}", ttl=60, on_locked="defer")
+def ship(order_id: int, fencing_token: int) -> None:
+    ...
+```
+
+``locked_task`` goes underneath ``@task``. See docs/tasks.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from django.utils import timezone
+
+from django_dlock.contrib.task_locks import (
+    FENCING_TOKEN_ARG,
+    HANDLE_ARG,
+    RETRY_WAIT,
+    SKIPPED,
+    LockedFunction,
+    OnLost,
+    announce_skip,
+    backoff,
+    task_skipped,
+)
+from django_dlock.exceptions import LockNotAcquired
+from django_dlock.locking import LockHandle
+
+if TYPE_CHECKING:
+    from django.tasks import TaskResult
+
+__all__ = [
+    "ATTEMPT_ARG",
+    "FENCING_TOKEN_ARG",
+    "HANDLE_ARG",
+    "SKIPPED",
+    "deferred_to",
+    "locked_task",
+    "task_skipped",
+]
+
+logger = logging.getLogger("django_dlock.tasks")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+OnLocked = Literal["skip", "defer", "raise"]
+
+#: The keyword argument a deferred run is enqueued with: its attempt number (the
+#: first run is attempt 1). The body never sees it.
+ATTEMPT_ARG = "dlock_attempt"
+
+#: The ``"django_dlock"`` value of a deferred run's result (see ``deferred_to``).
+DEFERRED = "deferred"
+
+
+def _framework() -> ModuleType:
+    """``django.tasks``, or the backport where Django has none (as django-tasks-db picks)."""
+    try:
+        return importlib.import_module("django.tasks")
+    except ImportError:
+        return importlib.import_module("django_tasks")
+
+
+# The result of the task that runs now in this thread, from the framework's
+# task_started signal (which every backend sends just before it calls the task).
+_running: contextvars.ContextVar[TaskResult[..., Any] | None] = contextvars.ContextVar(
+    "django_dlock_running_task", default=None
+)
+
+
+def _started(sender: Any, task_result: TaskResult[..., Any], **kwargs: Any) -> None:
+    _running.set(task_result)
+
+
+def _finished(sender: Any, task_result: TaskResult[..., Any], **kwargs: Any) -> None:
+    _running.set(None)
+
+
+_signals = importlib.import_module(f"{_framework().__name__}.signals")
+_signals.task_started.connect(_started, dispatch_uid="django_dlock.contrib.tasks")
+_signals.task_finished.connect(_finished, dispatch_uid="django_dlock.contrib.tasks")
+
+
+def locked_task(
+    key: str | Callable[..., str],
+    *,
+    ttl: float | None = None,
+    timeout: float | None = None,
+    on_locked: OnLocked = "skip",
+    auto_renew: bool = True,
+    on_lost: OnLost = "raise",
+    max_attempts: int = 10,
+    min_delay: float = 1.0,
+) -> Callable[[_F], _F]:
+    """Run each call of the task function holding the lock named by ``key``.
+
+    ``key`` is a template filled from the task's arguments by name
+    (``"order:{order_id}"``; ``{{``/``}}`` for literal braces), or a function
+    of those arguments returning the resource. The lock is taken with ``ttl``,
+    renewed every ttl/3 (``auto_renew``) and released when the body returns or
+    raises. A body with a ``fencing_token`` parameter gets the lock's token,
+    one with a ``held`` parameter the ``LockHandle``.
+
+    When another owner holds the lock, it waits up to ``timeout`` seconds in
+    the lock's queue (``None``: one try; 5 s with ``"defer"``), then:
+
+    - ``"skip"``: the run returns ``SKIPPED`` without running the body, logs it
+      with the result id and arguments, and sends ``task_skipped``;
+    - ``"defer"``: the task is enqueued again with ``run_after`` an exponential
+      backoff from ``min_delay`` seconds (with jitter, capped at the holder's
+      expiry) and its attempt number; this run returns
+      ``{"django_dlock": "deferred", "result_id": ..., "attempt": ...}``. The
+      run of attempt ``max_attempts`` raises ``LockNotAcquired`` instead. The
+      backend must support ``run_after`` (``supports_defer``);
+    - ``"raise"``: ``LockNotAcquired`` (the task fails).
+
+    A lost lock fails the task with ``LockExpired``/``LockNotOwned`` saying
+    why; ``on_lost="stop"`` raises it in the body as soon as it is found.
+    """
+    if on_locked not in ("skip", "defer", "raise"):
+        raise ValueError(f"on_locked must be 'skip', 'defer' or 'raise', not {on_locked!r}")
+    if not (isinstance(max_attempts, int) and max_attempts >= 1):
+        raise ValueError(f"max_attempts must be a whole number >= 1, not {max_attempts!r}")
+    wait = RETRY_WAIT if timeout is None and on_locked == "defer" else timeout
+    task_class = _framework().Task
+
+    def decorate(function: _F) -> _F:
+        if isinstance(function, task_class):
+            raise TypeError(
+                f"@locked_task is above @task on {function!r}: put it underneath, so that "
+                "the task runs the locked function."
+            )
+        locked = LockedFunction(function, key, ttl=ttl, auto_renew=auto_renew, on_lost=on_lost)
+
+        def run_locked(*args: Any, **kwargs: Any) -> Any:
+            attempt = kwargs.pop(ATTEMPT_ARG, 1)
+            resource = locked.resource(args, kwargs)
+            with contextlib.ExitStack() as stack:
+                # Only taking the task's lock is guarded: a LockNotAcquired from the
+                # body (a lock it takes itself) fails the task as raised.
+                try:
+                    held: LockHandle = stack.enter_context(locked.hold(resource, None, wait))
+                except LockNotAcquired as error:
+                    result = _running_result(run_locked)
+                    if on_locked == "skip":
+                        name = result.task.name if result is not None else function.__name__
+                        task_id = result.id if result is not None else None
+                        return announce_skip(resource, name, task_id, args, kwargs)
+                    if on_locked == "defer" and result is not None:
+                        return _defer(result, resource, error, attempt, max_attempts, min_delay)
+                    raise
+                return locked.run(held, args, kwargs)
+
+        return locked.wraps(run_locked)  # type: ignore[return-value]
+
+    return decorate
+
+
+def deferred_to(return_value: Any) -> str | None:
+    """The id of the result a deferred run enqueued, or ``None`` if the run was not deferred."""
+    if isinstance(return_value, dict) and return_value.get("django_dlock") == DEFERRED:
+        return str(return_value["result_id"])
+    return None
+
+
+def _running_result(run_locked: Callable[..., Any]) -> TaskResult[..., Any] | None:
+    """The result of the task whose function is ``run_locked`` and that runs now;
+    ``None`` for a direct call (also one made inside another task)."""
+    result = _running.get()
+    if result is None or result.task.func is not run_locked:
+        return None
+    return result
+
+
+def _defer(
+    result: TaskResult[..., Any],
+    resource: str,
+    error: LockNotAcquired,
+    attempt: int,
+    max_attempts: int,
+    min_delay: float,
+) -> dict[str, Any]:
+    task = result.task
+    if attempt >= max_attempts:
+        raise LockNotAcquired(f"{error} Gave up after {attempt} attempts (max_attempts).")
+    if not task.get_backend().supports_defer:
+        raise LockNotAcquired(
+            f"{error} Cannot defer the task: its backend {task.backend!r} does not support "
+            "run_after (ImmediateBackend runs each task as it is enqueued)."
+        )
+    delay = backoff(attempt - 1, min_delay, resource)
+    run_after = timezone.now() + timedelta(seconds=delay)
+    again = task.using(run_after=run_after).enqueue(
+        *result.args, **{**result.kwargs, ATTEMPT_ARG: attempt + 1}
+    )
+    logger.info(
+        "Deferred task %s[%s] by %.1f s as %s (attempt %d of %d): the lock on %r is held "
+        "by another owner.",
+        task.name,
+        result.id,
+        delay,
+        again.id,
+        attempt + 1,
+        max_attempts,
+        resource,
+    )
+    return {"django_dlock": DEFERRED, "result_id": str(again.id), "attempt": attempt + 1}
