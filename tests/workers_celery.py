@@ -23,7 +23,8 @@ django.setup()
 import redis  # noqa: E402
 from celery import Celery, current_task  # noqa: E402
 
-from django_dlock.contrib.celery import locked_task  # noqa: E402
+from django_dlock.contrib.celery import locked_task, task_skipped  # noqa: E402
+from django_dlock.locking import LockHandle  # noqa: E402
 
 BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 
@@ -43,6 +44,13 @@ def record(kind: str, month: str, **details: Any) -> None:
     redis.Redis.from_url(BROKER_URL).rpush("runs", json.dumps(entry))
 
 
+def record_skip(sender: Any, signal: Any, **details: Any) -> None:
+    redis.Redis.from_url(BROKER_URL).rpush("skips", json.dumps(details))
+
+
+task_skipped.connect(record_skip)
+
+
 @app.task(name="tests.exclusive")
 @locked_task("report:{month}", ttl=10, timeout=60, on_locked="raise")
 def exclusive(month: str, hold: float, fencing_token: int) -> int:
@@ -60,7 +68,7 @@ def skipping(month: str) -> str:
 
 
 @app.task(name="tests.retrying", max_retries=30)
-@locked_task("report:{month}", ttl=10, on_locked="retry", min_countdown=0.2)
+@locked_task("report:{month}", ttl=10, timeout=0, on_locked="retry", min_countdown=0.2)
 def retrying(month: str, fencing_token: int) -> str:
     record(
         "retrying",
@@ -85,4 +93,43 @@ def long_running(month: str, hold: float, fencing_token: int) -> int:
     record("long_running", month, began=time.time(), token=fencing_token, hold=hold)
     time.sleep(hold)
     record("long_running_done", month, ended=time.time(), token=fencing_token)
+    return fencing_token
+
+
+@app.task(name="tests.contended", max_retries=50)
+@locked_task("contended:{key}", ttl=30, on_locked="retry")
+def contended(key: str, hold: float, fencing_token: int) -> int:
+    began = time.time()
+    time.sleep(hold)
+    record("contended", key, began=began, ended=time.time(), token=fencing_token)
+    return fencing_token
+
+
+@app.task(name="tests.with_handle")
+@locked_task("handle:{name}", ttl=30)
+def with_handle(name: str, held: LockHandle, fencing_token: int) -> list[Any]:
+    return [held.resource, held.fencing_token == fencing_token, held.is_lost]
+
+
+@app.task(name="tests.stoppable")
+@locked_task("stop:{name}", ttl=3, on_lost="stop")
+def stoppable(name: str, hold: float, fencing_token: int) -> str:
+    record("stoppable", name, began=time.time(), token=fencing_token)
+    try:
+        time.sleep(hold)
+    except BaseException as error:
+        record("stopped", name, at=time.time(), error=type(error).__name__, message=str(error))
+        raise
+    record("not_stopped", name, at=time.time())
+    return "slept"
+
+
+@app.task(name="tests.redelivered", acks_late=True, reject_on_worker_lost=True)
+@locked_task("redeliver:{name}", ttl=30, on_locked="skip")
+def redelivered(name: str, fencing_token: int) -> int:
+    client = redis.Redis.from_url(BROKER_URL)
+    first = client.set(f"first-delivery:{name}", "1", nx=True)
+    record("redelivered", name, began=time.time(), token=fencing_token, first=bool(first))
+    if first:
+        time.sleep(60)  # the test kills this process meanwhile
     return fencing_token
