@@ -51,6 +51,7 @@ __all__ = [
     "SKIPPED",
     "deferred_to",
     "locked_task",
+    "task_framework",
     "task_skipped",
 ]
 
@@ -68,8 +69,9 @@ ATTEMPT_ARG = "dlock_attempt"
 DEFERRED = "deferred"
 
 
-def _framework() -> ModuleType:
-    """``django.tasks``, or the backport where Django has none (as django-tasks-db picks)."""
+def task_framework() -> ModuleType:
+    """``django.tasks``, or the ``django_tasks`` backport where Django has none (as
+    django-tasks-db picks): ``task_framework().task`` is the ``@task`` decorator."""
     try:
         return importlib.import_module("django.tasks")
     except ImportError:
@@ -91,7 +93,7 @@ def _finished(sender: Any, task_result: TaskResult[..., Any], **kwargs: Any) -> 
     _running.set(None)
 
 
-_signals = importlib.import_module(f"{_framework().__name__}.signals")
+_signals = importlib.import_module(f"{task_framework().__name__}.signals")
 _signals.task_started.connect(_started, dispatch_uid="django_dlock.contrib.tasks")
 _signals.task_finished.connect(_finished, dispatch_uid="django_dlock.contrib.tasks")
 
@@ -137,7 +139,7 @@ def locked_task(
     if not (isinstance(max_attempts, int) and max_attempts >= 1):
         raise ValueError(f"max_attempts must be a whole number >= 1, not {max_attempts!r}")
     wait = RETRY_WAIT if timeout is None and on_locked == "defer" else timeout
-    task_class = _framework().Task
+    task_class = importlib.import_module(f"{task_framework().__name__}.base").Task
 
     def decorate(function: _F) -> _F:
         if isinstance(function, task_class):

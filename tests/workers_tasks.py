@@ -1,0 +1,108 @@
+"""The tasks of tests/test_contrib_tasks.py, and the db_worker processes that run them.
+
+``python -c "from tests.workers_tasks import serve; serve()" ARGS`` runs django-tasks-db's
+``db_worker`` with ARGS against the test database (its name in DLOCK_TEST_DB_NAME). Each
+run appends a JSON line to the file that DLOCK_TEST_RUNS names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import django
+from django.conf import settings
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+if os.environ.get("DLOCK_TEST_DB_NAME"):
+    settings.DATABASES["default"]["NAME"] = os.environ["DLOCK_TEST_DB_NAME"]
+django.setup()
+
+from django_dlock.contrib.tasks import locked_task, task_framework  # noqa: E402
+from django_dlock.locking import LockHandle, lock  # noqa: E402
+
+task = task_framework().task
+
+
+def record(kind: str, key: str, **details: Any) -> None:
+    path = os.environ.get("DLOCK_TEST_RUNS")
+    if not path:
+        return
+    entry = {"kind": kind, "key": key, "pid": os.getpid(), **details}
+    # One write of a short line to a file opened for appending: lines never interleave.
+    with open(path, "a") as runs:
+        runs.write(json.dumps(entry) + "\n")
+
+
+@task(backend="db")
+@locked_task("tasks:{key}", ttl=10, timeout=60, on_locked="raise")
+def exclusive(key: str, hold: float, fencing_token: int) -> int:
+    began = time.time()
+    time.sleep(hold)
+    record("exclusive", key, began=began, ended=time.time(), token=fencing_token)
+    return fencing_token
+
+
+@task(backend="db")
+@locked_task("tasks:{key}", ttl=10, on_locked="skip")
+def skipping(key: str, hold: float) -> str:
+    began = time.time()
+    time.sleep(hold)
+    record("skipping", key, began=began, ended=time.time())
+    return "ran"
+
+
+@task(backend="db")
+@locked_task("tasks:{key}", ttl=10, timeout=0, on_locked="defer", max_attempts=3, min_delay=0.2)
+def deferring(key: str, held: LockHandle) -> list[Any]:
+    record("deferring", key, began=time.time(), token=held.fencing_token)
+    return [held.resource, held.fencing_token]
+
+
+@task(backend="db", takes_context=True)
+@locked_task("tasks:{key}", ttl=10, timeout=30, on_locked="defer")
+def with_context(context: Any, key: str, fencing_token: int) -> list[Any]:
+    return [context.attempt, fencing_token]
+
+
+@task(backend="db")
+@locked_task("tasks:{key}", ttl=3, on_lost="stop")
+def stoppable(key: str, hold: float) -> str:
+    record("stoppable", key, began=time.time())
+    try:
+        time.sleep(hold)
+    except BaseException as error:
+        record("stopped", key, at=time.time(), error=type(error).__name__, message=str(error))
+        raise
+    return "slept"
+
+
+# -- ImmediateBackend (the default backend), in the test process ------------------------
+
+
+@task()
+@locked_task("immediate:{key}", ttl=10)
+def immediate(key: str, fencing_token: int) -> int:
+    return fencing_token
+
+
+@task()
+@lock("order:{order_id}", ttl=10)
+def ship(order_id: int) -> list[str]:
+    from django_dlock.models import DistributedLock
+
+    return list(DistributedLock.objects.active().values_list("resource", flat=True))
+
+
+def serve() -> None:
+    """Run db_worker with the command line's arguments, django-dlock's INFO lines shown."""
+    import logging
+
+    from django.core.management import call_command
+
+    logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
+
+    call_command("db_worker", *sys.argv[1:])
