@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import django
 from django.conf import settings
@@ -24,7 +24,10 @@ django.setup()
 from django_dlock.contrib.tasks import locked_task, task_framework  # noqa: E402
 from django_dlock.locking import LockHandle, lock  # noqa: E402
 
-task = task_framework().task
+if TYPE_CHECKING:
+    from django.tasks import task
+else:
+    task = task_framework().task  # django.tasks, or the backport on Django 5.2
 
 
 def record(kind: str, key: str, **details: Any) -> None:

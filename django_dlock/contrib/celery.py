@@ -51,7 +51,7 @@ __all__ = [
     "task_skipped",
 ]
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+_R = TypeVar("_R")
 
 OnLocked = Literal["skip", "retry", "raise"]
 
@@ -65,7 +65,7 @@ def locked_task(
     auto_renew: bool = True,
     on_lost: OnLost = "raise",
     min_countdown: float = 1.0,
-) -> Callable[[_F], _F]:
+) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
     """Run each call of the task function holding the lock named by ``key``.
 
     ``key`` is a template filled from the task's arguments by name
@@ -98,7 +98,7 @@ def locked_task(
         raise ValueError(f"on_locked must be 'skip', 'retry' or 'raise', not {on_locked!r}")
     wait = RETRY_WAIT if timeout is None and on_locked == "retry" else timeout
 
-    def decorate(function: _F) -> _F:
+    def decorate(function: Callable[..., _R]) -> Callable[..., _R]:
         if issubclass(type(function), (Task, Proxy)):
             raise TypeError(
                 f"@locked_task is above @shared_task/@app.task on {function!r}: put it "
@@ -120,7 +120,7 @@ def locked_task(
                     return _on_locked(on_locked, task, resource, error, min_countdown, args, kwargs)
                 return locked.run(held, args, kwargs)
 
-        return locked.wraps(run_locked)  # type: ignore[return-value]
+        return locked.wraps(run_locked)
 
     return decorate
 

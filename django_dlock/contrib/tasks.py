@@ -57,7 +57,7 @@ __all__ = [
 
 logger = logging.getLogger("django_dlock.tasks")
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+_R = TypeVar("_R")
 
 OnLocked = Literal["skip", "defer", "raise"]
 
@@ -108,7 +108,7 @@ def locked_task(
     on_lost: OnLost = "raise",
     max_attempts: int = 10,
     min_delay: float = 1.0,
-) -> Callable[[_F], _F]:
+) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
     """Run each call of the task function holding the lock named by ``key``.
 
     ``key`` is a template filled from the task's arguments by name
@@ -141,7 +141,7 @@ def locked_task(
     wait = RETRY_WAIT if timeout is None and on_locked == "defer" else timeout
     task_class = importlib.import_module(f"{task_framework().__name__}.base").Task
 
-    def decorate(function: _F) -> _F:
+    def decorate(function: Callable[..., _R]) -> Callable[..., _R]:
         if isinstance(function, task_class):
             raise TypeError(
                 f"@locked_task is above @task on {function!r}: put it underneath, so that "
@@ -168,7 +168,7 @@ def locked_task(
                     raise
                 return locked.run(held, args, kwargs)
 
-        return locked.wraps(run_locked)  # type: ignore[return-value]
+        return locked.wraps(run_locked)
 
     return decorate
 
