@@ -8,11 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +22,7 @@ redis = pytest.importorskip("redis")
 from django.db import connection  # noqa: E402
 
 from django_dlock.models import DistributedLock  # noqa: E402
+from tests.task_processes import CeleryWorkers, Redis  # noqa: E402
 from tests.utils import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,92 +31,28 @@ ROOT = Path(__file__).resolve().parent.parent
 Locks = DistributedLock.objects
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def broker_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server is not installed (scripts/test.sh installs it)")
-    port = free_port()
-    directory = tmp_path_factory.mktemp("redis")
-    process = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(directory)],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-
-    def answers() -> bool:
-        try:
-            return bool(client.ping())
-        except redis.ConnectionError:
-            return False
-
     try:
-        wait_for(answers, 20, "redis-server to answer")
-        yield url
+        server = Redis(tmp_path_factory.mktemp("redis"))
+    except FileNotFoundError as missing:
+        pytest.skip(str(missing))
+    try:
+        yield server.url
     finally:
-        process.terminate()
-        process.wait(10)
-
-
-class Workers:
-    """Celery worker processes, one queue each (plus the default queue)."""
-
-    def __init__(self, broker_url: str, log_dir: Path) -> None:
-        self.broker_url = broker_url
-        self.log_dir = log_dir
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(
-        self, name: str, queues: str = "celery", pool: str = "solo"
-    ) -> subprocess.Popen[bytes]:
-        env = {
-            **os.environ,
-            "CELERY_BROKER_URL": self.broker_url,
-            "DLOCK_TEST_DB_NAME": connection.settings_dict["NAME"],
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-        }
-        log = self.log_dir / f"{name}.log"
-        process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "tests.workers_celery", "worker",
-             f"--pool={pool}", "--concurrency=1", "--loglevel=INFO", f"--hostname={name}@localhost", f"--queues={queues}",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", f"--logfile={log}"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        self.processes[name] = process
-        wait_for(lambda: log.exists() and "ready." in log.read_text(), 60, f"worker {name}")
-        return process
-
-    def log(self, name: str) -> str:
-        return (self.log_dir / f"{name}.log").read_text()
-
-    def stop_all(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes.values():
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        server.stop()
 
 
 @pytest.fixture(scope="module")
 def workers(
     broker_url: str, django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Workers]:
+) -> Iterator[CeleryWorkers]:
     from tests.workers_celery import app
 
     # This process sends the tasks and reads their results through the same broker.
     app.conf.update(broker_url=broker_url, result_backend=broker_url)
-    started = Workers(broker_url, tmp_path_factory.mktemp("celery-logs"))
+    log_dir = tmp_path_factory.mktemp("celery-logs")
+    started = CeleryWorkers(log_dir, connection.settings_dict["NAME"], broker_url)
     try:
         started.start("w1")
         started.start("w2")
@@ -129,7 +62,7 @@ def workers(
 
 
 @pytest.fixture
-def runs(workers: Workers) -> Callable[[str | None], list[dict[str, Any]]]:
+def runs(workers: CeleryWorkers) -> Callable[[str | None], list[dict[str, Any]]]:
     """The task runs recorded so far (of one kind, or all)."""
     client = redis.Redis.from_url(workers.broker_url)
     client.delete("runs", "skips")
@@ -142,7 +75,7 @@ def runs(workers: Workers) -> Callable[[str | None], list[dict[str, Any]]]:
 
 
 def test_tasks_for_one_key_never_overlap_across_two_workers(
-    workers: Workers, runs: Callable[..., list[dict[str, Any]]]
+    workers: CeleryWorkers, runs: Callable[..., list[dict[str, Any]]]
 ) -> None:
     from tests.workers_celery import exclusive
 
@@ -160,7 +93,7 @@ def test_tasks_for_one_key_never_overlap_across_two_workers(
 
 
 def test_a_skipped_run_returns_the_sentinel_logs_its_task_id_and_sends_a_signal(
-    workers: Workers, runs: Callable[..., list[dict[str, Any]]]
+    workers: CeleryWorkers, runs: Callable[..., list[dict[str, Any]]]
 ) -> None:
     from django_dlock.contrib.celery import SKIPPED
     from tests.workers_celery import skipping
@@ -215,7 +148,7 @@ def test_raise_policy_fails_the_task(runs: Callable[..., list[dict[str, Any]]]) 
 
 
 def test_a_killed_worker_leaves_the_lock_to_expire_then_the_task_runs_again(
-    workers: Workers, runs: Callable[..., list[dict[str, Any]]]
+    workers: CeleryWorkers, runs: Callable[..., list[dict[str, Any]]]
 ) -> None:
     from tests.workers_celery import long_running
 
@@ -365,7 +298,7 @@ def test_a_key_placeholder_that_names_no_parameter_is_refused_at_decoration() ->
 
 
 def test_retry_waits_in_the_queue_then_backs_off_so_same_key_runs_follow_each_other(
-    workers: Workers, runs: Callable[..., list[dict[str, Any]]]
+    workers: CeleryWorkers, runs: Callable[..., list[dict[str, Any]]]
 ) -> None:
     """ttl 30, so a countdown of the holder's remaining ttl would idle for most of it."""
     from tests.workers_celery import contended
@@ -381,7 +314,7 @@ def test_retry_waits_in_the_queue_then_backs_off_so_same_key_runs_follow_each_ot
         assert after["began"] - before["ended"] < 10
 
 
-def test_the_body_gets_the_lock_handle(workers: Workers) -> None:
+def test_the_body_gets_the_lock_handle(workers: CeleryWorkers) -> None:
     from tests.workers_celery import with_handle
 
     assert with_handle.delay("h").get(timeout=60) == ["handle:h", True, False]
@@ -389,7 +322,7 @@ def test_the_body_gets_the_lock_handle(workers: Workers) -> None:
 
 @pytest.mark.parametrize("pool", ["solo", "prefork"])
 def test_on_lost_stop_ends_the_body_soon_after_a_force_release_with_the_real_reason(
-    workers: Workers, runs: Callable[..., list[dict[str, Any]]], pool: str
+    workers: CeleryWorkers, runs: Callable[..., list[dict[str, Any]]], pool: str
 ) -> None:
     from tests.workers_celery import stoppable
 
@@ -410,7 +343,7 @@ def test_on_lost_stop_ends_the_body_soon_after_a_force_release_with_the_real_rea
 
 
 def test_a_task_redelivered_after_its_worker_was_killed_takes_its_own_lock_back(
-    workers: Workers, runs: Callable[..., list[dict[str, Any]]]
+    workers: CeleryWorkers, runs: Callable[..., list[dict[str, Any]]]
 ) -> None:
     from tests.workers_celery import redelivered
 

@@ -4,10 +4,6 @@ processes (django-tasks-db) on the test database, and the ImmediateBackend in th
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +17,7 @@ from django.db import connection, transaction
 
 from django_dlock.exceptions import LockTransactionError
 from django_dlock.models import DistributedLock
+from tests.task_processes import DbWorkers, overlaps
 from tests.utils import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,70 +26,13 @@ ROOT = Path(__file__).resolve().parent.parent
 Locks = DistributedLock.objects
 
 
-class DbWorkers:
-    """db_worker processes against the test database; runs recorded in a file."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.runs_file = directory / "runs.jsonl"
-        self.processes: list[subprocess.Popen[bytes]] = []
-
-    def start(self, count: int) -> None:
-        env = {
-            **os.environ,
-            "DLOCK_TEST_DB_NAME": connection.settings_dict["NAME"],
-            "DLOCK_TEST_RUNS": str(self.runs_file),
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-        }
-        for number in range(count):
-            log = self.directory / f"worker-{number}.log"
-            self.processes.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-c",
-                        "from tests.workers_tasks import serve; serve()",
-                        "--backend=db",
-                        "--interval=0.1",
-                        "--no-startup-delay",
-                        "--no-reload",
-                        f"--worker-id=w{number}-{os.getpid()}",
-                    ],
-                    cwd=ROOT,
-                    env=env,
-                    stdout=log.open("w"),
-                    stderr=subprocess.STDOUT,
-                )  # fmt: skip
-            )
-        logs = [self.directory / f"worker-{number}.log" for number in range(count)]
-        wait_for(lambda: all("Starting worker" in log.read_text() for log in logs), 60, "db_worker")
-
-    def runs(self, kind: str | None = None) -> list[dict[str, Any]]:
-        if not self.runs_file.exists():
-            return []
-        entries = [json.loads(line) for line in self.runs_file.read_text().splitlines()]
-        return [entry for entry in entries if kind is None or entry["kind"] == kind]
-
-    def logs(self) -> str:
-        return "".join(path.read_text() for path in sorted(self.directory.glob("*.log")))
-
-    def stop(self) -> None:
-        for process in self.processes:
-            process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-
 @pytest.fixture
 def db_workers(tmp_path: Path, django_db_setup: None) -> Iterator[DbWorkers]:
-    workers = DbWorkers(tmp_path)
+    workers = DbWorkers(tmp_path, connection.settings_dict["NAME"])
     try:
         yield workers
     finally:
-        workers.stop()
+        workers.stop_all()
 
 
 def finished(result: Any, seconds: float = 60) -> Any:
@@ -106,16 +46,6 @@ def finished(result: Any, seconds: float = 60) -> Any:
     return result
 
 
-def no_overlaps(runs: list[dict[str, Any]]) -> None:
-    by_key: dict[str, list[dict[str, Any]]] = {}
-    for entry in runs:
-        by_key.setdefault(entry["key"], []).append(entry)
-    for entries in by_key.values():
-        entries.sort(key=lambda entry: entry["began"])
-        for before, after in zip(entries, entries[1:], strict=False):
-            assert after["began"] >= before["ended"], "two runs of one key held the lock at once"
-
-
 def test_tasks_on_two_keys_across_four_db_workers_never_overlap(db_workers: DbWorkers) -> None:
     from tests.workers_tasks import exclusive
 
@@ -125,7 +55,7 @@ def test_tasks_on_two_keys_across_four_db_workers_never_overlap(db_workers: DbWo
     runs = db_workers.runs("exclusive")
     assert len(runs) == 24
     assert len({entry["pid"] for entry in runs}) >= 2, "several workers should have run some"
-    no_overlaps(runs)
+    assert overlaps(runs) == []
     for key in ("key-0", "key-1"):  # each run its own, increasing, fencing token
         key_runs = sorted((e for e in runs if e["key"] == key), key=lambda e: e["began"])
         assert [e["token"] for e in key_runs] == sorted({e["token"] for e in key_runs})
