@@ -162,3 +162,14 @@ def overlaps(runs: list[dict[str, Any]], key: str = "key") -> list[tuple[float, 
             if after["began"] < before["ended"]:
                 found.append((before["ended"] - after["began"], after["began"]))
     return found
+
+
+def finished(result: Any, seconds: float = 60) -> Any:
+    """A django.tasks ``result`` once its task finished (refreshed from the database)."""
+
+    def done() -> bool:
+        result.refresh()
+        return bool(result.is_finished)
+
+    wait_for(done, seconds, f"task result {result.id}")
+    return result

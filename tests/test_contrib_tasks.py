@@ -17,7 +17,7 @@ from django.db import connection, transaction
 
 from django_dlock.exceptions import LockTransactionError
 from django_dlock.models import DistributedLock
-from tests.task_processes import DbWorkers, overlaps
+from tests.task_processes import DbWorkers, finished, overlaps
 from tests.utils import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,17 +33,6 @@ def db_workers(tmp_path: Path, django_db_setup: None) -> Iterator[DbWorkers]:
         yield workers
     finally:
         workers.stop_all()
-
-
-def finished(result: Any, seconds: float = 60) -> Any:
-    """``result`` once its task finished (refreshed from the database)."""
-
-    def done() -> bool:
-        result.refresh()
-        return bool(result.is_finished)
-
-    wait_for(done, seconds, f"task result {result.id}")
-    return result
 
 
 def test_tasks_on_two_keys_across_four_db_workers_never_overlap(db_workers: DbWorkers) -> None:

@@ -65,6 +65,15 @@ def deferring(key: str, held: LockHandle) -> list[Any]:
     return [held.resource, held.fencing_token]
 
 
+@task(backend="db")
+@locked_task("tasks:{key}", ttl=10, timeout=0, on_locked="defer", max_attempts=200, min_delay=0.2)
+def deferring_work(key: str, hold: float) -> str:
+    began = time.time()
+    time.sleep(hold)
+    record("deferring_work", key, began=began, ended=time.time())
+    return "ran"
+
+
 @task(backend="db", takes_context=True)
 @locked_task("tasks:{key}", ttl=10, timeout=30, on_locked="defer")
 def with_context(context: Any, key: str, fencing_token: int) -> list[Any]:
