@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -359,3 +361,35 @@ def test_a_task_redelivered_after_its_worker_was_killed_takes_its_own_lock_back(
     assert again["began"] - killed < 30 + 1  # within the ttl + 1 s: not after its expiry
     assert token == held.fencing_token  # its own lock, taken back: the same token
     assert not Locks.active().filter(resource="redeliver:once").exists()
+
+
+def test_the_example_projects_worker_runs_its_task(
+    broker_url: str, tmp_path: Path, django_db_setup: None
+) -> None:
+    """What docs/celery.md says: from a clone, pip install -e ".[api,celery]" --group
+    example, then celery -A example_project worker."""
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'example.sqlite3'}",
+        "CELERY_BROKER_URL": broker_url,
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--no-input", "-v0"], cwd=ROOT, env=env, check=True
+    )
+    log = tmp_path / "example-worker.log"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "example_project", "worker", "--pool=solo",
+         "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+         f"--logfile={log}"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        from celery import Celery
+
+        sender = Celery(broker=broker_url)
+        sender.send_task("example_project.tasks.build_monthly_report", args=["2026-05"])
+        wait_for(lambda: "succeeded" in log.read_text() if log.exists() else False, 60, "the task")
+        assert "report 2026-05 built with fencing token 1" in log.read_text()
+    finally:
+        worker.terminate()
+        worker.wait(15)
