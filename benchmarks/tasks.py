@@ -116,7 +116,7 @@ def celery_stop(celery: Any, redis: Any) -> list[Row]:
             (
                 f"Celery on_lost=stop ({pool}): stopped after the force-release",
                 "<= ttl/3 + 1 s = 2 s",
-                f"{stopped['at'] - released:.2f} s ({outcome}: {stopped['message']})",
+                f"{stopped['at'] - released:.2f} s (the task failed with {outcome})",
             )
         )
         rows.append(

@@ -146,6 +146,16 @@ def test_the_immediate_backend_runs_the_task_under_its_lock() -> None:
     assert not Locks.active().exists()
 
 
+def test_defer_on_the_immediate_backend_fails_saying_why() -> None:
+    from tests.workers_tasks import immediate_defer
+
+    Locks.acquire("immediate:held", "someone-else", ttl=60)
+    result = immediate_defer.enqueue("held")
+    assert result.status == "FAILED"
+    assert result.errors[0].exception_class.__name__ == "LockNotAcquired"
+    assert "does not support run_after" in result.errors[0].traceback
+
+
 def test_enqueuing_on_the_immediate_backend_inside_atomic_refuses_and_on_commit_works() -> None:
     from tests.workers_tasks import immediate
 

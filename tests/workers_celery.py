@@ -24,6 +24,7 @@ import redis  # noqa: E402
 from celery import Celery, current_task  # noqa: E402
 
 from django_dlock.contrib.celery import locked_task, task_skipped  # noqa: E402
+from django_dlock.exceptions import LockExpired  # noqa: E402
 from django_dlock.locking import LockHandle  # noqa: E402
 
 BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
@@ -113,12 +114,16 @@ def with_handle(name: str, held: LockHandle, fencing_token: int) -> list[Any]:
 
 @app.task(name="tests.stoppable")
 @locked_task("stop:{name}", ttl=3, on_lost="stop")
-def stoppable(name: str, hold: float, fencing_token: int) -> str:
+def stoppable(name: str, hold: float, fencing_token: int, step: float | None = None) -> str:
+    """Sleeps ``hold`` seconds: at once, or in steps (a thread is stopped between them)."""
     record("stoppable", name, began=time.time(), token=fencing_token)
     try:
-        time.sleep(hold)
+        end = time.monotonic() + hold
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, step or left))
     except BaseException as error:
-        record("stopped", name, at=time.time(), error=type(error).__name__, message=str(error))
+        expired = isinstance(error, LockExpired)
+        record("stopped", name, at=time.time(), error=type(error).__name__, expired=expired)
         raise
     record("not_stopped", name, at=time.time())
     return "slept"

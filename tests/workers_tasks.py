@@ -102,6 +102,12 @@ def immediate(key: str, fencing_token: int) -> int:
 
 
 @task()
+@locked_task("immediate:{key}", ttl=10, timeout=0, on_locked="defer")
+def immediate_defer(key: str) -> str:
+    return "ran"
+
+
+@task()
 @lock("order:{order_id}", ttl=10)
 def ship(order_id: int) -> list[str]:
     from django_dlock.models import DistributedLock
