@@ -386,7 +386,7 @@ def test_the_example_projects_worker_runs_its_task(
     log = tmp_path / "example-worker.log"
     worker = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "example_project", "worker", "--pool=solo",
-         "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
+         "--queues=example", "--loglevel=INFO", "--without-gossip", "--without-mingle", "--without-heartbeat",
          f"--logfile={log}"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -394,8 +394,14 @@ def test_the_example_projects_worker_runs_its_task(
         from celery import Celery
 
         sender = Celery(broker=broker_url)
-        sender.send_task("example_project.tasks.build_monthly_report", args=["2026-05"])
-        wait_for(lambda: "succeeded" in log.read_text() if log.exists() else False, 60, "the task")
+        # Its own queue: the other tests' workers take the default one.
+        sender.send_task(
+            "example_project.tasks.build_monthly_report", args=["2026-05"], queue="example"
+        )
+        try:
+            wait_for(lambda: log.exists() and "succeeded" in log.read_text(), 60, "the task")
+        except AssertionError:
+            pytest.fail(log.read_text() if log.exists() else "the worker wrote no log")
         assert "report 2026-05 built with fencing token 1" in log.read_text()
     finally:
         worker.terminate()
