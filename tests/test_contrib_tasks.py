@@ -146,6 +146,16 @@ def test_the_immediate_backend_runs_the_task_under_its_lock() -> None:
     assert not Locks.active().exists()
 
 
+def test_a_lost_lock_fails_the_task_with_the_reason_found_first() -> None:
+    from tests.workers_tasks import force_released
+
+    result = force_released.enqueue("lost")
+    assert result.status == "FAILED"
+    assert result.errors[0].exception_class.__name__ == "LockExpired"
+    # What the renewal found, not what the release at the end found.
+    assert "was lost before the end: it was released or purged." in result.errors[0].traceback
+
+
 def test_defer_on_the_immediate_backend_fails_saying_why() -> None:
     from tests.workers_tasks import immediate_defer
 

@@ -108,6 +108,16 @@ def immediate_defer(key: str) -> str:
 
 
 @task()
+@locked_task("immediate:{key}", ttl=0.6)
+def force_released(key: str, held: LockHandle) -> bool:
+    """Its lock is force-released under it; it waits until a renewal finds that out."""
+    from django_dlock.models import DistributedLock
+
+    DistributedLock.objects.force_release(held.resource)
+    return held.lost.wait(5)
+
+
+@task()
 @lock("order:{order_id}", ttl=10)
 def ship(order_id: int) -> list[str]:
     from django_dlock.models import DistributedLock

@@ -198,6 +198,8 @@ def report_lost(handle: LockHandle, result: ReleaseResult, *, failed: bool) -> N
     else:
         reason, exception = "it had expired when it was released", LockExpired
     handle.check_deadline()  # a ttl that passed first is the reason it was lost
-    handle.mark_lost(reason)
+    handle.mark_lost(reason)  # unless a renewal found it lost first: that reason stays
     if not failed:
-        raise exception(f"The lock on {handle.resource!r} was lost before the end: {reason}.")
+        raise exception(
+            f"The lock on {handle.resource!r} was lost before the end: {handle.lost_reason}."
+        )
