@@ -3,12 +3,13 @@ decorator with them, and ``DistributedLock.objects.expires_in``."""
 
 from __future__ import annotations
 
-import asyncio
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.core.exceptions import ValidationError
+from django.db import connections
 
 from django_dlock import LockNotAcquired, lock
 from django_dlock.locking.names import ResourceName
@@ -105,12 +106,18 @@ def test_two_calls_with_different_arguments_hold_different_locks() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_lock_as_an_async_decorator_formats_too() -> None:
+@pytest.mark.asyncio
+async def test_lock_as_an_async_decorator_formats_too() -> None:
     @lock("report:{month}", ttl=30)
     async def build(month: str) -> bool:
         return await Locks.active().filter(resource=f"report:{month}").aexists()
 
-    assert asyncio.run(build("2026-05")) is True
+    try:
+        assert await build("2026-05") is True
+    finally:
+        # The ORM's async calls ran in asgiref's thread: its connection must not
+        # outlive the test database.
+        await sync_to_async(connections.close_all)()
 
 
 def test_lock_as_a_decorator_refuses_a_placeholder_without_a_parameter() -> None:
