@@ -146,6 +146,27 @@ def test_the_immediate_backend_runs_the_task_under_its_lock() -> None:
     assert not Locks.active().exists()
 
 
+def test_an_async_task_runs_under_its_lock_or_is_skipped() -> None:
+    from django_dlock.contrib.tasks import SKIPPED
+    from tests.workers_tasks import immediate_async
+
+    # (The stubs type an async task's result as its coroutine: Any reads the value.)
+    ran: Any = immediate_async.enqueue("async").return_value
+    assert ran == ["immediate:async", True]
+    Locks.acquire("immediate:async", "someone-else", ttl=60)
+    skipped: Any = immediate_async.enqueue("async").return_value
+    assert skipped == SKIPPED
+
+
+def test_on_lost_stop_is_refused_for_an_async_task_function() -> None:
+    from django_dlock.contrib.tasks import locked_task
+
+    async def body(key: str) -> None: ...
+
+    with pytest.raises(ValueError, match="async"):
+        locked_task("x:{key}", on_lost="stop")(body)
+
+
 def test_a_lost_lock_fails_the_task_with_the_reason_found_first() -> None:
     from tests.workers_tasks import force_released
 

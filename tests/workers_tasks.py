@@ -118,6 +118,15 @@ def force_released(key: str, held: LockHandle) -> bool:
 
 
 @task()
+@locked_task("immediate:{key}", ttl=10, on_locked="skip")
+async def immediate_async(key: str, held: LockHandle) -> list[Any]:
+    from django_dlock.models import DistributedLock
+
+    held_now = DistributedLock.objects.active().filter(resource=held.resource).aexists()
+    return [held.resource, await held_now]
+
+
+@task()
 @lock("order:{order_id}", ttl=10)
 def ship(order_id: int) -> list[str]:
     from django_dlock.models import DistributedLock

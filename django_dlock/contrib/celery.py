@@ -18,6 +18,7 @@ docs/celery.md.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -104,6 +105,8 @@ def locked_task(
                 f"@locked_task is above @shared_task/@app.task on {function!r}: put it "
                 "underneath, so that Celery registers the locked function."
             )
+        if inspect.iscoroutinefunction(function):
+            raise TypeError(f"Celery runs sync task functions; {function!r} is async.")
         locked = LockedFunction(function, key, ttl=ttl, auto_renew=auto_renew, on_lost=on_lost)
 
         def run_locked(*args: Any, **kwargs: Any) -> Any:

@@ -108,7 +108,9 @@ class StopOnLoss:
         self._watcher.join()
         if self._in_main_thread:
             # signal.signal() runs a pending handler first: the one above, disarmed.
-            signal.signal(STOP_SIGNAL, self._previous)
+            # (None: the handler before was not set from Python; the default stands in.)
+            previous = signal.SIG_DFL if self._previous is None else self._previous
+            signal.signal(STOP_SIGNAL, previous)
         if isinstance(exc, _AsyncStop):
             raise lost_error(self.handle, "; the task was stopped") from None
 

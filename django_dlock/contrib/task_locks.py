@@ -103,13 +103,20 @@ class LockedFunction:
 
     def run(self, held: LockHandle, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Call the body holding ``held``; with ``on_lost="stop"``, stopped on a loss."""
+        stopping = StopOnLoss(held) if self.on_lost == "stop" else contextlib.nullcontext()
+        with stopping:
+            return self.function(*args, **self._injected(held, kwargs))
+
+    async def arun(self, held: LockHandle, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``run()`` for an async body (``on_lost="stop"`` is for sync bodies only)."""
+        return await self.function(*args, **self._injected(held, kwargs))
+
+    def _injected(self, held: LockHandle, kwargs: dict[str, Any]) -> dict[str, Any]:
         if FENCING_TOKEN_ARG in self.injected:
             kwargs = {**kwargs, FENCING_TOKEN_ARG: held.fencing_token}
         if HANDLE_ARG in self.injected:
             kwargs = {**kwargs, HANDLE_ARG: held}
-        stopping = StopOnLoss(held) if self.on_lost == "stop" else contextlib.nullcontext()
-        with stopping:
-            return self.function(*args, **kwargs)
+        return kwargs
 
     def wraps(self, wrapper: Callable[..., Any]) -> Callable[..., Any]:
         """``wrapper`` made to look like the function, with the callers' signature."""

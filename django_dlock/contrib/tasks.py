@@ -19,12 +19,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import inspect
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from django_dlock.contrib.task_locks import (
@@ -148,6 +151,29 @@ def locked_task(
                 "the task runs the locked function."
             )
         locked = LockedFunction(function, key, ttl=ttl, auto_renew=auto_renew, on_lost=on_lost)
+        policy = _Policy(on_locked, max_attempts, min_delay, function.__name__)
+
+        if inspect.iscoroutinefunction(function):
+            if on_lost == "stop":
+                raise ValueError(
+                    f"on_lost='stop' stops sync task functions; {function.__name__}() is async: "
+                    "let it look at held.lost instead."
+                )
+
+            async def arun_locked(*args: Any, **kwargs: Any) -> Any:
+                attempt = kwargs.pop(ATTEMPT_ARG, 1)
+                resource = locked.resource(args, kwargs)
+                async with contextlib.AsyncExitStack() as stack:
+                    try:
+                        held = await stack.enter_async_context(locked.hold(resource, None, wait))
+                    except LockNotAcquired as error:
+                        result = _running_result(arun_locked)
+                        return await sync_to_async(policy.apply)(
+                            result, resource, error, attempt, args, kwargs
+                        )
+                    return await locked.arun(held, args, kwargs)
+
+            return locked.wraps(arun_locked)
 
         def run_locked(*args: Any, **kwargs: Any) -> Any:
             attempt = kwargs.pop(ATTEMPT_ARG, 1)
@@ -159,13 +185,7 @@ def locked_task(
                     held: LockHandle = stack.enter_context(locked.hold(resource, None, wait))
                 except LockNotAcquired as error:
                     result = _running_result(run_locked)
-                    if on_locked == "skip":
-                        name = result.task.name if result is not None else function.__name__
-                        task_id = result.id if result is not None else None
-                        return announce_skip(resource, name, task_id, args, kwargs)
-                    if on_locked == "defer" and result is not None:
-                        return _defer(result, resource, error, attempt, max_attempts, min_delay)
-                    raise
+                    return policy.apply(result, resource, error, attempt, args, kwargs)
                 return locked.run(held, args, kwargs)
 
         return locked.wraps(run_locked)
@@ -189,36 +209,57 @@ def _running_result(run_locked: Callable[..., Any]) -> TaskResult[..., Any] | No
     return result
 
 
-def _defer(
-    result: TaskResult[..., Any],
-    resource: str,
-    error: LockNotAcquired,
-    attempt: int,
-    max_attempts: int,
-    min_delay: float,
-) -> dict[str, Any]:
-    task = result.task
-    if attempt >= max_attempts:
-        raise LockNotAcquired(f"{error} Gave up after {attempt} attempts (max_attempts).")
-    if not task.get_backend().supports_defer:
-        raise LockNotAcquired(
-            f"{error} Cannot defer the task: its backend {task.backend!r} does not support "
-            "run_after (ImmediateBackend runs each task as it is enqueued)."
+@dataclass(frozen=True)
+class _Policy:
+    """What a run does when another owner holds its lock (``on_locked``)."""
+
+    on_locked: OnLocked
+    max_attempts: int
+    min_delay: float
+    function_name: str
+
+    def apply(
+        self,
+        result: TaskResult[..., Any] | None,
+        resource: str,
+        error: LockNotAcquired,
+        attempt: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        if self.on_locked == "skip":
+            name = result.task.name if result is not None else self.function_name
+            task_id = result.id if result is not None else None
+            return announce_skip(resource, name, task_id, args, kwargs)
+        if self.on_locked == "defer" and result is not None:
+            return self.defer(result, resource, error, attempt)
+        raise error
+
+    def defer(
+        self, result: TaskResult[..., Any], resource: str, error: LockNotAcquired, attempt: int
+    ) -> dict[str, Any]:
+        task = result.task
+        if attempt >= self.max_attempts:
+            raise LockNotAcquired(f"{error} Gave up after {attempt} attempts (max_attempts).")
+        if not task.get_backend().supports_defer:
+            raise LockNotAcquired(
+                f"{error} Cannot defer the task: its backend {task.backend!r} does not support "
+                "run_after (ImmediateBackend runs each task as it is enqueued)."
+            )
+        delay = backoff(attempt - 1, self.min_delay, resource)
+        run_after = timezone.now() + timedelta(seconds=delay)
+        again = task.using(run_after=run_after).enqueue(
+            *result.args, **{**result.kwargs, ATTEMPT_ARG: attempt + 1}
         )
-    delay = backoff(attempt - 1, min_delay, resource)
-    run_after = timezone.now() + timedelta(seconds=delay)
-    again = task.using(run_after=run_after).enqueue(
-        *result.args, **{**result.kwargs, ATTEMPT_ARG: attempt + 1}
-    )
-    logger.info(
-        "Deferred task %s[%s] by %.1f s as %s (attempt %d of %d): the lock on %r is held "
-        "by another owner.",
-        task.name,
-        result.id,
-        delay,
-        again.id,
-        attempt + 1,
-        max_attempts,
-        resource,
-    )
-    return {"django_dlock": DEFERRED, "result_id": str(again.id), "attempt": attempt + 1}
+        logger.info(
+            "Deferred task %s[%s] by %.1f s as %s (attempt %d of %d): the lock on %r is held "
+            "by another owner.",
+            task.name,
+            result.id,
+            delay,
+            again.id,
+            attempt + 1,
+            self.max_attempts,
+            resource,
+        )
+        return {"django_dlock": DEFERRED, "result_id": str(again.id), "attempt": attempt + 1}
