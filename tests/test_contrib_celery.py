@@ -223,30 +223,6 @@ def test_lock_not_acquired_from_the_tasks_own_code_is_not_taken_for_the_policy()
         export("csv")
 
 
-@pytest.mark.django_db(transaction=True, databases=["default", "locks"])
-def test_the_retry_backoff_reads_the_dlock_database_and_stops_at_the_holders_expiry(
-    settings: Any,
-) -> None:
-    from django.db import connections
-    from django.test.utils import CaptureQueriesContext
-
-    from django_dlock.contrib.task_locks import backoff
-
-    settings.DLOCK_DATABASE = "locks"  # a second connection to the same database
-    Locks.db_manager("locks").acquire("report:db", "holder", ttl=60)
-    with (
-        CaptureQueriesContext(connections["default"]) as on_default,
-        CaptureQueriesContext(connections["locks"]) as on_locks,
-    ):
-        first = backoff(0, 1.0, "report:db")
-    assert (len(on_default), len(on_locks)) == (0, 1)
-    assert 0.5 <= first <= 1.0  # half to all of the base, never the holder's 60 s
-    assert 4 <= backoff(3, 1.0, "report:db") <= 8
-    assert 55 < backoff(10, 1.0, "report:db") <= 60.1  # capped just past the holder's expiry
-    Locks.db_manager("locks").release("report:db", "holder")
-    assert backoff(5, 1.0, "report:db") == 0.0  # free: at once
-
-
 def test_the_callers_see_the_task_signature_without_the_injected_parameters() -> None:
     import inspect
 

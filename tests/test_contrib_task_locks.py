@@ -1,0 +1,45 @@
+"""What Celery's and Django's task integrations share (``django_dlock.contrib.task_locks``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from django_dlock.contrib.task_locks import backoff, owner_for_task
+from django_dlock.models import DistributedLock
+
+Locks = DistributedLock.objects
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "locks"])
+def test_the_retry_backoff_reads_the_dlock_database_and_stops_at_the_holders_expiry(
+    settings: Any,
+) -> None:
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    settings.DLOCK_DATABASE = "locks"  # a second connection to the same database
+    Locks.db_manager("locks").acquire("report:db", "holder", ttl=60)
+    with (
+        CaptureQueriesContext(connections["default"]) as on_default,
+        CaptureQueriesContext(connections["locks"]) as on_locks,
+    ):
+        first = backoff(0, 1.0, "report:db")
+    assert (len(on_default), len(on_locks)) == (0, 1)
+    assert 0.5 <= first <= 1.0  # half to all of the base, never the holder's 60 s
+    assert 4 <= backoff(3, 1.0, "report:db") <= 8
+    assert 55 < backoff(10, 1.0, "report:db") <= 60.1  # capped just past the holder's expiry
+    Locks.db_manager("locks").release("report:db", "holder")
+    assert backoff(5, 1.0, "report:db") == 0.0  # free: at once
+
+
+def test_the_owner_of_a_task_is_the_same_for_one_task_id_and_secret() -> None:
+    owner = owner_for_task("4f1c", "report:2026-05")
+    assert owner == owner_for_task("4f1c", "report:2026-05")  # a redelivery: the same
+    assert owner != owner_for_task("4f1d", "report:2026-05")
+    assert owner != owner_for_task("4f1c", "report:2026-06")
+    assert "4f1c" not in owner and len(owner) == 32
+    with override_settings(SECRET_KEY="another-project"):  # noqa: S106 - a test key
+        assert owner_for_task("4f1c", "report:2026-05") != owner  # not guessable from the id
