@@ -292,6 +292,15 @@ def test_retry_waits_in_the_queue_then_backs_off_so_same_key_runs_follow_each_ot
         assert after["began"] - before["ended"] < 10
 
 
+def test_a_bound_task_retries_and_names_its_lock_without_self(workers: CeleryWorkers) -> None:
+    from tests.workers_celery import bound
+
+    held = Locks.acquire("bound:b", "crashed-holder", ttl=1)
+    assert held is not None
+    retries, token = bound.delay("b").get(timeout=60)
+    assert retries >= 1 and token > held.fencing_token
+
+
 def test_the_body_gets_the_lock_handle(workers: CeleryWorkers) -> None:
     from tests.workers_celery import with_handle
 

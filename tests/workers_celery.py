@@ -138,3 +138,9 @@ def redelivered(name: str, fencing_token: int) -> int:
     if first:
         time.sleep(60)  # the test kills this process meanwhile
     return fencing_token
+
+
+@app.task(name="tests.bound", bind=True, max_retries=30)
+@locked_task("bound:{name}", ttl=10, timeout=0, on_locked="retry", min_countdown=0.2)
+def bound(self: Any, name: str, fencing_token: int) -> list[Any]:
+    return [self.request.retries, fencing_token]
