@@ -151,10 +151,14 @@ def test_an_async_task_runs_under_its_lock_or_is_skipped() -> None:
     from tests.workers_tasks import immediate_async
 
     # (The stubs type an async task's result as its coroutine: Any reads the value.)
-    ran: Any = immediate_async.enqueue("async").return_value
+    result = immediate_async.enqueue("async")
+    assert result.status == "SUCCESSFUL", result.errors[0].traceback if result.errors else ""
+    ran: Any = result.return_value
     assert ran == ["immediate:async", True]
     Locks.acquire("immediate:async", "someone-else", ttl=60)
-    skipped: Any = immediate_async.enqueue("async").return_value
+    result = immediate_async.enqueue("async")
+    assert result.status == "SUCCESSFUL", result.errors[0].traceback if result.errors else ""
+    skipped: Any = result.return_value
     assert skipped == SKIPPED
 
 
