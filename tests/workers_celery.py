@@ -49,7 +49,8 @@ def record_skip(sender: Any, signal: Any, **details: Any) -> None:
     redis.Redis.from_url(BROKER_URL).rpush("skips", json.dumps(details))
 
 
-task_skipped.connect(record_skip)
+if os.environ.get("CELERY_BROKER_URL"):  # a worker process (not the tests' own, nor another broker)
+    task_skipped.connect(record_skip)
 
 
 @app.task(name="tests.exclusive")
