@@ -1,5 +1,5 @@
 """Django's tasks framework under a lock: ``django.tasks`` (Django 6.0+), or the
-``django-tasks`` backport on Django 5.2 (``pip install "django-dlock[tasks]"``).
+``django-tasks`` backport on Django 5.2 (``pip install django-tasks``).
 
 ```python
 from django.tasks import task  # django_tasks on Django 5.2
