@@ -43,3 +43,27 @@ def test_the_owner_of_a_task_is_the_same_for_one_task_id_and_secret() -> None:
     assert "4f1c" not in owner and len(owner) == 32
     with override_settings(SECRET_KEY="another-project"):  # noqa: S106 - a test key
         assert owner_for_task("4f1c", "report:2026-05") != owner  # not guessable from the id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_lock_takes_the_kind_it_is_given() -> None:
+    """``shared``, ``limit``, ``reentrant`` and ``label`` reach the run's ``lock()``."""
+    from django_dlock.contrib.task_locks import LockedFunction, LockKind
+
+    seen: list[tuple[str, int | None, str]] = []
+
+    def body(report: str, held: Any) -> None:
+        [hold] = DistributedLock.objects.holders(f"report:{report}")
+        seen.append((hold.mode, hold.limit, hold.label))
+
+    for kind in (
+        LockKind(shared=True, label="reader"),
+        LockKind(limit=3),
+        LockKind(reentrant=True),
+    ):
+        locked = LockedFunction(
+            body, "report:{report}", ttl=30, auto_renew=False, on_lost="raise", kind=kind
+        )
+        with locked.hold("report:may", None, None) as held:
+            locked.run(held, ("may",), {})
+    assert seen == [("shared", None, "reader"), ("shared", 3, ""), ("exclusive", None, "")]

@@ -31,6 +31,7 @@ from django_dlock.contrib.task_locks import (
     RETRY_WAIT,
     SKIPPED,
     LockedFunction,
+    LockKind,
     OnLost,
     announce_skip,
     backoff,
@@ -65,6 +66,10 @@ def locked_task(
     on_locked: OnLocked = "skip",
     auto_renew: bool = True,
     on_lost: OnLost = "raise",
+    shared: bool = False,
+    limit: int | None = None,
+    reentrant: bool = False,
+    label: str = "",
     min_countdown: float = 1.0,
 ) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
     """Run each call of the task function holding the lock named by ``key``.
@@ -79,6 +84,10 @@ def locked_task(
 
     The owner of the lock is derived from the task id: a redelivered task
     (``acks_late`` and a worker that died) takes its own lock back.
+
+    ``shared``, ``limit``, ``reentrant`` and ``label`` are ``lock()``'s: a run
+    holds the lock as one of many readers, as one of ``limit`` permits, or
+    re-enters a lock its own thread holds; ``label`` names it in public.
 
     When another owner holds the lock, it waits up to ``timeout`` seconds in
     the lock's queue (``None``: one try; 5 s with ``"retry"``), then
@@ -107,7 +116,14 @@ def locked_task(
             )
         if inspect.iscoroutinefunction(function):
             raise TypeError(f"Celery runs sync task functions; {function!r} is async.")
-        locked = LockedFunction(function, key, ttl=ttl, auto_renew=auto_renew, on_lost=on_lost)
+        locked = LockedFunction(
+            function,
+            key,
+            ttl=ttl,
+            auto_renew=auto_renew,
+            on_lost=on_lost,
+            kind=LockKind(shared=shared, limit=limit, reentrant=reentrant, label=label),
+        )
 
         def run_locked(*args: Any, **kwargs: Any) -> Any:
             resource = locked.resource(args, kwargs)

@@ -14,6 +14,7 @@ import logging
 import random
 import reprlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.conf import settings
@@ -61,6 +62,17 @@ _ARGUMENTS.maxstring = 80
 _ARGUMENTS.maxother = 80
 
 
+@dataclass(frozen=True)
+class LockKind:
+    """Which kind of hold a task's run takes (``lock()``'s arguments of the
+    same names): exclusive by default."""
+
+    shared: bool = False
+    limit: int | None = None
+    reentrant: bool = False
+    label: str = ""
+
+
 class LockedFunction:
     """A task function and how each of its calls runs under its lock.
 
@@ -76,6 +88,7 @@ class LockedFunction:
         ttl: float | None,
         auto_renew: bool,
         on_lost: OnLost,
+        kind: LockKind | None = None,
     ) -> None:
         if on_lost not in ("raise", "stop"):
             raise ValueError(f"on_lost must be 'raise' or 'stop', not {on_lost!r}")
@@ -83,6 +96,7 @@ class LockedFunction:
         self.ttl = ttl
         self.auto_renew = auto_renew
         self.on_lost = on_lost
+        self.kind = kind or LockKind()
         full = inspect.signature(function)
         injected = [name for name in (FENCING_TOKEN_ARG, HANDLE_ARG) if name in full.parameters]
         self.injected = frozenset(injected)
@@ -98,7 +112,15 @@ class LockedFunction:
     def hold(self, resource: str, owner: str | None, timeout: float | None) -> lock:
         """The ``lock()`` of one run (not yet entered)."""
         return lock(
-            resource, owner=owner, ttl=self.ttl, timeout=timeout, auto_renew=self.auto_renew
+            resource,
+            owner=owner,
+            ttl=self.ttl,
+            timeout=timeout,
+            auto_renew=self.auto_renew,
+            shared=self.kind.shared,
+            limit=self.kind.limit,
+            reentrant=self.kind.reentrant,
+            label=self.kind.label,
         )
 
     def run(self, held: LockHandle, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -146,9 +168,9 @@ def owner_for_task(task_id: str, resource: str) -> str:
 
 
 def holds_own_lock(resource: str, owner: str) -> bool:
-    """Whether ``owner`` validly holds ``resource`` now (a redelivered run's
-    earlier delivery took it)."""
-    return DistributedLock.objects.active().filter(resource=resource, owner=owner).exists()
+    """Whether ``owner`` validly holds ``resource`` now, of any kind (a
+    redelivered run's earlier delivery took it)."""
+    return any(hold.owner == owner for hold in DistributedLock.objects.holders(resource))
 
 
 def backoff(attempt: int, base: float, resource: str) -> float:

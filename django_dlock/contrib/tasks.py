@@ -36,6 +36,7 @@ from django_dlock.contrib.task_locks import (
     RETRY_WAIT,
     SKIPPED,
     LockedFunction,
+    LockKind,
     OnLost,
     announce_skip,
     backoff,
@@ -109,6 +110,10 @@ def locked_task(
     on_locked: OnLocked = "skip",
     auto_renew: bool = True,
     on_lost: OnLost = "raise",
+    shared: bool = False,
+    limit: int | None = None,
+    reentrant: bool = False,
+    label: str = "",
     max_attempts: int = 10,
     min_delay: float = 1.0,
 ) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
@@ -120,6 +125,10 @@ def locked_task(
     renewed every ttl/3 (``auto_renew``) and released when the body returns or
     raises. A body with a ``fencing_token`` parameter gets the lock's token,
     one with a ``held`` parameter the ``LockHandle``.
+
+    ``shared``, ``limit``, ``reentrant`` and ``label`` are ``lock()``'s: a run
+    holds the lock as one of many readers, as one of ``limit`` permits, or
+    re-enters a lock its own thread holds; ``label`` names it in public.
 
     When another owner holds the lock, it waits up to ``timeout`` seconds in
     the lock's queue (``None``: one try; 5 s with ``"defer"``), then:
@@ -150,7 +159,14 @@ def locked_task(
                 f"@locked_task is above @task on {function!r}: put it underneath, so that "
                 "the task runs the locked function."
             )
-        locked = LockedFunction(function, key, ttl=ttl, auto_renew=auto_renew, on_lost=on_lost)
+        locked = LockedFunction(
+            function,
+            key,
+            ttl=ttl,
+            auto_renew=auto_renew,
+            on_lost=on_lost,
+            kind=LockKind(shared=shared, limit=limit, reentrant=reentrant, label=label),
+        )
         policy = _Policy(on_locked, max_attempts, min_delay, function.__name__)
 
         if inspect.iscoroutinefunction(function):
