@@ -122,3 +122,21 @@ async def test_nested_in_its_task_it_reenters_but_a_child_task_is_another_holder
                 return "refused"
 
         assert await asyncio.create_task(child()) == "refused"
+
+
+def test_a_release_that_fails_leaves_the_thread_free_to_lock_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A database down at the exit raises its error, and the next lock() of the
+    thread is not taken for a nested one (found by the torture run)."""
+    from django.db import OperationalError
+
+    def down(*args: object) -> None:
+        raise OperationalError("the database is down")
+
+    with pytest.raises(OperationalError), lock("re:30"):
+        monkeypatch.setattr(DistributedLock.objects, "release", down)
+    monkeypatch.undo()
+    Locks.force_release("re:30")
+    with lock("re:30") as again:
+        assert again.resource == "re:30"

@@ -143,7 +143,10 @@ class lock:
         if isinstance(entered, HeldLocks):
             entered.release(failed=exc_type is not None)
             return
-        result = self._release(entered)
+        try:
+            result = self._release(entered)
+        finally:
+            self._leave(entered)  # also when the release failed (a database error)
         self._after_release(entered, result, failed=exc_type is not None)
 
     def _acquire(self) -> tuple[Hold, float]:
@@ -200,7 +203,10 @@ class lock:
             return
         # One thread call: a cancellation here cannot stop the renewals but
         # skip the release (the thread runs both to the end).
-        result = await run_in_lock_thread(self.using, self._release, entered)
+        try:
+            result = await run_in_lock_thread(self.using, self._release, entered)
+        finally:
+            self._leave(entered)  # also when the release failed (a database error)
         self._after_release(entered, result, failed=exc_type is not None)
 
     async def _aacquire(self) -> tuple[Hold, float]:
@@ -359,10 +365,13 @@ class lock:
         handle = entered.handle
         return DistributedLock.objects.db_manager(self.using).release(handle.resource, handle.owner)
 
-    def _after_release(self, entered: Entered, result: ReleaseResult, *, failed: bool) -> None:
+    def _leave(self, entered: Entered) -> None:
+        """One entry of ``entered`` ends: the holder no longer holds it once the last does."""
         entered.depth -= 1
         if entered.depth == 0:
             held_here.forget(self.using, self.resource, entered)
+
+    def _after_release(self, entered: Entered, result: ReleaseResult, *, failed: bool) -> None:
         handle = entered.handle
         expected = ReleaseResult.RELEASED if entered.depth == 0 else ReleaseResult.DECREMENTED
         if result is expected:
