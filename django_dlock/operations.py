@@ -1,0 +1,169 @@
+"""What the manager's calls and ``lock()`` share: the claims they make, the
+acquisitions that carry them out with their signals, and the model instances
+of the rows the backend answers. ``DistributedLockManager`` mixes it in; the
+methods without a leading underscore are the internal interface that
+``django_dlock.locking`` uses (its waiters and its renewer)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Generic, TypeVar, cast
+
+from django.apps import apps
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from django_dlock import signals
+from django_dlock.backends import backend_for
+from django_dlock.backends.base import LockBackend
+from django_dlock.backends.results import Claim, LockRow
+from django_dlock.conf import conf
+from django_dlock.exceptions import LockKindMismatch
+from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, Hold, duration_of, kind_of
+from django_dlock.validators import validate_label, validate_limit, validate_resource
+
+__all__ = ["LockOperations", "mismatch"]
+
+_Lock = TypeVar("_Lock", bound=models.Model)
+
+
+class LockOperations(Generic[_Lock]):
+    """The machinery of a manager of ``_Lock`` rows (its ``model`` and ``_db``)."""
+
+    model: type[_Lock]
+    _db: str | None
+
+    def _alias(self) -> str:
+        return self._db or conf.DATABASE
+
+    def _backend(self) -> LockBackend:
+        return backend_for(self._alias())
+
+    def claim(
+        self,
+        resource: str,
+        owner: str,
+        ttl: float | None,
+        reentrant: bool = False,
+        shared: bool = False,
+        limit: int | None = None,
+        label: str = "",
+        ticket: int | None = None,
+    ) -> Claim:
+        """What an acquisition of ``resource`` by ``owner`` asks for (the
+        arguments not yet checked are checked here)."""
+        if limit is not None:
+            validate_limit(limit)
+        return Claim(
+            resource=resource,
+            owner=owner,
+            duration=duration_of(ttl),
+            shared=bool(shared) or limit is not None,
+            limit=limit,
+            reentrant=bool(reentrant),
+            label=validate_label(label),
+            ticket=ticket,
+        )
+
+    def claims(
+        self,
+        resources: Sequence[str | tuple[str, str]],
+        owner: str,
+        ttl: float | None,
+        label: str = "",
+    ) -> list[Claim]:
+        """The claims of ``acquire_all()``'s items (checked here)."""
+        claims = []
+        for item in resources:
+            resource, mode = (item, EXCLUSIVE) if isinstance(item, str) else item
+            validate_resource(resource)
+            if mode not in (EXCLUSIVE, SHARED):
+                raise ValidationError(
+                    f"A mode must be {EXCLUSIVE!r} or {SHARED!r}, not {mode!r}.", code="mode"
+                )
+            claims.append(self.claim(resource, owner, ttl, shared=mode == SHARED, label=label))
+        if not claims or len({claim.resource for claim in claims}) != len(claims):
+            raise ValidationError("Name each resource once, and at least one.", code="resources")
+        return claims
+
+    def take(self, claim: Claim) -> Hold | None:
+        """The acquisition ``claim`` (checked already), with its signals: the
+        hold, or ``None``; once admitted, the waiter of ``claim.ticket`` (if
+        any) leaves its queue in the same transaction."""
+        taken = self._backend().take(claim)
+        if taken.mismatch is not None:
+            raise mismatch(claim, taken.mismatch)
+        if taken.row is None:
+            return None
+        hold = self._instance(taken.row)
+        self._announce(taken.row, hold, taken.previous_owner, taken.renewed)
+        return hold
+
+    def take_all(self, claims: list[Claim]) -> list[Hold] | None:
+        """``acquire_all()`` of checked claims."""
+        taken = self._backend().take_all(claims)
+        if taken is None:
+            return None
+        holds = []
+        for claim, one in zip(claims, taken, strict=True):
+            if one.mismatch is not None:
+                raise mismatch(claim, one.mismatch)
+            assert one.row is not None  # noqa: S101 - take_all() takes all or none
+            hold = self._instance(one.row)
+            self._announce(one.row, hold, one.previous_owner, one.renewed)
+            holds.append(hold)
+        return holds
+
+    def accept_handover(self, resource: str, owner: str, ticket: int) -> tuple[Hold, float] | None:
+        """The lock, if a release handed it to the waiter of ``ticket``
+        (``LockBackend.grants_on_release``), announced as acquired, and how many
+        seconds ago (by the database's clock) the release made it the holder's."""
+        row = self._backend().granted(resource, owner, ticket)
+        if row is None:
+            return None
+        hold = self._instance(row)
+        self._announce(row, hold, previous_owner="", renewed=False)
+        return hold, max((row.now - row.acquired_at).total_seconds(), 0.0)
+
+    def _announce(
+        self, row: LockRow, hold: Hold, previous_owner: str | None, renewed: bool
+    ) -> None:
+        """The signals of an acquisition (``previous_owner``: the resource row's
+        owner before; an expired lock of another owner was taken over). They go
+        out after the commit, so that a receiver sees the lock as others do, and
+        one that raises cannot undo it."""
+        if renewed:
+            signals.lock_renewed.send(sender=self.model, lock=hold)
+            return
+        taken_over = previous_owner not in (None, "", SHARED_HOLDERS, row.owner)
+        taken_over_from = previous_owner if taken_over else None
+        if taken_over_from is not None:
+            signals.lock_taken_over.send(
+                sender=self.model, lock=hold, previous_owner=taken_over_from
+            )
+        signals.lock_acquired.send(sender=self.model, lock=hold, taken_over_from=taken_over_from)
+
+    def renew_held(self, pairs: list[tuple[str, str]], ttl: float) -> dict[tuple[str, str], Hold]:
+        """Renew each (resource, owner) hold that owner validly has, for ``ttl``
+        seconds (the auto-renewer's batch: one statement per table); the renewed
+        holds. A hold not among them was lost."""
+        rows = self._backend().renew_many(pairs, ttl)
+        renewed = {pair: self._instance(row) for pair, row in rows.items()}
+        for hold in renewed.values():
+            signals.lock_renewed.send(sender=self.model, lock=hold)
+        return renewed
+
+    def _instance(self, row: LockRow) -> Hold:
+        """The model instance of ``row``: a ``DistributedLock``, or a ``LockHold``."""
+        model = apps.get_model("django_dlock", "LockHold") if row.shared else self.model
+        # from_db() takes the values in the model's field order.
+        names = [field.attname for field in model._meta.concrete_fields]
+        values = row.field_values()
+        return cast(Hold, model.from_db(self._alias(), names, [values[name] for name in names]))
+
+
+def mismatch(claim: Claim, kind: str) -> LockKindMismatch:
+    return LockKindMismatch(
+        f"{claim.resource!r} is a {kind} while it has holders; this acquisition asked for a "
+        f"{kind_of(claim.limit)}."
+    )
