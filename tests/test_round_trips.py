@@ -27,6 +27,16 @@ pytestmark = [
 ALIAS = "locks"
 
 
+@pytest.fixture(autouse=True)
+def one_statement_operations() -> None:
+    """Counted where the one-statement operations run (not with server-side
+    binding, where the portable ones do: the ``portable-postgres`` session)."""
+    from django_dlock.backends import backend_for
+
+    if not getattr(backend_for(ALIAS), "one_statement", False):
+        pytest.skip("the portable operations run here (server-side binding)")
+
+
 @pytest.fixture
 def proxy() -> Iterator[DelayProxy]:
     """The ``locks`` alias through the counting proxy while the test runs."""
