@@ -157,7 +157,11 @@ def test_check_database_on_an_unreachable_database_warns(
         override_settings(DLOCK_DATABASE="unreachable"),
         django_db_blocker.unblock(),
     ):
-        call_command("check", "--database", "unreachable", stdout=out, stderr=err)
+        # The database tag only: a model check of another app (a JSONField asks
+        # its database what it supports) would raise first.
+        call_command(
+            "check", "--database", "unreachable", "--tag", "database", stdout=out, stderr=err
+        )
     assert "django_dlock.W005" in err.getvalue() + out.getvalue()
 
 

@@ -18,6 +18,17 @@ from tests.utils import run_in_processes, spawn
 
 pytestmark = [pytest.mark.requires_postgres, pytest.mark.django_db(transaction=True)]
 
+
+@pytest.fixture(autouse=True)
+def one_statement_operations() -> None:
+    """Prepared statements are the one-statement operations' (not with
+    server-side binding: the ``portable-postgres`` session)."""
+    from django_dlock.backends import backend_for
+
+    if not getattr(backend_for("default"), "one_statement", False):
+        pytest.skip("the portable operations run here (server-side binding)")
+
+
 Locks = DistributedLock.objects
 
 
