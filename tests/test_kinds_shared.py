@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -174,3 +175,38 @@ def test_a_writer_never_holds_beside_anyone_in_processes() -> None:
     for before, after in zip(tokens, tokens[1:], strict=False):
         if not (before[2] and after[2]):  # a writer's turn: a larger token than any before it
             assert after[3] > before[3]
+
+
+@pytest.mark.requires_sqlite
+def test_on_sqlite_threads_mixing_kinds_never_see_database_is_locked() -> None:
+    """Waiters of readers, writers and permits in one process, on other
+    resources each: the queue's writes wait for SQLite's write lock as the lock
+    transactions do, never until their busy timeout (found with the metrics demo)."""
+    errors: list[str] = []
+    stop = time.monotonic() + 3
+
+    def worker(resource: str, **kind: Any) -> None:
+        try:
+            while time.monotonic() < stop:
+                try:
+                    with lock(resource, timeout=0.2, ttl=10, **kind):
+                        time.sleep(0.01)
+                except LockNotAcquired:
+                    pass
+                except Exception as error:  # what must never come
+                    errors.append(repr(error))
+        finally:
+            connection.close()
+
+    kinds: list[tuple[str, dict[str, Any]]] = [("mix:writer", {}), ("mix:doc", {"shared": True})]
+    threads = [
+        threading.Thread(target=worker, args=(resource,), kwargs=kind)
+        for resource, kind in kinds * 3
+    ]
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert time.monotonic() - started < 15  # not a busy timeout's wait

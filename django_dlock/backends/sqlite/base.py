@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.checks import CheckMessage
 from django.db import transaction
@@ -16,11 +16,15 @@ from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend, PurgedBatch
 from django_dlock.backends.clock import DatabaseNow
-from django_dlock.backends.results import LockRow
+from django_dlock.backends.queue import QueueRow
+from django_dlock.backends.results import Claim, LockRow
 from django_dlock.backends.sqlite.checks import SQLiteChecks
 from django_dlock.django_private import atomic_depth, compile_expression, sqlite_begin_immediate
 from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.rules import EXCLUSIVE
+from django_dlock.transactions import in_lock_transaction
+
+_T = TypeVar("_T")
 
 # SQLite's primary result code for "database is locked".
 SQLITE_BUSY = 5
@@ -157,11 +161,41 @@ class SQLiteBackend(LockBackend):
         if head is not None:
             transaction.on_commit(lambda: wake(*head), using=self.using)
 
+    # -- the queue's writes --------------------------------------------------------
+    # Each is a lock transaction (BEGIN IMMEDIATE, waiting for the write lock in
+    # short steps: see transaction()). In autocommit they would wait in SQLite's
+    # busy handler, which sleeps whole milliseconds between tries, and lose the
+    # write lock to the lock transactions' quicker tries again and again, until
+    # their busy timeout ran out.
+
+    def _queue_write(self, write: Callable[[], _T]) -> _T:
+        if atomic_depth(self.connection):  # inside Django's TestCase transaction
+            return write()
+        return in_lock_transaction(self, write)
+
+    def enqueue_waiter(
+        self, claim: Claim, seconds: float, *, channel: str = "", listener_pid: int | None = None
+    ) -> tuple[int, QueueRow]:
+        enqueue = super().enqueue_waiter
+        return self._queue_write(
+            lambda: enqueue(claim, seconds, channel=channel, listener_pid=listener_pid)
+        )
+
+    def refresh_waiters(self, tickets: Sequence[int], seconds: float) -> None:
+        refresh = super().refresh_waiters
+        self._queue_write(lambda: refresh(tickets, seconds))
+
+    def drop_dead_waiters(self, resource: str) -> None:
+        drop = super().drop_dead_waiters
+        self._queue_write(lambda: drop(resource))
+
     def give_up_waiting(self, resource: str, ticket: int) -> bool:
         # Leaving without the lock while it is free: the next waiter would
         # otherwise wait for a release that already happened.
-        queued = self.leave_queue(ticket)
-        head = self._head(resource, unless_held=True)
+        def leave() -> tuple[bool, tuple[str, int] | None]:
+            return self.leave_queue(ticket), self._head(resource, unless_held=True)
+
+        queued, head = self._queue_write(leave)
         if head is not None:
             wake(*head)
         return queued
@@ -193,9 +227,9 @@ class SQLiteBackend(LockBackend):
                 [resource, ticket],
             )
             ahead = cursor.fetchall()
-        for ticket_ahead, channel in ahead:
-            if not alive(channel):
-                self.leave_queue(ticket_ahead)
+        dead = [ticket_ahead for ticket_ahead, channel in ahead if not alive(channel)]
+        if dead:
+            self._queue_write(lambda: [self.leave_queue(ticket_ahead) for ticket_ahead in dead])
 
     def _head_sql(self, *, unless_held: bool = False) -> str:
         """SQL: "channel ticket" of the first live waiter of a resource (a
