@@ -1,0 +1,94 @@
+"""The argparse ``type=`` validators of ``manage.py dlock``: each returns the
+cleaned value or raises ``ArgumentTypeError`` with one sentence, so that a bad
+argument exits 2 with a usage line and no traceback."""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from argparse import ArgumentTypeError
+from collections.abc import Callable
+
+from django.core.exceptions import ValidationError
+
+from django_dlock.validators import (
+    FORBIDDEN_CATEGORIES,
+    MAX_LENGTH,
+    validate_resource,
+    validate_resource_prefix,
+    validate_ttl,
+)
+
+# The longest --wait or --min-hold in seconds (about 31 years): longer ones
+# overflow a timedelta. "--wait" without a number waits without end.
+MAX_SECONDS = 10**9
+
+
+def _validated(validator: Callable[[object], object], value: str) -> None:
+    try:
+        validator(value)
+    except ValidationError as error:
+        raise ArgumentTypeError(f"{' '.join(error.messages)} Got {value!r}.") from error
+
+
+def resource(value: str) -> str:
+    """A resource name, by the rules of every lock operation."""
+    _validated(validate_resource, value)
+    return value
+
+
+def prefix(value: str) -> str:
+    """The start of a resource name, by the same rules."""
+    _validated(validate_resource_prefix, value)
+    return value
+
+
+def _number(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        return math.nan
+
+
+def ttl(value: str) -> float:
+    """``--ttl``: seconds, more than 0 and at most ``DLOCK_MAX_TTL``."""
+    number = _number(value)
+    try:
+        return validate_ttl(number)
+    except ValidationError as error:
+        raise ArgumentTypeError(f"{' '.join(error.messages)} Got {value!r}.") from error
+
+
+def seconds(value: str) -> float:
+    """``--wait SECONDS``, ``--min-hold`` and ``--kill-after``: 0 or more seconds."""
+    number = _number(value)
+    if not math.isfinite(number) or not 0 <= number <= MAX_SECONDS:
+        raise ArgumentTypeError(
+            f"must be a number of seconds from 0 to {MAX_SECONDS}, not {value!r}."
+        )
+    return number
+
+
+def exit_code(value: str) -> int:
+    """``--conflict-exit-code``: what a process can exit with, 0 to 255."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 255:
+        raise ArgumentTypeError(f"must be a whole number from 0 to 255, not {value!r}.")
+    return number
+
+
+def label(value: str) -> str:
+    """``--label``: a public name for the holder ("web-3 pid 4121"), 1 to 255
+    characters, without control or invisible formatting characters."""
+    if not 1 <= len(value) <= MAX_LENGTH:
+        raise ArgumentTypeError(f"must be 1 to {MAX_LENGTH} characters long, not {len(value)}.")
+    for char in value:
+        if unicodedata.category(char) in FORBIDDEN_CATEGORIES:
+            raise ArgumentTypeError(
+                f"may not contain control or invisible characters (U+{ord(char):04X}), "
+                f"got {value!r}."
+            )
+    return value
