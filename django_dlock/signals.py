@@ -27,5 +27,18 @@ lock_taken_over = Signal()
 lock_released = Signal()
 
 # A holder found that its lock was lost: renewal failed or it expired.
-# Keyword arguments: resource, owner, reason (a sentence saying why).
+# Keyword arguments: resource, owner, reason (a sentence saying why), mode
+# and limit (of the hold it had).
 lock_lost = Signal()
+
+# An acquisition that does not wait (``acquire()``, ``lock()`` without a
+# timeout, the HTTP API) found the lock held in a way that excludes it.
+# Keyword arguments: resource, owner (the caller's), mode ("exclusive" or
+# "shared") and limit (a semaphore's, else None) of what it asked for.
+lock_refused = Signal()
+
+# A blocking acquisition (``lock(..., timeout=...)``) stopped waiting.
+# Keyword arguments: resource, owner, waited (seconds, on this process's
+# monotonic clock), outcome ("acquired", "timeout", "cancelled", or "error"
+# when the database failed), mode and limit (as for lock_refused).
+lock_wait_ended = Signal()

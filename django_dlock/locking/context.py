@@ -168,6 +168,7 @@ class lock:
             while True:
                 outcome = wait.step()
                 if not isinstance(outcome, float):
+                    wait.acquired = True
                     return outcome
                 if wait.timed_out():
                     raise wait.failure()
@@ -244,6 +245,7 @@ class lock:
             while True:
                 outcome = await thread.run(wait.step)
                 if not isinstance(outcome, float):
+                    wait.acquired = True
                     return outcome
                 if wait.timed_out():
                     raise wait.failure()
@@ -315,7 +317,12 @@ class lock:
 
     def _take(self, owner: str) -> Hold | None:
         """One non-blocking acquisition (a re-entry when ``owner`` holds it)."""
-        return DistributedLock.objects.db_manager(self.using).take(self._claim(owner))
+        manager = DistributedLock.objects.db_manager(self.using)
+        claim = self._claim(owner)
+        hold = manager.take(claim)
+        if hold is None:
+            manager.refused(claim)
+        return hold
 
     def _held(self) -> LockNotAcquired:
         return LockNotAcquired(f"The lock on {self.resource!r} is held by another owner.")
