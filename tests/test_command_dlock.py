@@ -296,3 +296,35 @@ def test_bad_arguments_on_the_command_line(
     assert captured.err.splitlines()[-1].startswith("manage.py dlock")
     assert captured.out == ""
     assert held("job:42")
+
+
+@pytest.mark.django_db
+def test_release_is_announced_as_forced_and_spares_a_new_holder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_dlock.signals import lock_released
+
+    make_lock("job:42", "owner-1")
+    seen: list[dict[str, object]] = []
+
+    def record(sender: object, **kwargs: object) -> None:
+        seen.append(kwargs)
+
+    lock_released.connect(record)
+    try:
+        dlock("release", "job:42", "--yes")
+    finally:
+        lock_released.disconnect(record)
+    assert [(k["owner"], k["forced"]) for k in seen] == [("owner-1", True)]
+
+    # The operator was asked about owner-1's hold; owner-2 took the lock since: it stays.
+    make_lock("job:43", "owner-1")
+
+    def meanwhile(question: str) -> str:
+        DistributedLock.objects.force_release("job:43")
+        DistributedLock.objects.acquire("job:43", owner="owner-2")
+        return "y"
+
+    monkeypatch.setattr(builtins, "input", meanwhile)
+    assert "had ended meanwhile: nothing released" in dlock("release", "job:43")
+    assert DistributedLock.objects.active().get(resource="job:43").owner == "owner-2"

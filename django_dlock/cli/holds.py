@@ -16,7 +16,7 @@ from django.db.models import F
 
 from django_dlock.backends.clock import DatabaseNow, time_left
 from django_dlock.conf import conf
-from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
+from django_dlock.models import DistributedLock, LockWaiter
 from django_dlock.prefix import resource_prefix_q
 
 __all__ = ["Hold", "read_holds", "release_hold", "waiters"]
@@ -92,4 +92,4 @@ def release_hold(hold: Hold) -> bool:
     """Release ``hold`` for its holder (an operator's force-release); whether it
     was still held. Only that hold: if it ended meanwhile and another holder
     came, the new holder keeps its lock."""
-    return DistributedLock.objects.release(hold.resource, hold.owner) is ReleaseResult.RELEASED
+    return DistributedLock.objects.force_release(hold.resource, owner=hold.owner)
