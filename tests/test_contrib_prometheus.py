@@ -250,3 +250,26 @@ def test_install_once_per_registry_and_the_view(monkeypatch: pytest.MonkeyPatch)
         assert response.content.decode().endswith("# EOF\n")
     finally:
         metrics.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_async_wait(registry: CollectorRegistry) -> None:
+    import asyncio
+
+    DistributedLock.objects.acquire("job:a", owner="other", ttl=30)
+
+    async def wait_then_cancel() -> None:
+        async def waiting() -> None:
+            async with lock("job:a", timeout=30):
+                pass
+
+        task = asyncio.ensure_future(waiting())
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(wait_then_cancel())
+
+    assert value(registry, "dlock_attempts_total", group="job", outcome="cancelled") == 1
+    assert value(registry, "dlock_wait_seconds_count", group="job", outcome="cancelled") == 1
