@@ -1,4 +1,4 @@
-"""The argparse ``type=`` validators of ``manage.py dlock``: each returns the
+"""The argparse ``type=`` validators of ``manage.py dlock`` and ``purge_locks``: each returns the
 cleaned value or raises ``ArgumentTypeError`` with one sentence, so that a bad
 argument exits 2 with a usage line and no traceback."""
 
@@ -60,7 +60,8 @@ def ttl(value: str) -> float:
 
 
 def seconds(value: str) -> float:
-    """``--wait SECONDS``, ``--min-hold`` and ``--kill-after``: 0 or more seconds."""
+    """``--wait SECONDS``, ``--min-hold``, ``--kill-after`` and ``purge_locks
+    --older-than``: 0 or more seconds."""
     number = _number(value)
     if not math.isfinite(number) or not 0 <= number <= MAX_SECONDS:
         raise ArgumentTypeError(

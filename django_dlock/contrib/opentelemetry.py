@@ -26,37 +26,20 @@ from django.apps import AppConfig
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode, TracerProvider
 
-from django_dlock import signals
 from django_dlock.contrib.labels import lock_kind, resource_group
+from django_dlock.contrib.receivers import LockSignalReceivers
 
 __all__ = ["LockTracing", "OpenTelemetryTracing", "install"]
 
 INSTRUMENTATION = "django_dlock"
 
 
-class LockTracing:
+class LockTracing(LockSignalReceivers):
     """Spans of django-dlock's lock operations, made by ``tracer_provider`` (the
     global one by default, also when it is set later) once ``connect()``ed."""
 
     def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
         self.tracer = trace.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider)
-
-    def connect(self) -> None:
-        for signal, receiver in self._receivers():
-            signal.connect(receiver, weak=False, dispatch_uid=(id(self), receiver.__name__))
-
-    def disconnect(self) -> None:
-        for signal, receiver in self._receivers():
-            signal.disconnect(dispatch_uid=(id(self), receiver.__name__))
-
-    def _receivers(self) -> list[tuple[Any, Any]]:
-        return [
-            (signals.lock_acquired, self._acquired),
-            (signals.lock_refused, self._refused),
-            (signals.lock_wait_ended, self._wait_ended),
-            (signals.lock_released, self._released),
-            (signals.lock_lost, self._lost),
-        ]
 
     def _span(
         self,

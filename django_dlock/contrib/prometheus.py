@@ -26,10 +26,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from django_dlock import signals
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.conf import conf
 from django_dlock.contrib.labels import EXCLUSIVE, lock_kind, resource_group
+from django_dlock.contrib.receivers import LockSignalReceivers
 
 __all__ = ["LockMetrics", "PrometheusMetrics", "install", "metrics_view"]
 
@@ -47,7 +47,7 @@ HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600
 GAUGE_MAX_AGE = 5.0
 
 
-class LockMetrics:
+class LockMetrics(LockSignalReceivers):
     """django-dlock's metrics in ``registry``, fed by its signals once ``connect()``ed."""
 
     def __init__(self, registry: CollectorRegistry, *, gauge_max_age: float = GAUGE_MAX_AGE):
@@ -98,24 +98,6 @@ class LockMetrics:
         self.lost.labels(EXCLUSIVE, "")
         self.hold_seconds.labels(EXCLUSIVE, "")
 
-    # Each receiver's dispatch_uid is this object's: connect() twice connects once.
-    def connect(self) -> None:
-        for signal, receiver in self._receivers():
-            signal.connect(receiver, weak=False, dispatch_uid=(id(self), receiver.__name__))
-
-    def disconnect(self) -> None:
-        for signal, receiver in self._receivers():
-            signal.disconnect(dispatch_uid=(id(self), receiver.__name__))
-
-    def _receivers(self) -> list[tuple[Any, Any]]:
-        return [
-            (signals.lock_acquired, self._acquired),
-            (signals.lock_refused, self._refused),
-            (signals.lock_wait_ended, self._wait_ended),
-            (signals.lock_released, self._released),
-            (signals.lock_lost, self._lost),
-        ]
-
     def _acquired(self, sender: Any, *, lock: Any, **kwargs: Any) -> None:
         kind = lock_kind(lock, kwargs.get("kind"))
         self.attempts.labels(kind, resource_group(lock.resource), "acquired").inc()
@@ -138,7 +120,7 @@ class LockMetrics:
         held = (lock.expires_at - lock.acquired_at).total_seconds()
         self.hold_seconds.labels(kind, group).observe(max(held, 0.0))
 
-    def _lost(self, sender: Any, *, resource: str, **kwargs: Any) -> None:
+    def _lost(self, sender: Any, *, resource: str, reason: str, **kwargs: Any) -> None:
         self.lost.labels(lock_kind(kind=kwargs.get("kind")), resource_group(resource)).inc()
 
 
