@@ -285,3 +285,21 @@ def test_wait_keeps_one_of_three_running_and_the_next_takes_over_a_killed_one(
     assert starts() == [first, second]
     assert [alive(pid) for pid in (first, second)] == [False, True]
     assert sum(run.process.poll() is None for run in runs) == 2  # the next, and the third
+
+
+def test_a_stop_signal_while_waiting_leaves_the_queue(start: Any, tmp_path: Path) -> None:
+    from django_dlock.models import LockWaiter
+
+    make_lock("job:queued", "someone-else")
+    ran = tmp_path / "ran"
+    run = start("job:queued", "--wait", "--", "touch", str(ran))
+    wait_for(lambda: LockWaiter.objects.filter(resource="job:queued").exists(), what="the queue")
+
+    run.process.send_signal(signal.SIGTERM)
+
+    assert run.wait() == 128 + signal.SIGTERM
+    assert run.stderr.splitlines()[-1] == (
+        "CommandError: Stopped by SIGTERM while waiting for the lock on 'job:queued'."
+    )
+    assert not LockWaiter.objects.filter(resource="job:queued").exists()
+    assert not ran.exists()
