@@ -45,7 +45,7 @@ class TestList:
 
         lines = dlock("list").splitlines()
 
-        assert lines[0].split() == ["RESOURCE", "MODE", "LABEL", "TOKEN", "EXPIRES", "WAITERS"]
+        assert lines[0].split() == ["RESOURCE", "KIND", "LABEL", "TOKEN", "EXPIRES", "WAITERS"]
         assert lines[1].split()[:5] == ["job:a", "exclusive", "-", str(a.fencing_token), "in"]
         assert lines[1].split()[-1] == "2"
         assert lines[2].split()[0] == "job:b" and lines[2].split()[-1] == "0"
@@ -105,7 +105,7 @@ class TestShow:
         lines = out.splitlines()
         assert lines[0] == "job:42: held (exclusive)"
         assert f"fencing token {lock.fencing_token}" in lines[1]
-        assert "mode exclusive, label -" in lines[1]
+        assert lines[1].startswith("  label -, ")
         assert "expires in 59 s" in lines[1] or "expires in 1 min" in lines[1]
         assert lines[2] == "waiters: 1"
         assert "owner-secret" not in out
@@ -196,12 +196,51 @@ class TestRelease:
             dlock("release", "job:old", "--yes")
 
     def test_holder_must_match_a_label(self) -> None:
-        # Today's locks carry no label: no --holder matches one.
-        make_lock("job:42")
+        DistributedLock.objects.acquire("job:42", owner="w1", label="web-1 pid 7")
 
-        with pytest.raises(CommandError, match="No holder of 'job:42' has the label 'web-3'"):
+        with pytest.raises(
+            CommandError,
+            match=r"No holder of 'job:42' has the label 'web-3' \(its holders' labels: web-1 pid 7\)",
+        ):
             dlock("release", "job:42", "--holder", "web-3", "--yes")
         assert held("job:42")
+
+    def test_holder_releases_that_reader_only(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        manager = DistributedLock.objects
+        manager.acquire("doc:7", owner="r1", ttl=60, shared=True, label="reader one")
+        manager.acquire("doc:7", owner="r2", ttl=60, shared=True, label="reader two")
+        questions: list[str] = []
+
+        def answer(question: str) -> str:
+            questions.append(question)
+            return "yes"
+
+        monkeypatch.setattr(builtins, "input", answer)
+
+        dlock("release", "doc:7", "--holder", "reader two")
+
+        assert [hold.owner for hold in manager.holders("doc:7")] == ["r1"]
+        assert questions[0].startswith("Release the lock on 'doc:7' held by 'reader two'")
+
+    def test_every_holder_after_one_question(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        manager = DistributedLock.objects
+        for n in (1, 2, 3):
+            manager.acquire("gpu", owner=f"w{n}", ttl=60, limit=4, label=f"worker {n}")
+        questions: list[str] = []
+
+        def answer(question: str) -> str:
+            questions.append(question)
+            return "y"
+
+        monkeypatch.setattr(builtins, "input", answer)
+
+        out = dlock("release", "gpu")
+
+        assert questions == [
+            "Release the 3 holds of 'gpu' (labels: worker 1, worker 2, worker 3)? [y/N] "
+        ]
+        assert out.count("Released the lock on 'gpu'") == 3
+        assert manager.holders("gpu") == []
 
 
 # -- bad arguments: one sentence, a non-zero exit, no traceback, nothing changed ----------
@@ -216,7 +255,10 @@ BAD_ARGUMENTS = [
     (["show", "a/b"], "argument RESOURCE: A resource may not contain '/'"),
     (["show", "x" * 256], "argument RESOURCE: A resource must be 1 to 255 characters long"),
     (["release", "job:42", "--holder", ""], "argument --holder: must be 1 to 255 characters"),
-    (["release", "job:42", "--holder", "a\x1bb"], "argument --holder: may not contain control"),
+    (
+        ["release", "job:42", "--holder", "a\x1bb"],
+        "argument --holder: A label may not contain control",
+    ),
     (["run", "job:42"], "give the command to run after --"),
     (["run", "job:42", "--"], "the command to run is missing after --"),
     (["run", "--", "true"], "the following arguments are required: RESOURCE"),
@@ -262,7 +304,19 @@ BAD_ARGUMENTS = [
         ["run", "job:42", "--label", "", "--", "true"],
         "argument --label: must be 1 to 255 characters long",
     ),
-    (["run", "job:42", "--shared", "--", "true"], "unrecognized arguments: --shared"),
+    (
+        ["run", "job:42", "--limit", "0", "--", "true"],
+        "argument --limit: A limit must be a whole number of permits from 1",
+    ),
+    (
+        ["run", "job:42", "--limit", "two", "--", "true"],
+        "argument --limit: A limit must be a whole number of permits from 1 to 1000000. Got 'two'.",
+    ),
+    (
+        ["run", "job:42", "--shared", "--limit", "2", "--", "true"],
+        "argument --limit: not allowed with argument --shared",
+    ),
+    (["run", "job:42", "--exclusive", "--", "true"], "unrecognized arguments: --exclusive"),
 ]
 
 

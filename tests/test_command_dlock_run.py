@@ -303,3 +303,35 @@ def test_a_stop_signal_while_waiting_leaves_the_queue(start: Any, tmp_path: Path
     )
     assert not LockWaiter.objects.filter(resource="job:queued").exists()
     assert not ran.exists()
+
+
+def test_limit_runs_n_at_once_and_labels_show_who(start: Any, tmp_path: Path) -> None:
+    for n in (1, 2):
+        ready = tmp_path / f"ready-{n}"
+        start(
+            "gpu",
+            "--limit",
+            "2",
+            "--label",
+            f"host-{n}",
+            "--",
+            "sh",
+            "-c",
+            f"touch {ready}; sleep 300",
+        )
+        wait_for(ready.exists, what=f"run {n}")
+
+    third = start("gpu", "--limit", "2", "--", "true")
+    assert third.wait() == 75
+    holders = DistributedLock.objects.holders("gpu")
+    assert sorted(hold.label for hold in holders) == ["host-1", "host-2"]
+    assert {hold.limit for hold in holders} == {2}
+
+
+def test_shared_runs_beside_readers_not_beside_a_writer(start: Any, tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    start("doc:7", "--shared", "--", "sh", "-c", f"touch {ready}; sleep 300")
+    wait_for(ready.exists, what="the first reader")
+
+    assert start("doc:7", "--shared", "--", "true").wait() == 0
+    assert start("doc:7", "--", "true").wait() == 75

@@ -138,3 +138,13 @@ def test_install_once(monkeypatch: pytest.MonkeyPatch, provider: TracerProvider)
         assert opentelemetry.install() is tracing
     finally:
         tracing.disconnect()
+
+
+def test_the_kind_of_a_shared_hold_and_a_permit(exporter: InMemorySpanExporter) -> None:
+    DistributedLock.objects.acquire("doc:1", owner="r1", shared=True)
+    DistributedLock.objects.acquire("gpu:1", owner="p1", limit=2)
+
+    assert [attributes["dlock.kind"] for _, attributes in spans(exporter)] == [
+        "shared",
+        "semaphore",
+    ]

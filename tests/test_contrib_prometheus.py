@@ -273,3 +273,29 @@ def test_a_cancelled_async_wait(registry: CollectorRegistry) -> None:
 
     assert value(registry, "dlock_attempts_total", group="job", outcome="cancelled") == 1
     assert value(registry, "dlock_wait_seconds_count", group="job", outcome="cancelled") == 1
+
+
+def test_kinds(registry: CollectorRegistry) -> None:
+    manager = DistributedLock.objects
+    manager.acquire("doc:1", owner="r1", shared=True)
+    manager.acquire("doc:1", owner="r2", shared=True)
+    assert manager.acquire("doc:1", owner="w1") is None  # a writer beside readers
+    manager.acquire("gpu:1", owner="p1", limit=2)
+    manager.acquire("gpu:1", owner="p2", limit=2)
+    assert manager.acquire("gpu:1", owner="p3", limit=2) is None
+    manager.acquire("job:1", owner="w1")
+    manager.release("doc:1", owner="r1")
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert sample("dlock_attempts_total", kind="shared", group="doc", outcome="acquired") == 2
+    assert sample("dlock_attempts_total", kind="exclusive", group="doc", outcome="refused") == 1
+    assert sample("dlock_attempts_total", kind="semaphore", group="gpu", outcome="acquired") == 2
+    assert sample("dlock_attempts_total", kind="semaphore", group="gpu", outcome="refused") == 1
+    assert sample("dlock_releases_total", kind="shared", group="doc", outcome="released") == 1
+    # The gauges: each reader and permit is a holder; a shared resource's row is not.
+    assert sample("dlock_holders", kind="shared", group="doc") == 1
+    assert sample("dlock_holders", kind="semaphore", group="gpu") == 2
+    assert sample("dlock_holders", kind="exclusive", group="job") == 1
+    assert sample("dlock_holders", kind="exclusive", group="doc") is None

@@ -5,15 +5,14 @@ argument exits 2 with a usage line and no traceback."""
 from __future__ import annotations
 
 import math
-import unicodedata
 from argparse import ArgumentTypeError
 from collections.abc import Callable
 
 from django.core.exceptions import ValidationError
 
 from django_dlock.validators import (
-    FORBIDDEN_CATEGORIES,
-    MAX_LENGTH,
+    validate_label,
+    validate_limit,
     validate_resource,
     validate_resource_prefix,
     validate_ttl,
@@ -24,11 +23,14 @@ from django_dlock.validators import (
 MAX_SECONDS = 10**9
 
 
-def _validated(validator: Callable[[object], object], value: str) -> None:
+def _validated(validator: Callable[[object], object], value: object, given: str = "") -> None:
+    """``validator(value)``, its ``ValidationError`` an ``ArgumentTypeError``
+    naming what was given (``given``, by default ``value``)."""
     try:
         validator(value)
     except ValidationError as error:
-        raise ArgumentTypeError(f"{' '.join(error.messages)} Got {value!r}.") from error
+        shown = given or value
+        raise ArgumentTypeError(f"{' '.join(error.messages)} Got {shown!r}.") from error
 
 
 def resource(value: str) -> str:
@@ -82,14 +84,19 @@ def exit_code(value: str) -> int:
 
 
 def label(value: str) -> str:
-    """``--label``: a public name for the holder ("web-3 pid 4121"), 1 to 255
-    characters, without control or invisible formatting characters."""
-    if not 1 <= len(value) <= MAX_LENGTH:
-        raise ArgumentTypeError(f"must be 1 to {MAX_LENGTH} characters long, not {len(value)}.")
-    for char in value:
-        if unicodedata.category(char) in FORBIDDEN_CATEGORIES:
-            raise ArgumentTypeError(
-                f"may not contain control or invisible characters (U+{ord(char):04X}), "
-                f"got {value!r}."
-            )
+    """``--label`` and ``--holder``: a holder's public name ("web-3 pid 4121"),
+    by the rules of every lock operation, and not empty."""
+    if not value:
+        raise ArgumentTypeError("must be 1 to 255 characters long, not empty.")
+    _validated(validate_label, value)
     return value
+
+
+def limit(value: str) -> int:
+    """``--limit``: a semaphore's number of permits."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    _validated(validate_limit, number, value)
+    return number

@@ -1,9 +1,9 @@
 """The holds and waiters ``manage.py dlock`` shows, read in one place.
 
-Today every lock is exclusive and unlabelled: a resource's one hold is its lock
-row. The lock kinds (shared, semaphore, reentrant, labels) bring
-``DistributedLock.objects.holders(resource)``; ``read_holds`` and
-``release_hold`` are what switches to it then.
+A resource has one exclusive holder (its ``DistributedLock`` row), or readers
+or semaphore permits (``LockHold`` rows, under the resource's row as their
+header): ``DistributedLock.objects.holders(resource)`` for one resource, and
+two queries for a listing of many.
 """
 
 from __future__ import annotations
@@ -11,15 +11,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db.models import F
 
-from django_dlock.backends.clock import DatabaseNow, time_left
+from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
-from django_dlock.models import DistributedLock, LockWaiter
+from django_dlock.models import DistributedLock, LockHold, LockWaiter
 from django_dlock.prefix import resource_prefix_q
+from django_dlock.rules import SHARED_HOLDERS
 
-__all__ = ["Hold", "read_holds", "release_hold", "waiters"]
+__all__ = ["Hold", "free_row", "holds_of", "listed_holds", "release_hold", "waiters"]
 
 ACTIVE, EXPIRED, RELEASED = "active", "expired", "released"
 
@@ -27,13 +29,37 @@ ACTIVE, EXPIRED, RELEASED = "active", "expired", "released"
 @dataclass(frozen=True)
 class Hold:
     resource: str
-    owner: str  # secret: shown only with --show-owners
+    owner: str  # secret: shown only with --show-owners; "" once released
     label: str  # "" when the holder gave none
     mode: str  # "exclusive" or "shared"
+    limit: int | None  # a semaphore's permits
+    hold_count: int
     fencing_token: int
     acquired_at: datetime
     expires_at: datetime
     now: datetime  # the database's time of the read
+
+    @classmethod
+    def of(cls, hold: Any, now: datetime) -> Hold:
+        """From a ``DistributedLock`` or ``LockHold``, read at the database time ``now``."""
+        return cls(
+            resource=hold.resource,
+            owner=hold.owner,
+            label=hold.label,
+            mode=hold.mode,
+            limit=hold.limit,
+            hold_count=hold.hold_count,
+            fencing_token=hold.fencing_token,
+            acquired_at=hold.acquired_at,
+            expires_at=hold.expires_at,
+            now=now,
+        )
+
+    @property
+    def kind(self) -> str:
+        if self.limit is not None:
+            return f"semaphore/{self.limit}"
+        return self.mode
 
     @property
     def status(self) -> str:
@@ -46,35 +72,34 @@ class Hold:
         return time_left(self.expires_at, self.now)
 
 
-def read_holds(
-    *, resource: str | None = None, prefix: str = "", include_expired: bool = False
-) -> list[Hold]:
-    """The valid holds (with ``include_expired``, also expired and released
-    ones) of ``resource``, or of every resource starting with ``prefix``, by
-    resource; the database's clock decides what is valid."""
-    locks = DistributedLock.objects.annotate(db_now=DatabaseNow())
-    if resource is not None:
-        locks = locks.filter(resource=resource)
-    elif prefix:
-        locks = locks.filter(resource_prefix_q(prefix))
-    if not include_expired:
-        locks = locks.filter(expires_at__gt=F("db_now"))
-    columns = ("resource", "owner", "fencing_token", "acquired_at", "expires_at", "db_now")
-    return [
-        Hold(
-            resource=resource,
-            owner=owner,
-            label="",
-            mode="exclusive",
-            fencing_token=token,
-            acquired_at=acquired_at,
-            expires_at=expires_at,
-            now=now,
-        )
-        for resource, owner, token, acquired_at, expires_at, now in locks.order_by(
-            "resource"
-        ).values_list(*columns)
-    ]
+def holds_of(resource: str) -> list[Hold]:
+    """The valid holds of ``resource``, oldest first."""
+    now = database_now(conf.DATABASE)
+    return [Hold.of(hold, now) for hold in DistributedLock.objects.holders(resource)]
+
+
+def listed_holds(*, prefix: str = "", include_free: bool = False) -> list[Hold]:
+    """The valid holds of every resource that starts with ``prefix``, by resource
+    and then oldest first; with ``include_free``, also the rows of resources
+    that are free (expired or released), with their last fencing token."""
+    now = DatabaseNow()
+    rows = DistributedLock.objects.annotate(db_now=now).exclude(owner=SHARED_HOLDERS)
+    shared = LockHold.objects.using(conf.DATABASE).annotate(db_now=now)
+    shared = shared.filter(expires_at__gt=F("db_now"))
+    if not include_free:
+        rows = rows.filter(expires_at__gt=F("db_now"))
+    if prefix:
+        rows = rows.filter(resource_prefix_q(prefix))
+        shared = shared.filter(resource_prefix_q(prefix))
+    holds = [Hold.of(hold, hold.db_now) for hold in [*rows, *shared]]  # type: ignore[attr-defined]
+    return sorted(holds, key=lambda hold: (hold.resource, hold.acquired_at))
+
+
+def free_row(resource: str) -> Hold | None:
+    """The row of ``resource`` when it has no holder: when it was released or
+    expired, and its last fencing token (``None`` when never locked, or purged)."""
+    lock = DistributedLock.objects.annotate(db_now=DatabaseNow()).filter(resource=resource).first()
+    return None if lock is None else Hold.of(lock, lock.db_now)
 
 
 def waiters(*, resource: str | None = None, prefix: str = "") -> Counter[str]:
@@ -89,7 +114,7 @@ def waiters(*, resource: str | None = None, prefix: str = "") -> Counter[str]:
 
 
 def release_hold(hold: Hold) -> bool:
-    """Release ``hold`` for its holder (an operator's force-release); whether it
-    was still held. Only that hold: if it ended meanwhile and another holder
-    came, the new holder keeps its lock."""
+    """Force-release ``hold`` (its owner's hold, whatever its hold count);
+    whether it was still held. Only that hold: if it ended meanwhile and
+    another holder came, the new holder keeps its lock."""
     return DistributedLock.objects.force_release(hold.resource, owner=hold.owner)

@@ -8,35 +8,35 @@ from datetime import UTC
 from django.core.management.base import CommandError
 
 from django_dlock.admin import time_left_in_words
-from django_dlock.cli.holds import ACTIVE, Hold, read_holds, release_hold, waiters
+from django_dlock.cli.holds import Hold, free_row, holds_of, listed_holds, release_hold, waiters
 
 __all__ = ["list_holds", "release", "show"]
 
 Write = Callable[[str], None]
 
 
-def list_holds(write: Write, *, prefix: str, include_expired: bool, show_owners: bool) -> None:
+def list_holds(write: Write, *, prefix: str, include_free: bool, show_owners: bool) -> None:
     """One line per hold, then one per resource that has waiters and no hold."""
-    holds = read_holds(prefix=prefix, include_expired=include_expired)
+    holds = listed_holds(prefix=prefix, include_free=include_free)
     queued = waiters(prefix=prefix)
-    header = ["RESOURCE", "MODE", "LABEL", "TOKEN", "EXPIRES", "WAITERS"]
+    header = ["RESOURCE", "KIND", "LABEL", "TOKEN", "EXPIRES", "WAITERS"]
     rows = [
         [
             hold.resource,
-            hold.mode,
+            hold.kind,
             hold.label or "-",
             str(hold.fencing_token),
             _expiry(hold),
             str(queued[hold.resource]),
         ]
-        + ([hold.owner] if show_owners else [])
+        + ([hold.owner or "-"] if show_owners else [])
         for hold in holds
     ]
-    held = {hold.resource for hold in holds}
+    listed = {hold.resource for hold in holds}
     rows += [
         [resource, "-", "-", "-", "free", str(count)] + (["-"] if show_owners else [])
         for resource, count in sorted(queued.items())
-        if resource not in held
+        if resource not in listed
     ]
     if not rows:
         write(f"No locks held{f' under {prefix!r}' if prefix else ''}.")
@@ -45,25 +45,23 @@ def list_holds(write: Write, *, prefix: str, include_expired: bool, show_owners:
 
 
 def show(write: Write, resource: str, *, show_owners: bool) -> None:
-    """The resource's holds (or its last holder's token once free) and its waiters."""
-    holds = read_holds(resource=resource, include_expired=True)
-    active = [hold for hold in holds if hold.status == ACTIVE]
-    if active:
-        write(f"{resource}: held ({', '.join(sorted({hold.mode for hold in active}))})")
-    elif holds:
-        write(
-            f"{resource}: free ({_expiry(holds[0])}; last fencing token {holds[0].fencing_token})"
-        )
+    """The resource's holds (or when it came free, and its last token) and its waiters."""
+    holds = holds_of(resource)
+    if holds:
+        write(f"{resource}: held ({_kind_in_words(holds)})")
+    elif (row := free_row(resource)) is not None:
+        write(f"{resource}: free ({_expiry(row)}; last fencing token {row.fencing_token})")
     else:
         write(f"{resource}: free (never locked, or purged)")
-    for hold in active:
+    for hold in holds:
         details = [
-            f"mode {hold.mode}",
             f"label {hold.label or '-'}",
             f"fencing token {hold.fencing_token}",
-            f"acquired {_iso(hold)}",
+            f"acquired {hold.acquired_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}",
             f"expires {_expiry(hold)}",
         ]
+        if hold.hold_count > 1:
+            details.append(f"{hold.hold_count} holds (reentrant)")
         if show_owners:
             details.append(f"owner {hold.owner}")
         write("  " + ", ".join(details))
@@ -73,28 +71,32 @@ def show(write: Write, resource: str, *, show_owners: bool) -> None:
 def release(
     write: Write, resource: str, *, holder: str | None, confirm: Callable[[str], bool]
 ) -> None:
-    """Force-release the resource's holds (those labelled ``holder``), each after
-    ``confirm(question)`` says yes. Raises ``CommandError`` when there is nothing
-    to release or the answer is no."""
-    holds = read_holds(resource=resource)
+    """Force-release the resource's holds (those labelled ``holder``) once
+    ``confirm(question)`` says yes. Raises ``CommandError`` when there is
+    nothing to release or the answer is no."""
+    holds = holds_of(resource)
     if not holds:
         raise CommandError(f"The lock on {resource!r} is not held: nothing to release.")
     if holder is not None:
-        labels = sorted({hold.label or "-" for hold in holds})
+        labels = ", ".join(sorted({hold.label or "-" for hold in holds}))
         holds = [hold for hold in holds if hold.label == holder]
         if not holds:
             raise CommandError(
-                f"No holder of {resource!r} has the label {holder!r} "
-                f"(its holders' labels: {', '.join(labels)})."
+                f"No holder of {resource!r} has the label {holder!r} (its holders' labels: {labels})."
             )
-    for hold in holds:
+    if len(holds) == 1:
+        [hold] = holds
         who = f"held by {hold.label!r}" if hold.label else "held by an unlabelled holder"
         question = (
             f"Release the lock on {resource!r} {who} (fencing token {hold.fencing_token}, "
             f"expires {_expiry(hold)})?"
         )
-        if not confirm(question):
-            raise CommandError(f"Not released: the lock on {resource!r} is still held.")
+    else:
+        labels = ", ".join(hold.label or "-" for hold in holds)
+        question = f"Release the {len(holds)} holds of {resource!r} (labels: {labels})?"
+    if not confirm(question):
+        raise CommandError(f"Not released: the lock on {resource!r} is still held.")
+    for hold in holds:
         if release_hold(hold):
             write(f"Released the lock on {resource!r} (fencing token {hold.fencing_token}).")
         else:
@@ -104,12 +106,17 @@ def release(
             )
 
 
+def _kind_in_words(holds: Sequence[Hold]) -> str:
+    first = holds[0]
+    if first.limit is not None:
+        return f"semaphore, {len(holds)} of {first.limit} permits"
+    if first.mode == "shared":
+        return f"shared, {len(holds)} reader{'s' if len(holds) != 1 else ''}"
+    return "exclusive"
+
+
 def _expiry(hold: Hold) -> str:
     return time_left_in_words(hold.status, hold.expires_at, hold.now)
-
-
-def _iso(hold: Hold) -> str:
-    return hold.acquired_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _table(write: Write, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

@@ -24,7 +24,7 @@ from django.db import DatabaseError
 
 from django_dlock import signals
 from django_dlock.cli.process_group import ProcessGroup
-from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
+from django_dlock.exceptions import LockExpired, LockKindMismatch, LockNotAcquired, LockNotOwned
 from django_dlock.locking import LockHandle, lock
 
 __all__ = ["RunOptions", "run"]
@@ -39,6 +39,8 @@ class RunOptions:
     command: list[str]
     wait: float | None  # None: try once; math.inf: wait without end
     ttl: float | None
+    shared: bool
+    limit: int | None
     label: str
     conflict_exit_code: int
     min_hold: float
@@ -57,7 +59,15 @@ def run(options: RunOptions, say: Callable[[str], None]) -> int:
     resource = options.resource
     with StopSignals(wake) as stops:
         try:
-            with lock(resource, ttl=options.ttl, timeout=options.wait, auto_renew=True) as held:
+            with lock(
+                resource,
+                ttl=options.ttl,
+                timeout=options.wait,
+                auto_renew=True,
+                shared=options.shared,
+                limit=options.limit,
+                label=options.label,
+            ) as held:
                 stops.holding = True
                 return _Holder(held, options, wake, stops, say).run()
         except LockNotAcquired as error:
@@ -67,6 +77,8 @@ def run(options: RunOptions, say: Callable[[str], None]) -> int:
                 f"Stopped by {stop.name} while waiting for the lock on {resource!r}.",
                 returncode=128 + stop.signum,
             ) from None
+        except LockKindMismatch as error:
+            raise CommandError(str(error)) from None
         except (LockExpired, LockNotOwned) as error:
             # Raised by the release at the end: CMD had ended, maybe not alone.
             raise CommandError(f"{error} The command had run to its end.") from None

@@ -18,7 +18,7 @@ __all__ = ["group_function", "lock_kind", "resource_group"]
 
 logger = logging.getLogger("django_dlock")
 
-EXCLUSIVE = "exclusive"
+EXCLUSIVE, SHARED, SEMAPHORE = "exclusive", "shared", "semaphore"
 
 
 def resource_group(resource: str) -> str:
@@ -52,13 +52,14 @@ def _imported(path: str) -> Callable[[str], str]:
     return function
 
 
-def lock_kind(lock: Any = None, kind: str | None = None) -> str:
-    """``exclusive``, ``shared`` or ``semaphore``: what a signal says (a ``kind``
-    argument, or its lock's ``mode`` and ``limit``). Today every lock is
-    exclusive; the lock kinds bring the others."""
-    if kind:
-        return kind
-    if getattr(lock, "limit", None) is not None:
-        return "semaphore"
-    mode = getattr(lock, "mode", None)
-    return mode if isinstance(mode, str) and mode else EXCLUSIVE
+def lock_kind(
+    lock: Any = None, *, mode: str | None = None, limit: int | None = None, **signal: Any
+) -> str:
+    """``exclusive``, ``shared`` or ``semaphore``: of a signal's hold (its
+    ``mode`` and ``limit``), or of the ``mode`` and ``limit`` a signal names
+    (``lock_kind(**kwargs)`` in a receiver; the other arguments are ignored)."""
+    if lock is not None:
+        mode, limit = getattr(lock, "mode", None), getattr(lock, "limit", None)
+    if limit is not None:
+        return SEMAPHORE
+    return SHARED if mode == SHARED else EXCLUSIVE

@@ -71,17 +71,17 @@ class LockTracing(LockSignalReceivers):
         attributes = {"dlock.outcome": "acquired", "dlock.fencing_token": lock.fencing_token}
         if kwargs.get("taken_over_from") is not None:
             attributes["dlock.taken_over"] = True  # an expired holder's lock; not who held it
-        self._span("dlock.acquire", lock.resource, lock_kind(lock, kwargs.get("kind")), attributes)
+        self._span("dlock.acquire", lock.resource, lock_kind(lock), attributes)
 
     def _refused(self, sender: Any, *, resource: str, **kwargs: Any) -> None:
-        kind = lock_kind(kind=kwargs.get("kind"))
+        kind = lock_kind(**kwargs)
         self._span("dlock.acquire", resource, kind, {"dlock.outcome": "refused"})
 
     def _wait_ended(
         self, sender: Any, *, resource: str, waited: float, outcome: str, **kwargs: Any
     ) -> None:
         attributes = {"dlock.outcome": outcome, "dlock.wait_seconds": waited}
-        kind = lock_kind(kind=kwargs.get("kind"))
+        kind = lock_kind(**kwargs)
         self._span("dlock.wait", resource, kind, attributes, took=waited, error=outcome == "error")
 
     def _released(self, sender: Any, *, lock: Any, forced: bool, **kwargs: Any) -> None:
@@ -90,11 +90,11 @@ class LockTracing(LockSignalReceivers):
             "dlock.fencing_token": lock.fencing_token,
             "dlock.hold_seconds": max((lock.expires_at - lock.acquired_at).total_seconds(), 0.0),
         }
-        self._span("dlock.release", lock.resource, lock_kind(lock, kwargs.get("kind")), attributes)
+        self._span("dlock.release", lock.resource, lock_kind(lock), attributes)
 
     def _lost(self, sender: Any, *, resource: str, reason: str, **kwargs: Any) -> None:
         attributes = {"dlock.outcome": "lost", "dlock.lost_reason": reason}
-        kind = lock_kind(kind=kwargs.get("kind"))
+        kind = lock_kind(**kwargs)
         self._span("dlock.lost", resource, kind, attributes, error=True)
 
 

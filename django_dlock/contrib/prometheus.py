@@ -19,7 +19,7 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.db import DatabaseError
-from django.db.models import CharField, Value
+from django.db.models import Case, CharField, Value, When
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -28,8 +28,9 @@ from prometheus_client.registry import Collector
 
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.conf import conf
-from django_dlock.contrib.labels import EXCLUSIVE, lock_kind, resource_group
+from django_dlock.contrib.labels import EXCLUSIVE, SEMAPHORE, SHARED, lock_kind, resource_group
 from django_dlock.contrib.receivers import LockSignalReceivers
+from django_dlock.rules import SHARED_HOLDERS
 
 __all__ = ["LockMetrics", "PrometheusMetrics", "install", "metrics_view"]
 
@@ -43,6 +44,8 @@ RELEASE_OUTCOMES = ("released", "forced")
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 # Seconds: from a request's critical section to an hour-long job.
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600)
+# What the gauges' query calls a waiter's row (the others are holds of a kind).
+WAITER = "waiter"
 # How long the holders and waiters read from the database serve scrapes, in seconds.
 GAUGE_MAX_AGE = 5.0
 
@@ -99,29 +102,32 @@ class LockMetrics(LockSignalReceivers):
         self.hold_seconds.labels(EXCLUSIVE, "")
 
     def _acquired(self, sender: Any, *, lock: Any, **kwargs: Any) -> None:
-        kind = lock_kind(lock, kwargs.get("kind"))
+        kind = lock_kind(lock)
         self.attempts.labels(kind, resource_group(lock.resource), "acquired").inc()
 
     def _refused(self, sender: Any, *, resource: str, **kwargs: Any) -> None:
-        kind = lock_kind(kind=kwargs.get("kind"))
+        kind = lock_kind(**kwargs)
         self.attempts.labels(kind, resource_group(resource), "refused").inc()
 
     def _wait_ended(
         self, sender: Any, *, resource: str, waited: float, outcome: str, **kwargs: Any
     ) -> None:
-        kind, group = lock_kind(kind=kwargs.get("kind")), resource_group(resource)
+        kind, group = (
+            lock_kind(**kwargs),
+            resource_group(resource),
+        )
         self.wait_seconds.labels(kind, group, outcome).observe(waited)
         if outcome != "acquired":  # an acquisition is counted as it is announced
             self.attempts.labels(kind, group, outcome).inc()
 
     def _released(self, sender: Any, *, lock: Any, forced: bool, **kwargs: Any) -> None:
-        kind, group = lock_kind(lock, kwargs.get("kind")), resource_group(lock.resource)
+        kind, group = lock_kind(lock), resource_group(lock.resource)
         self.releases.labels(kind, group, "forced" if forced else "released").inc()
         held = (lock.expires_at - lock.acquired_at).total_seconds()
         self.hold_seconds.labels(kind, group).observe(max(held, 0.0))
 
     def _lost(self, sender: Any, *, resource: str, reason: str, **kwargs: Any) -> None:
-        self.lost.labels(lock_kind(kind=kwargs.get("kind")), resource_group(resource)).inc()
+        self.lost.labels(lock_kind(**kwargs), resource_group(resource)).inc()
 
 
 class LockGauges(Collector):
@@ -179,29 +185,39 @@ class LockGauges(Collector):
 def _count_holders_and_waiters() -> tuple[Tally[tuple[str, str]], Tally[str]]:
     """The valid holds by (kind, group) and the live waiters by group: one query,
     a row per hold or waiter (grouped here, since the group is a Python function)."""
-    from django_dlock.models import DistributedLock, LockWaiter
+    from django_dlock.models import DistributedLock, LockHold, LockWaiter
 
     now = DatabaseNow()
-    holds = (
+    text = CharField()
+    exclusive = (  # a resource's row; a shared resource's is the header of its holds
         DistributedLock.objects.filter(expires_at__gt=now)
-        .annotate(what=Value("h", output_field=CharField()))
-        .order_by()
-        .values_list("resource", "what")
+        .exclude(owner__in=["", SHARED_HOLDERS])
+        .annotate(what=Value(EXCLUSIVE, output_field=text))
+    )
+    shared = (
+        LockHold.objects.using(conf.DATABASE)
+        .filter(expires_at__gt=now)
+        .annotate(
+            what=Case(
+                When(limit__isnull=True, then=Value(SHARED)),
+                default=Value(SEMAPHORE),
+                output_field=text,
+            )
+        )
     )
     queued = (
         LockWaiter.objects.using(conf.DATABASE)
         .filter(expires_at__gt=now)
-        .annotate(what=Value("w", output_field=CharField()))
-        .order_by()
-        .values_list("resource", "what")
+        .annotate(what=Value(WAITER, output_field=text))
     )
+    rows = [part.order_by().values_list("resource", "what") for part in (exclusive, shared, queued)]
     holders: Tally[tuple[str, str]] = Tally()
     waiters: Tally[str] = Tally()
-    for resource, what in holds.union(queued, all=True):
-        if what == "h":
-            holders[EXCLUSIVE, resource_group(resource)] += 1
-        else:
+    for resource, what in rows[0].union(*rows[1:], all=True):
+        if what == WAITER:
             waiters[resource_group(resource)] += 1
+        else:
+            holders[what, resource_group(resource)] += 1
     return holders, waiters
 
 

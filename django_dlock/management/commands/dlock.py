@@ -86,6 +86,19 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="The lock's ttl, renewed every ttl/3 while CMD runs (default: DLOCK_DEFAULT_TTL).",
         )
+        kinds = running.add_mutually_exclusive_group()
+        kinds.add_argument(
+            "--shared",
+            action="store_true",
+            help="Hold it as one of many readers (none beside an exclusive holder).",
+        )
+        kinds.add_argument(
+            "--limit",
+            type=arguments.limit,
+            default=None,
+            metavar="N",
+            help="Hold one of at most N permits of a semaphore.",
+        )
         running.add_argument(
             "--label",
             type=arguments.label,
@@ -123,7 +136,7 @@ class Command(BaseCommand):
                 inspect.list_holds(
                     self.stdout.write,
                     prefix=options["prefix"] or "",
-                    include_expired=options["all"],
+                    include_free=options["all"],
                     show_owners=options["show_owners"],
                 )
             elif action == "show":
@@ -151,6 +164,8 @@ class Command(BaseCommand):
                 command=options["command"],
                 wait=options["wait"],
                 ttl=options["ttl"],
+                shared=options["shared"],
+                limit=options["limit"],
                 label=label,
                 conflict_exit_code=options["conflict_exit_code"],
                 min_hold=options["min_hold"],
