@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import builtins
+import re
 from datetime import timedelta
 from io import StringIO
 
@@ -382,3 +383,24 @@ def test_release_is_announced_as_forced_and_spares_a_new_holder(
     monkeypatch.setattr(builtins, "input", meanwhile)
     assert "had ended meanwhile: nothing released" in dlock("release", "job:43")
     assert DistributedLock.objects.active().get(resource="job:43").owner == "owner-2"
+
+
+@pytest.mark.django_db
+def test_kinds_labels_and_hold_counts_in_list_and_show() -> None:
+    manager = DistributedLock.objects
+    manager.acquire("job:r", owner="w1", reentrant=True, label="cron-3 pid 88")
+    manager.acquire("job:r", owner="w1", reentrant=True, label="cron-3 pid 88")
+    manager.acquire("doc:7", owner="r1", shared=True)
+    manager.acquire("gpu", owner="p1", limit=4, label="web-1")
+
+    cells = [re.split(r"\s{2,}", line) for line in dlock("list").splitlines()[1:]]
+    rows = {row[0]: row[1:3] for row in cells}
+
+    assert rows == {
+        "doc:7": ["shared", "-"],
+        "gpu": ["semaphore of 4", "web-1"],
+        "job:r": ["exclusive, held 2 times", "cron-3 pid 88"],
+    }
+    assert dlock("show", "gpu").splitlines()[0] == "gpu: held (semaphore, 1 of 4 permits)"
+    assert dlock("show", "doc:7").splitlines()[0] == "doc:7: held (shared, 1 reader)"
+    assert "held 2 times (reentrant)" in dlock("show", "job:r")

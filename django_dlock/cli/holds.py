@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db.models import F
 
+from django_dlock.admin.words import ACTIVE, EXPIRED, RELEASED, kind_in_words
 from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock, LockHold, LockWaiter
@@ -22,8 +23,6 @@ from django_dlock.prefix import resource_prefix_q
 from django_dlock.rules import SHARED_HOLDERS
 
 __all__ = ["Hold", "free_row", "holds_of", "listed_holds", "release_hold", "waiters"]
-
-ACTIVE, EXPIRED, RELEASED = "active", "expired", "released"
 
 
 @dataclass(frozen=True)
@@ -57,9 +56,8 @@ class Hold:
 
     @property
     def kind(self) -> str:
-        if self.limit is not None:
-            return f"semaphore/{self.limit}"
-        return self.mode
+        """As the admin says it: "exclusive", "exclusive, held 3 times", "shared"..."""
+        return kind_in_words(self.mode, self.limit, self.hold_count)
 
     @property
     def status(self) -> str:

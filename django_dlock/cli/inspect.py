@@ -7,7 +7,7 @@ from datetime import UTC
 
 from django.core.management.base import CommandError
 
-from django_dlock.admin import time_left_in_words
+from django_dlock.admin.words import time_left_in_words
 from django_dlock.cli.holds import Hold, free_row, holds_of, listed_holds, release_hold, waiters
 
 __all__ = ["list_holds", "release", "show"]
@@ -61,7 +61,7 @@ def show(write: Write, resource: str, *, show_owners: bool) -> None:
             f"expires {_expiry(hold)}",
         ]
         if hold.hold_count > 1:
-            details.append(f"{hold.hold_count} holds (reentrant)")
+            details.append(f"held {hold.hold_count} times (reentrant)")
         if show_owners:
             details.append(f"owner {hold.owner}")
         write("  " + ", ".join(details))
