@@ -137,7 +137,7 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
         claim = self.claim(resource, owner, ttl, reentrant, shared, limit, label)
         hold = self.take(claim)
         if hold is None:
-            self.refused(claim)
+            signals.send_refused(self.model, claim)
         return hold
 
     def renew(self, resource: str, owner: str, ttl: float | None = None) -> Hold | None:

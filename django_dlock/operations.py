@@ -99,13 +99,6 @@ class LockOperations(Generic[_Lock]):
         self._announce(taken.row, hold, taken.previous_owner, taken.renewed)
         return hold
 
-    def refused(self, claim: Claim) -> None:
-        """Announce that ``claim``, an acquisition that does not wait, found the
-        lock held (``lock_refused``)."""
-        signals.lock_refused.send(
-            sender=self.model, resource=claim.resource, owner=claim.owner
-        )
-
     def take_all(self, claims: list[Claim]) -> list[Hold] | None:
         """``acquire_all()`` of checked claims."""
         taken = self._backend().take_all(claims)

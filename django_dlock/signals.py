@@ -6,7 +6,14 @@ semaphore's, else None) and ``hold_count`` say which kind it is."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.dispatch import Signal
+
+from django_dlock.rules import EXCLUSIVE, SHARED
+
+if TYPE_CHECKING:
+    from django_dlock.backends.results import Claim
 
 # A new holder got the lock: first acquisition, or after a release or expiry.
 # Keyword arguments: lock, taken_over_from (the previous owner when an expired,
@@ -42,3 +49,15 @@ lock_refused = Signal()
 # monotonic clock), outcome ("acquired", "timeout", "cancelled", or "error"
 # when the database failed), mode and limit (as for lock_refused).
 lock_wait_ended = Signal()
+
+
+def send_refused(sender: type, claim: Claim) -> None:
+    """``lock_refused`` for ``claim``, an acquisition that does not wait and
+    found the lock held (from ``acquire()`` and from ``lock()``)."""
+    lock_refused.send(
+        sender=sender,
+        resource=claim.resource,
+        owner=claim.owner,
+        mode=SHARED if claim.shared else EXCLUSIVE,
+        limit=claim.limit,
+    )

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
+from django_dlock import signals
 from django_dlock.backends.results import Claim
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockHeldByCaller, LockNotAcquired
@@ -321,7 +322,7 @@ class lock:
         claim = self._claim(owner)
         hold = manager.take(claim)
         if hold is None:
-            manager.refused(claim)
+            signals.send_refused(DistributedLock, claim)
         return hold
 
     def _held(self) -> LockNotAcquired:
