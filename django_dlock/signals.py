@@ -6,7 +6,7 @@ semaphore's, else None) and ``hold_count`` say which kind it is."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.dispatch import Signal
 
@@ -54,10 +54,21 @@ lock_wait_ended = Signal()
 def send_refused(sender: type, claim: Claim) -> None:
     """``lock_refused`` for ``claim``, an acquisition that does not wait and
     found the lock held (from ``acquire()`` and from ``lock()``)."""
-    lock_refused.send(
+    lock_refused.send(sender=sender, resource=claim.resource, owner=claim.owner, **_asked(claim))
+
+
+def send_wait_ended(sender: type, claim: Claim, *, waited: float, outcome: str) -> None:
+    """``lock_wait_ended`` for the wait of ``claim`` (from ``Wait.finish()``)."""
+    lock_wait_ended.send(
         sender=sender,
         resource=claim.resource,
         owner=claim.owner,
-        mode=SHARED if claim.shared else EXCLUSIVE,
-        limit=claim.limit,
+        waited=waited,
+        outcome=outcome,
+        **_asked(claim),
     )
+
+
+def _asked(claim: Claim) -> dict[str, Any]:
+    """The mode and limit ``claim`` asked for, as the signals name them."""
+    return {"mode": SHARED if claim.shared else EXCLUSIVE, "limit": claim.limit}

@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 
 from tests.utils import setup_worker
 
 
 def main() -> None:
+    # As if started from a terminal: a test run started in the background
+    # (``pytest &``) ignores SIGINT, and its children would inherit that.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
     setup_worker(json.loads(os.environ["DLOCK_TEST_DATABASE"]))
     from django.core.management import execute_from_command_line
 

@@ -201,7 +201,10 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for signum in STOP_SIGNALS:
-                self._previous[signum] = signal.signal(signum, self._handle)
+                # A signal ignored on entry stays ignored, by dlock and by CMD,
+                # as a shell leaves it (nohup; SIGINT of a background job).
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(

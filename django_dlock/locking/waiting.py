@@ -44,7 +44,7 @@ from django_dlock.locking.backoff import Backoff, QueueState
 from django_dlock.locking.local_queues import local_queues
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
-from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, Hold
+from django_dlock.rules import SHARED_HOLDERS, Hold
 from django_dlock.transactions import refuse_callers_transaction
 
 __all__ = ["WAITER_TTL", "Wait"]
@@ -184,15 +184,9 @@ class Wait:
                 self.watch.close()
                 self.watch = None
             outcome = "acquired" if self.acquired else "cancelled" if self.cancelled else None
-            signals.lock_wait_ended.send(
-                sender=DistributedLock,
-                resource=self.resource,
-                owner=self.owner,
-                waited=time.monotonic() - self.began,
-                outcome=outcome or ("timeout" if self.timed_out() else "error"),
-                mode=SHARED if self.claim.shared else EXCLUSIVE,
-                limit=self.claim.limit,
-            )
+            outcome = outcome or ("timeout" if self.timed_out() else "error")
+            waited = time.monotonic() - self.began
+            signals.send_wait_ended(DistributedLock, self.claim, waited=waited, outcome=outcome)
 
     # -- the steps -----------------------------------------------------------------
 
