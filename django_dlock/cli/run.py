@@ -214,7 +214,8 @@ class StopSignals:
         traceback: TracebackType | None,
     ) -> None:
         for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
+            # None: the handler before was not set from Python; the default stands in.
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if not self.holding:
