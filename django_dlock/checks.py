@@ -17,6 +17,7 @@ from django.db import connections
 from django_dlock.backends import BACKENDS, backend_for
 from django_dlock.backends.checks import is_seconds
 from django_dlock.conf import Settings, conf
+from django_dlock.contrib.labels import group_function
 
 # A ttl beyond this would push expires_at past what a datetime can hold.
 LONGEST_TTL = 100 * 365 * 86400
@@ -58,6 +59,7 @@ def check_settings(
             )
         )
     errors.extend(_check_backoff())
+    errors.extend(_check_resource_group())
     known = {
         f"DLOCK_{name}" for name, value in vars(Settings).items() if isinstance(value, property)
     }
@@ -109,6 +111,32 @@ def _check_backoff() -> list[CheckMessage]:
             )
         )
     return errors
+
+
+def _check_resource_group() -> list[CheckMessage]:
+    """The function that labels metrics and traces with a resource's group."""
+    setting = conf.RESOURCE_GROUP
+    if setting is None or callable(setting):
+        return []
+    if isinstance(setting, str):
+        try:
+            function = group_function(setting)
+        except ImportError as error:
+            problem = f"names nothing that can be imported ({error})"
+        else:
+            if callable(function):
+                return []
+            problem = "names something that is not a function"
+    else:
+        problem = "must be a function or its dotted path"
+    return [
+        Error(
+            f"DLOCK_RESOURCE_GROUP {problem}: {setting!r}.",
+            hint="Name a function that takes a resource name and returns its group, e.g. "
+            '"myproject.locks.resource_group", or leave it unset (the part before the first ":").',
+            id="django_dlock.E501",
+        )
+    ]
 
 
 def check_database(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -50,6 +51,12 @@ class Settings:
         SQLite datagrams on the host): True, False (always poll), or "auto"
         (listen, except behind a connection pooler)."""
         return getattr(settings, "DLOCK_LISTEN", "auto")
+
+    @property
+    def RESOURCE_GROUP(self) -> str | Callable[[str], str] | None:
+        """What the metrics and traces label a resource with: a function of the
+        resource name, or its dotted path; None: the part before the first ":"."""
+        return getattr(settings, "DLOCK_RESOURCE_GROUP", None)
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"django-dlock has no setting DLOCK_{name}")

@@ -135,7 +135,10 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
         validate_resource(resource)
         owner = new_owner_token() if owner is None else validate_owner(owner)
         claim = self.claim(resource, owner, ttl, reentrant, shared, limit, label)
-        return self.take(claim)
+        hold = self.take(claim)
+        if hold is None:
+            signals.send_refused(self.model, claim)
+        return hold
 
     def renew(self, resource: str, owner: str, ttl: float | None = None) -> Hold | None:
         """Extend the hold that ``owner`` validly has to ``ttl`` seconds from now.

@@ -6,7 +6,14 @@ semaphore's, else None) and ``hold_count`` say which kind it is."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.dispatch import Signal
+
+from django_dlock.rules import EXCLUSIVE, SHARED
+
+if TYPE_CHECKING:
+    from django_dlock.backends.results import Claim
 
 # A new holder got the lock: first acquisition, or after a release or expiry.
 # Keyword arguments: lock, taken_over_from (the previous owner when an expired,
@@ -27,5 +34,41 @@ lock_taken_over = Signal()
 lock_released = Signal()
 
 # A holder found that its lock was lost: renewal failed or it expired.
-# Keyword arguments: resource, owner, reason (a sentence saying why).
+# Keyword arguments: resource, owner, reason (a sentence saying why), mode
+# and limit (of the hold it had).
 lock_lost = Signal()
+
+# An acquisition that does not wait (``acquire()``, ``lock()`` without a
+# timeout, the HTTP API) found the lock held in a way that excludes it.
+# Keyword arguments: resource, owner (the caller's), mode ("exclusive" or
+# "shared") and limit (a semaphore's, else None) of what it asked for.
+lock_refused = Signal()
+
+# A blocking acquisition (``lock(..., timeout=...)``) stopped waiting.
+# Keyword arguments: resource, owner, waited (seconds, on this process's
+# monotonic clock), outcome ("acquired", "timeout", "cancelled", or "error"
+# when the database failed), mode and limit (as for lock_refused).
+lock_wait_ended = Signal()
+
+
+def send_refused(sender: type, claim: Claim) -> None:
+    """``lock_refused`` for ``claim``, an acquisition that does not wait and
+    found the lock held (from ``acquire()`` and from ``lock()``)."""
+    lock_refused.send(sender=sender, resource=claim.resource, owner=claim.owner, **_asked(claim))
+
+
+def send_wait_ended(sender: type, claim: Claim, *, waited: float, outcome: str) -> None:
+    """``lock_wait_ended`` for the wait of ``claim`` (from ``Wait.finish()``)."""
+    lock_wait_ended.send(
+        sender=sender,
+        resource=claim.resource,
+        owner=claim.owner,
+        waited=waited,
+        outcome=outcome,
+        **_asked(claim),
+    )
+
+
+def _asked(claim: Claim) -> dict[str, Any]:
+    """The mode and limit ``claim`` asked for, as the signals name them."""
+    return {"mode": SHARED if claim.shared else EXCLUSIVE, "limit": claim.limit}

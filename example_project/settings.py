@@ -41,6 +41,8 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_dlock",
     "django_dlock.api",
+    # Prometheus metrics of the locks, served at /metrics (urls.py).
+    "django_dlock.contrib.prometheus.PrometheusMetrics",
 ]
 
 MIDDLEWARE = [

@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from django_dlock.contrib.prometheus import metrics_view
 from example_project.views import index
 
 urlpatterns = [
@@ -12,4 +13,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("api/", include("django_dlock.urls")),
+    # Only your Prometheus should reach it in a real project (see docs/observability.md).
+    path("metrics", metrics_view, name="metrics"),
 ]

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds the sdist and the wheel into dist/, checks them (twine --strict, which renders the README
 # as PyPI will; what the wheel holds; the project's URLs in its metadata), then
-# installs the wheel with its [api] extra into a new virtualenv and runs a copy of the example
-# project outside the source tree, so that what runs is the installed package: migrate, check,
-# and two requests to its server (the admin's login page and the OpenAPI schema).
+# installs the wheel with its [api] and [prometheus] extras into a new virtualenv and runs a copy
+# of the example project outside the source tree, so that what runs is the installed package:
+# migrate, check, and two requests to its server (the admin's login page and the OpenAPI schema).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/venv.sh
@@ -46,7 +46,7 @@ cleanup() {
 trap cleanup EXIT
 
 python -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check "${wheel}[api]" "dj-database-url>=2.1"
+"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check "${wheel}[api,prometheus]" "dj-database-url>=2.1"
 cp -r example_project manage.py "$work/"
 cd "$work"
 venv/bin/python -c 'import django_dlock, sys; assert django_dlock.__file__.startswith(sys.prefix), django_dlock.__file__'

@@ -1,4 +1,5 @@
-"""A Django-only install works and never imports DRF, drf-spectacular or Celery.
+"""A Django-only install works and never imports DRF, drf-spectacular, Celery, prometheus_client
+or OpenTelemetry.
 
 The work runs in a new interpreter, so that nothing the rest of the suite imported can hide an
 import the core makes. The `base` nox session runs this file with only Django installed.
@@ -11,7 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-OPTIONAL_MODULES = ("rest_framework", "drf_spectacular", "celery", "kombu")
+OPTIONAL_MODULES = (
+    "rest_framework",
+    "drf_spectacular",
+    "celery",
+    "kombu",
+    "prometheus_client",
+    "opentelemetry",
+)
 
 SCRIPT = f"""
 import sys

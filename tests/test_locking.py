@@ -241,7 +241,14 @@ def test_exit_reports_a_lock_taken_over_meanwhile(lost_signals: list[dict[str, A
     with pytest.raises(LockExpired):
         held.check()
     assert lost_signals == [
-        {"signal": lock_lost, "resource": "job:20", "owner": held.owner, "reason": held.lost_reason}
+        {
+            "signal": lock_lost,
+            "resource": "job:20",
+            "owner": held.owner,
+            "reason": held.lost_reason,
+            "mode": "exclusive",
+            "limit": None,
+        }
     ]
     assert Locks.active().get(resource="job:20").owner == "thief"  # left alone
 
@@ -273,7 +280,14 @@ def test_without_auto_renew_the_handle_tells_when_the_ttl_passed(
         with pytest.raises(LockExpired, match="expired"):
             held.check()
     assert lost_signals == [
-        {"signal": lock_lost, "resource": "job:23", "owner": held.owner, "reason": held.lost_reason}
+        {
+            "signal": lock_lost,
+            "resource": "job:23",
+            "owner": held.owner,
+            "reason": held.lost_reason,
+            "mode": "exclusive",
+            "limit": None,
+        }
     ]
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
+from django_dlock import signals
 from django_dlock.backends.results import Claim
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockHeldByCaller, LockNotAcquired
@@ -168,6 +169,7 @@ class lock:
             while True:
                 outcome = wait.step()
                 if not isinstance(outcome, float):
+                    wait.acquired = True
                     return outcome
                 if wait.timed_out():
                     raise wait.failure()
@@ -244,6 +246,7 @@ class lock:
             while True:
                 outcome = await thread.run(wait.step)
                 if not isinstance(outcome, float):
+                    wait.acquired = True
                     return outcome
                 if wait.timed_out():
                     raise wait.failure()
@@ -315,7 +318,12 @@ class lock:
 
     def _take(self, owner: str) -> Hold | None:
         """One non-blocking acquisition (a re-entry when ``owner`` holds it)."""
-        return DistributedLock.objects.db_manager(self.using).take(self._claim(owner))
+        manager = DistributedLock.objects.db_manager(self.using)
+        claim = self._claim(owner)
+        hold = manager.take(claim)
+        if hold is None:
+            signals.send_refused(DistributedLock, claim)
+        return hold
 
     def _held(self) -> LockNotAcquired:
         return LockNotAcquired(f"The lock on {self.resource!r} is held by another owner.")

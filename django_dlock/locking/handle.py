@@ -134,7 +134,12 @@ class LockHandle:
             self.lost.set()
         logger.warning("Lost the lock on %r: %s", self.resource, reason)
         signals.lock_lost.send(
-            sender=DistributedLock, resource=self.resource, owner=self.owner, reason=reason
+            sender=DistributedLock,
+            resource=self.resource,
+            owner=self.owner,
+            reason=reason,
+            mode=self.mode,
+            limit=self.limit,
         )
         if self.on_lost is not None:
             self.on_lost(self)

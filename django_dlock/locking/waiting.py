@@ -33,6 +33,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
+from django_dlock import signals
 from django_dlock.backends import backend_for, listener_for
 from django_dlock.backends.clock import time_left
 from django_dlock.backends.queue import QueueRow
@@ -78,6 +79,8 @@ class Wait:
     cancelled: bool = False
     watch: Watch | None = None
     channel: str = ""  # the LISTEN channel the ticket carries ("" when it polls)
+    began: float = 0.0  # monotonic time the wait began
+    acquired: bool = False  # set by the loop that got the lock from step()
 
     @property
     def resource(self) -> str:
@@ -88,7 +91,8 @@ class Wait:
         return self.claim.owner
 
     def __post_init__(self) -> None:
-        self.deadline = time.monotonic() + self.timeout
+        self.began = time.monotonic()
+        self.deadline = self.began + self.timeout
         # Queue rows written in the caller's transaction would be invisible to
         # the other waiters; fail as the manager's calls do.
         refuse_callers_transaction(self.using)
@@ -179,6 +183,10 @@ class Wait:
             if self.watch is not None:
                 self.watch.close()
                 self.watch = None
+            outcome = "acquired" if self.acquired else "cancelled" if self.cancelled else None
+            outcome = outcome or ("timeout" if self.timed_out() else "error")
+            waited = time.monotonic() - self.began
+            signals.send_wait_ended(DistributedLock, self.claim, waited=waited, outcome=outcome)
 
     # -- the steps -----------------------------------------------------------------
 

@@ -3,36 +3,20 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from argparse import ArgumentParser, ArgumentTypeError
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from django_dlock.cli import arguments
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockTransactionError
 from django_dlock.models import DistributedLock
-from django_dlock.validators import validate_resource_prefix
 
 logger = logging.getLogger("django_dlock.purge_locks")
 
 DEFAULT_BATCH_SIZE = 10_000
-MAX_OLDER_THAN = 10**9  # seconds (about 31 years): larger ones overflow a timedelta
-
-
-def seconds(value: str) -> float:
-    """``--older-than``: a finite number of seconds, 0 or more."""
-    try:
-        number = float(value)
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number) or not 0 <= number <= MAX_OLDER_THAN:
-        raise ArgumentTypeError(
-            f"must be a number of seconds from 0 to {MAX_OLDER_THAN}, not {value!r}"
-        )
-    return number
 
 
 def batch_size(value: str) -> int:
@@ -46,15 +30,6 @@ def batch_size(value: str) -> int:
     return number
 
 
-def resource_prefix(value: str) -> str:
-    """``--prefix``: the start of a resource name, so it follows the same rules."""
-    try:
-        return validate_resource_prefix(value)
-    except ValidationError as error:
-        message = " ".join(error.messages)
-        raise ArgumentTypeError(f"{message} Got {value!r}.") from error
-
-
 class Command(BaseCommand):
     help = (
         "Delete expired and released locks, in batches of their own transaction. "
@@ -65,7 +40,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument(
             "--older-than",
-            type=seconds,
+            type=arguments.seconds,
             default=0,
             metavar="SECONDS",
             help="Keep locks that expired less than SECONDS ago (default: 0, delete all expired).",
@@ -84,7 +59,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--prefix",
-            type=resource_prefix,
+            type=arguments.prefix,
             default=None,
             metavar="STR",
             help="Only locks whose resource starts with STR.",

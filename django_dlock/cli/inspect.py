@@ -1,0 +1,127 @@
+"""``dlock list``, ``dlock show`` and ``dlock release``: what operators see and do."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC
+
+from django.core.management.base import CommandError
+
+from django_dlock.admin.words import time_left_in_words
+from django_dlock.cli.holds import Hold, free_row, holds_of, listed_holds, release_hold, waiters
+
+__all__ = ["list_holds", "release", "show"]
+
+Write = Callable[[str], None]
+
+
+def list_holds(write: Write, *, prefix: str, include_free: bool, show_owners: bool) -> None:
+    """One line per hold, then one per resource that has waiters and no hold."""
+    holds = listed_holds(prefix=prefix, include_free=include_free)
+    queued = waiters(prefix=prefix)
+    header = ["RESOURCE", "KIND", "LABEL", "TOKEN", "EXPIRES", "WAITERS"]
+    rows = [
+        [
+            hold.resource,
+            hold.kind,
+            hold.label or "-",
+            str(hold.fencing_token),
+            _expiry(hold),
+            str(queued[hold.resource]),
+        ]
+        + ([hold.owner or "-"] if show_owners else [])
+        for hold in holds
+    ]
+    listed = {hold.resource for hold in holds}
+    rows += [
+        [resource, "-", "-", "-", "free", str(count)] + (["-"] if show_owners else [])
+        for resource, count in sorted(queued.items())
+        if resource not in listed
+    ]
+    if not rows:
+        write(f"No locks held{f' under {prefix!r}' if prefix else ''}.")
+        return
+    _table(write, header + (["OWNER"] if show_owners else []), rows)
+
+
+def show(write: Write, resource: str, *, show_owners: bool) -> None:
+    """The resource's holds (or when it came free, and its last token) and its waiters."""
+    holds = holds_of(resource)
+    if holds:
+        write(f"{resource}: held ({_kind_in_words(holds)})")
+    elif (row := free_row(resource)) is not None:
+        write(f"{resource}: free ({_expiry(row)}; last fencing token {row.fencing_token})")
+    else:
+        write(f"{resource}: free (never locked, or purged)")
+    for hold in holds:
+        details = [
+            f"label {hold.label or '-'}",
+            f"fencing token {hold.fencing_token}",
+            f"acquired {hold.acquired_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}",
+            f"expires {_expiry(hold)}",
+        ]
+        if hold.hold_count > 1:
+            details.append(f"held {hold.hold_count} times (reentrant)")
+        if show_owners:
+            details.append(f"owner {hold.owner}")
+        write("  " + ", ".join(details))
+    write(f"waiters: {waiters(resource=resource)[resource]}")
+
+
+def release(
+    write: Write, resource: str, *, holder: str | None, confirm: Callable[[str], bool]
+) -> None:
+    """Force-release the resource's holds (those labelled ``holder``) once
+    ``confirm(question)`` says yes. Raises ``CommandError`` when there is
+    nothing to release or the answer is no."""
+    holds = holds_of(resource)
+    if not holds:
+        raise CommandError(f"The lock on {resource!r} is not held: nothing to release.")
+    if holder is not None:
+        labels = ", ".join(sorted({hold.label or "-" for hold in holds}))
+        holds = [hold for hold in holds if hold.label == holder]
+        if not holds:
+            raise CommandError(
+                f"No holder of {resource!r} has the label {holder!r} (its holders' labels: {labels})."
+            )
+    if len(holds) == 1:
+        [hold] = holds
+        who = f"held by {hold.label!r}" if hold.label else "held by an unlabelled holder"
+        question = (
+            f"Release the lock on {resource!r} {who} (fencing token {hold.fencing_token}, "
+            f"expires {_expiry(hold)})?"
+        )
+    else:
+        labels = ", ".join(hold.label or "-" for hold in holds)
+        question = f"Release the {len(holds)} holds of {resource!r} (labels: {labels})?"
+    if not confirm(question):
+        raise CommandError(f"Not released: the lock on {resource!r} is still held.")
+    for hold in holds:
+        if release_hold(hold):
+            write(f"Released the lock on {resource!r} (fencing token {hold.fencing_token}).")
+        else:
+            write(
+                f"The lock on {resource!r} (fencing token {hold.fencing_token}) "
+                "had ended meanwhile: nothing released."
+            )
+
+
+def _kind_in_words(holds: Sequence[Hold]) -> str:
+    first = holds[0]
+    if first.limit is not None:
+        return f"semaphore, {len(holds)} of {first.limit} permits"
+    if first.mode == "shared":
+        return f"shared, {len(holds)} reader{'s' if len(holds) != 1 else ''}"
+    return "exclusive"
+
+
+def _expiry(hold: Hold) -> str:
+    return time_left_in_words(hold.status, hold.expires_at, hold.now)
+
+
+def _table(write: Write, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(row[column]) for row in [header, *rows]) for column in range(len(header))]
+    for row in [header, *rows]:
+        write(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )

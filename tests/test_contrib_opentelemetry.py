@@ -1,0 +1,150 @@
+"""django_dlock.contrib.opentelemetry: spans, read from the SDK's in-memory exporter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from django_dlock import LockExpired, LockNotAcquired, lock
+from django_dlock.contrib import opentelemetry
+from django_dlock.contrib.opentelemetry import LockTracing
+from django_dlock.models import DistributedLock
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def provider() -> TracerProvider:
+    return TracerProvider()
+
+
+@pytest.fixture
+def exporter(provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = LockTracing(provider)
+    tracing.connect()
+    yield exporter
+    tracing.disconnect()
+
+
+def spans(exporter: InMemorySpanExporter) -> list[tuple[str, dict[str, Any]]]:
+    return [(span.name, dict(span.attributes or {})) for span in exporter.get_finished_spans()]
+
+
+def test_acquire_and_release(exporter: InMemorySpanExporter) -> None:
+    acquired = DistributedLock.objects.acquire("job:42", owner="secret-owner")
+    assert acquired is not None
+    DistributedLock.objects.release("job:42", owner="secret-owner")
+    DistributedLock.objects.acquire("job:42", owner="secret-owner")
+    DistributedLock.objects.force_release("job:42")
+
+    [(acquire, a), (release, r), _, (_, forced)] = spans(exporter)
+    assert (acquire, release) == ("dlock.acquire", "dlock.release")
+    assert a == {
+        "dlock.resource": "job:42",
+        "dlock.resource_group": "job",
+        "dlock.kind": "exclusive",
+        "dlock.outcome": "acquired",
+        "dlock.fencing_token": acquired.fencing_token,
+    }
+    assert r["dlock.outcome"] == "released"
+    assert 0 <= r["dlock.hold_seconds"] < 10
+    assert forced["dlock.outcome"] == "forced"
+
+
+def test_refused(exporter: InMemorySpanExporter) -> None:
+    DistributedLock.objects.acquire("job:42", owner="w1")
+    DistributedLock.objects.acquire("job:42", owner="w2")
+
+    assert spans(exporter)[-1] == (
+        "dlock.acquire",
+        {
+            "dlock.resource": "job:42",
+            "dlock.resource_group": "job",
+            "dlock.kind": "exclusive",
+            "dlock.outcome": "refused",
+        },
+    )
+
+
+@pytest.mark.django_db(transaction=True)  # lock() refuses to run inside the test's transaction
+def test_a_wait_spans_the_time_it_waited(exporter: InMemorySpanExporter) -> None:
+    DistributedLock.objects.acquire("job:w", owner="other", ttl=30)
+
+    with pytest.raises(LockNotAcquired), lock("job:w", timeout=0.3):
+        pass
+
+    [wait] = [span for span in exporter.get_finished_spans() if span.name == "dlock.wait"]
+    attributes: dict[str, Any] = dict(wait.attributes or {})
+    assert attributes["dlock.outcome"] == "timeout"
+    assert 0.3 <= attributes["dlock.wait_seconds"] < 5
+    assert wait.start_time is not None and wait.end_time is not None
+    duration = (wait.end_time - wait.start_time) / 1e9
+    assert duration == pytest.approx(attributes["dlock.wait_seconds"], abs=0.001)
+
+
+def test_spans_are_children_of_the_current_span(
+    exporter: InMemorySpanExporter, provider: TracerProvider
+) -> None:
+    with provider.get_tracer("test").start_as_current_span("request") as request:
+        DistributedLock.objects.acquire("job:42", owner="w1")
+
+    finished: dict[str, ReadableSpan] = {s.name: s for s in exporter.get_finished_spans()}
+    parent = finished["dlock.acquire"].parent
+    assert parent is not None
+    assert parent.span_id == request.get_span_context().span_id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lost_lock(exporter: InMemorySpanExporter) -> None:
+    with pytest.raises(LockExpired), lock("job:lost", ttl=30) as held:
+        DistributedLock.objects.force_release("job:lost")
+        held.renew()
+
+    [lost] = [span for span in exporter.get_finished_spans() if span.name == "dlock.lost"]
+    assert lost.status.status_code is StatusCode.ERROR
+    assert dict(lost.attributes or {})["dlock.lost_reason"] == "it was released or purged"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_never_an_owner(exporter: InMemorySpanExporter) -> None:
+    owner = "secret-owner-token"
+    with lock("job:o", owner=owner, timeout=5):
+        DistributedLock.objects.acquire("job:o", owner="someone-else")
+    with pytest.raises(LockExpired), lock("job:o2", owner=owner, ttl=30) as held:
+        DistributedLock.objects.force_release("job:o2")
+        held.renew()
+
+    names = {name for name, _ in spans(exporter)}
+    assert names == {"dlock.acquire", "dlock.wait", "dlock.release", "dlock.lost"}
+    for _, attributes in spans(exporter):
+        assert owner not in repr(attributes)
+
+
+def test_install_once(monkeypatch: pytest.MonkeyPatch, provider: TracerProvider) -> None:
+    monkeypatch.setattr(opentelemetry, "_installed", None)
+    tracing = opentelemetry.install(provider)
+    try:
+        assert opentelemetry.install() is tracing
+    finally:
+        tracing.disconnect()
+
+
+def test_the_kind_of_a_shared_hold_and_a_permit(exporter: InMemorySpanExporter) -> None:
+    DistributedLock.objects.acquire("doc:1", owner="r1", shared=True)
+    DistributedLock.objects.acquire("gpu:1", owner="p1", limit=2)
+
+    assert [attributes["dlock.kind"] for _, attributes in spans(exporter)] == [
+        "shared",
+        "semaphore",
+    ]

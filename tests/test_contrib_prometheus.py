@@ -1,0 +1,301 @@
+"""django_dlock.contrib.prometheus: the metrics, scraped from a registry of the test's own."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+
+from django.db import DatabaseError, connections
+from django.test import RequestFactory
+from django.test.utils import CaptureQueriesContext
+from prometheus_client import CollectorRegistry, generate_latest
+
+from django_dlock import LockExpired, LockNotAcquired, lock
+from django_dlock.checks import check_settings
+from django_dlock.contrib import prometheus
+from django_dlock.contrib.labels import resource_group
+from django_dlock.contrib.prometheus import LockMetrics
+from django_dlock.models import DistributedLock
+from tests.test_command_dlock import queue_waiter
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def registry() -> Iterator[CollectorRegistry]:
+    registry = CollectorRegistry()
+    metrics = LockMetrics(registry, gauge_max_age=0)
+    metrics.connect()
+    yield registry
+    metrics.disconnect()
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, {"kind": "exclusive", **labels})
+
+
+def scrape(registry: CollectorRegistry) -> str:
+    return generate_latest(registry).decode()
+
+
+def test_every_metric_exists_at_zero_before_the_first_lock(registry: CollectorRegistry) -> None:
+    text = scrape(registry)
+
+    for outcome in ("acquired", "refused", "timeout", "cancelled", "error"):
+        assert f'dlock_attempts_total{{group="",kind="exclusive",outcome="{outcome}"}} 0.0' in text
+    for outcome in ("released", "forced"):
+        assert f'dlock_releases_total{{group="",kind="exclusive",outcome="{outcome}"}} 0.0' in text
+    for outcome in ("acquired", "timeout", "cancelled", "error"):
+        assert (
+            f'dlock_wait_seconds_count{{group="",kind="exclusive",outcome="{outcome}"}} 0.0' in text
+        )
+    assert 'dlock_lost_leases_total{group="",kind="exclusive"} 0.0' in text
+    assert 'dlock_hold_seconds_count{group="",kind="exclusive"} 0.0' in text
+    assert 'dlock_holders{group="",kind="exclusive"} 0.0' in text
+    assert 'dlock_waiters{group=""} 0.0' in text
+
+
+def test_acquisitions_refusals_and_releases_by_group(registry: CollectorRegistry) -> None:
+    manager = DistributedLock.objects
+    assert manager.acquire("job:1", owner="w1") is not None
+    assert manager.acquire("job:2", owner="w1") is not None
+    assert manager.acquire("job:1", owner="w2") is None
+    assert manager.acquire("report:may", owner="w2") is not None
+    manager.release("job:1", owner="w1")
+    manager.force_release("job:2")
+
+    assert value(registry, "dlock_attempts_total", group="job", outcome="acquired") == 2
+    assert value(registry, "dlock_attempts_total", group="job", outcome="refused") == 1
+    assert value(registry, "dlock_attempts_total", group="report", outcome="acquired") == 1
+    assert value(registry, "dlock_releases_total", group="job", outcome="released") == 1
+    assert value(registry, "dlock_releases_total", group="job", outcome="forced") == 1
+    assert value(registry, "dlock_hold_seconds_count", group="job") == 2
+    held = value(registry, "dlock_hold_seconds_sum", group="job")
+    assert held is not None and 0 <= held < 10
+
+
+@pytest.mark.django_db(transaction=True)  # lock() refuses to run inside the test's transaction
+def test_waits_by_outcome_and_timeouts_as_attempts(registry: CollectorRegistry) -> None:
+    with lock("job:w", timeout=5):  # free: a wait of about nothing
+        pass
+    DistributedLock.objects.acquire("job:w", owner="other", ttl=30)
+    with pytest.raises(LockNotAcquired), lock("job:w", timeout=0.3):
+        pass
+
+    assert value(registry, "dlock_wait_seconds_count", group="job", outcome="acquired") == 1
+    assert value(registry, "dlock_wait_seconds_count", group="job", outcome="timeout") == 1
+    waited = value(registry, "dlock_wait_seconds_sum", group="job", outcome="timeout")
+    assert waited is not None and 0.3 <= waited < 5
+    assert value(registry, "dlock_attempts_total", group="job", outcome="timeout") == 1
+    # The wait that got the lock is counted once, as an acquisition.
+    assert value(registry, "dlock_attempts_total", group="job", outcome="acquired") == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_non_waiting_lock_that_is_held_is_a_refusal(registry: CollectorRegistry) -> None:
+    DistributedLock.objects.acquire("job:r", owner="other", ttl=30)
+
+    with pytest.raises(LockNotAcquired), lock("job:r"):
+        pass
+
+    assert value(registry, "dlock_attempts_total", group="job", outcome="refused") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lost_leases(registry: CollectorRegistry) -> None:
+    with pytest.raises(LockExpired), lock("job:lost", ttl=30) as held:
+        DistributedLock.objects.force_release("job:lost")
+        held.renew()
+
+    assert value(registry, "dlock_lost_leases_total", group="job") == 1
+
+
+def test_never_whole_resource_names_nor_owners(registry: CollectorRegistry) -> None:
+    DistributedLock.objects.acquire("order:98765", owner="secret-owner-token")
+    DistributedLock.objects.acquire("nightly-98765", owner="secret-owner-token")
+    DistributedLock.objects.acquire("order:98765", owner="someone-else")
+
+    text = scrape(registry)
+
+    assert "98765" not in text and "secret-owner-token" not in text
+    assert value(registry, "dlock_attempts_total", group="order", outcome="acquired") == 1
+    # A name without ":" has no group: its series is the ungrouped one.
+    assert value(registry, "dlock_attempts_total", group="", outcome="acquired") == 1
+
+
+def first_two_characters(resource: str) -> str:
+    return resource[:2]
+
+
+NOT_A_FUNCTION = "job"
+
+
+def failing_group(resource: str) -> str:
+    raise RuntimeError("boom")
+
+
+def test_a_setting_names_the_group_function(registry: CollectorRegistry, settings: Any) -> None:
+    settings.DLOCK_RESOURCE_GROUP = "tests.test_contrib_prometheus.first_two_characters"
+    DistributedLock.objects.acquire("ab-123", owner="w1")
+
+    assert value(registry, "dlock_attempts_total", group="ab", outcome="acquired") == 1
+    assert check_settings() == []
+
+    settings.DLOCK_RESOURCE_GROUP = first_two_characters  # the function itself works too
+    assert resource_group("xy:1") == "xy"
+
+
+def test_a_failing_group_function_never_fails_the_lock_operation(
+    registry: CollectorRegistry, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.DLOCK_RESOURCE_GROUP = failing_group
+
+    assert DistributedLock.objects.acquire("job:1", owner="w1") is not None
+
+    assert value(registry, "dlock_attempts_total", group="", outcome="acquired") == 1
+    assert "DLOCK_RESOURCE_GROUP failed" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("tests.no_such_module.group", "names nothing that can be imported"),
+        ("tests.test_contrib_prometheus.no_such_function", "names nothing that can be imported"),
+        ("tests.test_contrib_prometheus.NOT_A_FUNCTION", "names something that is not a function"),
+        (42, "must be a function or its dotted path"),
+    ],
+)
+def test_a_wrong_group_setting_is_e501(settings: Any, setting: object, message: str) -> None:
+    settings.DLOCK_RESOURCE_GROUP = setting
+
+    [error] = check_settings()
+
+    assert error.id == "django_dlock.E501"
+    assert message in error.msg
+
+
+def test_holders_and_waiters_are_read_from_the_database_in_one_query(
+    registry: CollectorRegistry,
+) -> None:
+    DistributedLock.objects.acquire("job:1", owner="w1")
+    DistributedLock.objects.acquire("job:2", owner="w1")
+    DistributedLock.objects.acquire("report:1", owner="w1")
+    DistributedLock.objects.acquire("job:3", owner="w1")
+    DistributedLock.objects.release("job:3", owner="w1")
+    queue_waiter("job:1")
+    queue_waiter("job:1", "waiter-2")
+
+    with CaptureQueriesContext(connections["default"]) as queries:
+        scrape(registry)
+
+    assert len(queries) == 1
+    assert value(registry, "dlock_holders", group="job") == 2
+    assert value(registry, "dlock_holders", group="report") == 1
+    assert registry.get_sample_value("dlock_waiters", {"group": "job"}) == 2
+
+    DistributedLock.objects.release("job:1", owner="w1")
+    DistributedLock.objects.release("job:2", owner="w1")
+    assert value(registry, "dlock_holders", group="job") == 0  # seen once: stays, at zero
+
+
+def test_gauges_are_cached_between_scrapes() -> None:
+    registry = CollectorRegistry()
+    LockMetrics(registry, gauge_max_age=3600)
+    assert registry.get_sample_value("dlock_holders", {"kind": "exclusive", "group": ""}) == 0
+
+    DistributedLock.objects.acquire("solo", owner="w1")
+
+    with CaptureQueriesContext(connections["default"]) as queries:
+        cached = registry.get_sample_value("dlock_holders", {"kind": "exclusive", "group": ""})
+    assert (cached, len(queries)) == (0, 0)
+
+
+def test_a_database_error_leaves_the_gauges_without_samples(
+    registry: CollectorRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail() -> None:
+        raise DatabaseError("down")
+
+    monkeypatch.setattr(prometheus, "_count_holders_and_waiters", fail)
+
+    text = scrape(registry)
+
+    assert "# TYPE dlock_holders gauge" in text
+    assert "dlock_holders{" not in text
+    assert 'dlock_attempts_total{group="",kind="exclusive",outcome="acquired"} 0.0' in text
+
+
+def test_install_once_per_registry_and_the_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = CollectorRegistry()
+    monkeypatch.setattr(prometheus, "_installed", {})
+    monkeypatch.setattr(prometheus, "REGISTRY", registry)
+    metrics = prometheus.install(registry)
+    try:
+        assert prometheus.install(registry) is metrics
+        DistributedLock.objects.acquire("job:v", owner="w1")
+
+        response = prometheus.metrics_view(RequestFactory().get("/metrics"))
+
+        assert response["Content-Type"].startswith("text/plain; version=")
+        body = response.content.decode()
+        assert 'dlock_attempts_total{group="job",kind="exclusive",outcome="acquired"} 1.0' in body
+
+        openmetrics = RequestFactory().get("/metrics", HTTP_ACCEPT="application/openmetrics-text")
+        response = prometheus.metrics_view(openmetrics)
+        assert response["Content-Type"].startswith("application/openmetrics-text")
+        assert response.content.decode().endswith("# EOF\n")
+    finally:
+        metrics.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_async_wait(registry: CollectorRegistry) -> None:
+    import asyncio
+
+    DistributedLock.objects.acquire("job:a", owner="other", ttl=30)
+
+    async def wait_then_cancel() -> None:
+        async def waiting() -> None:
+            async with lock("job:a", timeout=30):
+                pass
+
+        task = asyncio.ensure_future(waiting())
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(wait_then_cancel())
+
+    assert value(registry, "dlock_attempts_total", group="job", outcome="cancelled") == 1
+    assert value(registry, "dlock_wait_seconds_count", group="job", outcome="cancelled") == 1
+
+
+def test_kinds(registry: CollectorRegistry) -> None:
+    manager = DistributedLock.objects
+    manager.acquire("doc:1", owner="r1", shared=True)
+    manager.acquire("doc:1", owner="r2", shared=True)
+    assert manager.acquire("doc:1", owner="w1") is None  # a writer beside readers
+    manager.acquire("gpu:1", owner="p1", limit=2)
+    manager.acquire("gpu:1", owner="p2", limit=2)
+    assert manager.acquire("gpu:1", owner="p3", limit=2) is None
+    manager.acquire("job:1", owner="w1")
+    manager.release("doc:1", owner="r1")
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert sample("dlock_attempts_total", kind="shared", group="doc", outcome="acquired") == 2
+    assert sample("dlock_attempts_total", kind="exclusive", group="doc", outcome="refused") == 1
+    assert sample("dlock_attempts_total", kind="semaphore", group="gpu", outcome="acquired") == 2
+    assert sample("dlock_attempts_total", kind="semaphore", group="gpu", outcome="refused") == 1
+    assert sample("dlock_releases_total", kind="shared", group="doc", outcome="released") == 1
+    # The gauges: each reader and permit is a holder; a shared resource's row is not.
+    assert sample("dlock_holders", kind="shared", group="doc") == 1
+    assert sample("dlock_holders", kind="semaphore", group="gpu") == 2
+    assert sample("dlock_holders", kind="exclusive", group="job") == 1
+    assert sample("dlock_holders", kind="exclusive", group="doc") is None
