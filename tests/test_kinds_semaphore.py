@@ -118,3 +118,9 @@ def test_processes_never_hold_more_permits_than_the_limit() -> None:
         held += change
         peak = max(peak, held)
     assert peak == 2  # never more than the limit, and the limit was used
+
+
+def test_a_permit_for_the_shortest_ttl_is_granted_though_it_expires_at_once() -> None:
+    """A hold is read back as written, valid or not (found by the API's fuzzing)."""
+    permit = Locks.acquire("brief", owner="a", ttl=1e-38, limit=120)
+    assert permit is not None and permit.limit == 120

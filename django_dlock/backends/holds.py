@@ -58,6 +58,21 @@ class HoldStatements(WaiterQueue):
             raise AssertionError(f"unexpected SELECT for {self.using!r}: {sql}")
         return sql, converters
 
+    @cached_property
+    def _owner_hold_select(self) -> str:
+        """SELECT of one owner's hold of a resource, valid or not."""
+        queryset: QuerySet[Any] = (
+            self.hold_model._default_manager.using(self.using)
+            .filter(resource=_PLACEHOLDER)
+            .filter(owner=_PLACEHOLDER)  # (one filter() would sort its arguments)
+            .annotate(db_now=DatabaseNow())
+            .order_by()
+        )
+        sql, params, columns, _ = compile_select(queryset)
+        if params[:2] != [_PLACEHOLDER] * 2 or columns != len(self._hold_names[1]) + 1:
+            raise AssertionError(f"unexpected SELECT for {self.using!r}: {sql}")
+        return sql
+
     def valid_holds(self, resource: str) -> list[LockRow]:
         """The holds of ``resource`` that are valid now, oldest first."""
         sql, converters = self._hold_select
@@ -102,14 +117,16 @@ class HoldStatements(WaiterQueue):
                 "resource", "owner", "label", "acquired_at", "expires_at", "hold_count",
                 "fencing_token", "limit",
             )  # fmt: skip
-            values = f"%s, %s, %s, {now_sql}, {expires_sql}, %s, %s, %s"  # (no params in now_sql on  # any supported vendor, but they are passed in order all the same)
+            values = f"%s, %s, %s, {now_sql}, {expires_sql}, %s, %s, %s"
             cursor.execute(
                 f"INSERT INTO {table} ({', '.join(column[name] for name in names)}) "  # noqa: S608
                 f"VALUES ({values})",
                 [resource, owner, label, *now_params, *expires_params, hold_count, token, limit],
             )
-        [hold] = [row for row in self.valid_holds(resource) if row.owner == owner]
-        return hold
+            # Read back as written, valid or not (a ttl of a millisecond may
+            # have passed already).
+            cursor.execute(self._owner_hold_select, [resource, owner])
+            return self._hold_row(cursor.fetchone(), self._hold_select[1])
 
     def update_hold(self, hold: LockRow, attnames: Sequence[str]) -> None:
         table, _, column = self._hold_names
