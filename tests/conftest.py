@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -34,3 +35,15 @@ def _close_listeners(django_db_setup: None) -> Iterator[None]:
     from django_dlock.backends import stop_listeners
 
     stop_listeners()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _database_features_known(django_db_setup: None, django_db_blocker: Any) -> None:
+    """Ask each database once, at the start, whether it supports JSON: a
+    JSONField's model check (django_tasks_db's, installed with the tasks tests)
+    asks when ``manage.py check`` runs, which tests without database access do."""
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        for alias in connections:
+            assert connections[alias].features.supports_json_field is not None
