@@ -24,19 +24,15 @@ CONTENTION_SECONDS = float(os.environ.get("BENCH_CONTENTION_SECONDS", "10"))
 PURGE_ROWS = int(os.environ.get("BENCH_PURGE_ROWS", "1000000"))
 
 
-def mariadb_floor_cycle_factory() -> Callable[[int], None]:
-    """MariaDB's floor for benchmarks.acquire: one-statement acquire (insert, or
-    take over an expired row) and release (delete) in autocommit, on a table of
-    the same shape."""
-    from django.db import connection
+FLOOR_COLUMNS = (
+    "resource varchar(255) COLLATE utf8mb4_bin PRIMARY KEY, owner varchar(255) NOT NULL, "
+    "expires_at datetime(6) NOT NULL, fencing_token bigint NOT NULL"
+)
 
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
-        cursor.execute(
-            f"CREATE TABLE {FLOOR_TABLE} (resource varchar(255) COLLATE utf8mb4_bin PRIMARY KEY, "
-            "owner varchar(255) NOT NULL, expires_at datetime(6) NOT NULL, "
-            "fencing_token bigint NOT NULL) ENGINE=InnoDB"
-        )
+
+def floor_sql() -> tuple[str, str]:
+    """MariaDB's one-statement acquire (insert, or take over an expired row) and
+    release (delete), on a table of ``FLOOR_COLUMNS``."""
     takes = "(expires_at <= UTC_TIMESTAMP(6) OR owner = VALUES(owner))"
     acquire = (
         f"INSERT INTO {FLOOR_TABLE} (resource, owner, expires_at, fencing_token) "
@@ -46,6 +42,18 @@ def mariadb_floor_cycle_factory() -> Callable[[int], None]:
         f"owner = IF({takes}, VALUES(owner), owner)"
     )
     release = f"DELETE FROM {FLOOR_TABLE} WHERE resource = %s AND owner = %s"
+    return acquire, release
+
+
+def mariadb_floor_cycle_factory() -> Callable[[int], None]:
+    """MariaDB's floor for benchmarks.acquire: ``floor_sql()`` in autocommit,
+    through Django's cursor."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
+        cursor.execute(f"CREATE TABLE {FLOOR_TABLE} ({FLOOR_COLUMNS}) ENGINE=InnoDB")
+    acquire, release = floor_sql()
 
     def cycle(n: int) -> None:
         resource = f"job:{n % 10}"

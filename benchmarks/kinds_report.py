@@ -1,0 +1,347 @@
+"""``benchmarks.kinds``'s goals (issues 21, 22 and 26), its terminal tables and its chart."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.kinds_setup import LABELS
+
+AT_LEAST, AT_MOST = "≥", "≤"
+
+
+def _goal(
+    database: str, figure: str, value: float | None, sign: str, bound: float, unit: str
+) -> dict[str, Any]:
+    compare: Callable[[float, float], bool] = operator.ge if sign == AT_LEAST else operator.le
+    return {
+        "database": database,
+        "figure": figure,
+        "value": value,
+        "goal": f"{sign} {bound:g}{unit}",
+        "bound": bound,
+        "sign": sign,
+        "unit": unit,
+        "met": None if value is None else compare(value, bound),
+    }
+
+
+def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each goal's figure on each database, and whether it is met."""
+    found: list[dict[str, Any]] = []
+    cycles: dict[tuple[str, str], dict[str, Any]] = {
+        (row["database"], row["name"]): row for row in results.get("cycles", [])
+    }
+    for database in results["databases"]:
+        if (database, "exclusive") in cycles:
+            found += _cycle_goals(database, cycles)
+        counts = results.get("operations", {}).get(database, {})
+        reentry = counts.get("reentrant re-entry", {}).get("round_trips")
+        if counts and database != "sqlite":
+            found.append(
+                _goal(database, "reentrant re-entry, round trips", reentry, AT_MOST, 1, "")
+            )
+        readers = results.get("readers", {}).get(database)
+        if readers:
+            found.append(
+                _goal(
+                    database,
+                    "8 readers + 1 writer: readers x one alone",
+                    readers["readers_x_single"],
+                    AT_LEAST,
+                    4,
+                    "x",
+                )  # fmt: skip
+            )
+            found.append(
+                _goal(
+                    database,
+                    "writer's wait p99, in 1 ms holds",
+                    readers["writer_wait_p99_holds"],
+                    AT_MOST,
+                    10,
+                    "",
+                )  # fmt: skip
+            )
+        permits = results.get("semaphore", {}).get(database)
+        if permits:
+            found.append(
+                _goal(
+                    database,
+                    "16 on a semaphore of 4: share of ideal",
+                    permits["share_of_ideal"],
+                    AT_LEAST,
+                    0.8,
+                    "",
+                )  # fmt: skip
+            )
+            found.append(
+                _goal(database, "16 on a semaphore of 4: Jain", permits["jain"], AT_LEAST, 0.9, "")
+            )
+        leader = results.get("leader", {}).get(database)
+        if leader:
+            found.append(
+                _goal(
+                    database,
+                    "leader killed: next term after (max), s",
+                    leader["kill_max_s"],
+                    AT_MOST,
+                    leader["ttl_s"] + 1,
+                    " s",
+                )  # fmt: skip
+            )
+            found.append(
+                _goal(
+                    database,
+                    "leader resigned: next term after (p50), ms",
+                    leader["resign_p50_ms"],
+                    AT_MOST,
+                    50,
+                    " ms",
+                )  # fmt: skip
+            )
+    return found
+
+
+def _cycle_goals(
+    database: str, cycles: dict[tuple[str, str], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    def rate(name: str) -> float:
+        return float(cycles[(database, name)]["cycles_per_s"])
+
+    exclusive = rate("exclusive")
+    singles = cycles[(database, "3 single acquires")]["acquire_p50_ms"]
+    all_three = cycles[(database, "acquire_all of 3")]["acquire_p50_ms"]
+    floor_goal = {"postgresql": 0.65, "sqlite": 0.6, "mariadb": 0.5}[database]
+    return [
+        _goal(database, "shared cycle x exclusive", rate("shared") / exclusive, AT_LEAST, 0.8, "x"),
+        _goal(database, "permit cycle x exclusive", rate("permit") / exclusive, AT_LEAST, 0.8, "x"),
+        _goal(
+            database,
+            "acquire_all of 3 x 3 single acquires (speed)",
+            singles / all_three,
+            AT_LEAST,
+            0.5,
+            "x",
+        ),  # fmt: skip
+        _goal(
+            database,
+            "exclusive cycle x raw floor (issue 26)",
+            exclusive / rate("floor"),
+            AT_LEAST,
+            floor_goal,
+            "x",
+        ),  # fmt: skip
+    ]
+
+
+# -- terminal tables ---------------------------------------------------------------
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_tables(results: dict[str, Any]) -> None:
+    machine = results["machine"]
+    print(
+        f"\nLock kinds, {machine['date']}: {machine['nproc']} cores ({machine['cpu']}); load average "
+        f"{' '.join(f'{x:.1f}' for x in machine['load_average'])} at the start, "
+        f"{' '.join(f'{x:.1f}' for x in machine['load_average_end'])} at the end\n"
+        f"{', '.join(results['versions'].values())}; Python {machine['python']}, Django {machine['django']}"
+        + ("  [--quick]" if results.get("quick") else "")
+    )
+    if "cycles" in results:
+        _cycles(results["cycles"], results.get("operations", {}))
+    if "operations" in results:
+        _operations(results["operations"])
+    if "readers" in results:
+        _readers(results["readers"])
+    if "semaphore" in results:
+        _semaphore(results["semaphore"])
+    if "leader" in results:
+        _leader(results["leader"])
+    _goals(results["goals"])
+
+
+def _cycles(rows: list[dict[str, Any]], operations: dict[str, Any]) -> None:
+    print("\nOne client, acquire + release cycles (medians of interleaved rounds)")
+    header = (
+        f"{'cycle':<20} {'cycles/s':>9} {'x excl':>7} {'x floor':>8} {'acquire ms':>10} "
+        f"{'cycle ms':>9} {'client CPU ms':>13} {'DB CPU ms':>10} {'RT acq+rel':>10} {'stmts acq+rel':>13}"
+    )
+    pairs = {
+        "exclusive": ("exclusive acquire", "exclusive release"),
+        "shared": ("shared acquire", "shared release"),
+        "permit": ("permit acquire", "permit release"),
+        "reentrant re-entry": ("reentrant re-entry", "re-entry's release (decrement)"),
+        "acquire_all of 3": ("acquire_all of 3", "release_all of 3"),
+    }
+    for database in dict.fromkeys(row["database"] for row in rows):
+        group = {row["name"]: row for row in rows if row["database"] == database}
+        counts = operations.get(database, {})
+        print(f"-- {LABELS[database]}\n{header}")
+        for name, row in group.items():
+            pair = pairs.get(name)
+            trips = statements = None
+            if pair and counts:
+                trips = _sum(counts[pair[0]]["round_trips"], counts[pair[1]]["round_trips"])
+                key = "server_statements" if database == "postgresql" else "django_statements"
+                statements = _sum(counts[pair[0]][key], counts[pair[1]][key])
+            print(
+                f"{name:<20} {row['cycles_per_s']:>9,.0f} "
+                f"{row['cycles_per_s'] / group['exclusive']['cycles_per_s']:>7.2f} "
+                f"{row['cycles_per_s'] / group['floor']['cycles_per_s']:>8.2f} "
+                f"{_fmt(row['acquire_p50_ms'], '>10.2f')} {row['cycle_p50_ms']:>9.2f} "
+                f"{row['client_cpu_ms']:>13.3f} {_fmt(row['server_cpu_ms'], '>10.3f')} "
+                f"{_fmt(trips, '>10.1f')} {_fmt(statements, '>13.1f')}"
+            )
+
+
+def _sum(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
+
+
+def _operations(operations: dict[str, dict[str, dict[str, float | None]]]) -> None:
+    print(
+        "\nOne operation: round trips and statements (PostgreSQL: what the server ran, counted at"
+    )
+    print("the proxy; Django's query log, BEGIN and COMMIT included, on every database)")
+    databases = list(operations)
+    print(f"{'operation':<32}" + "".join(f"{LABELS[d] + ' RT / stmts':>26}" for d in databases))
+    names = next(iter(operations.values())).keys()
+    for name in names:
+        cells = []
+        for database in databases:
+            figures = operations[database][name]
+            server = figures["server_statements"]
+            statements = (
+                f"{server:.1f} ({figures['django_statements']:.1f})"
+                if server is not None
+                else f"{figures['django_statements']:.1f}"
+            )
+            cells.append(f"{_fmt(figures['round_trips'], '.1f')} / {statements}")
+        print(f"{name:<32}" + "".join(f"{cell:>26}" for cell in cells))
+
+
+def _readers(readers: dict[str, dict[str, Any]]) -> None:
+    print(
+        "\n8 reader processes and 1 writer (a write every ~10 holds), 1 ms holds (medians of rounds)"
+    )
+    print(
+        f"{'database':<11} {'alone/s':>7} {'8 readers/s':>11} {'x alone':>7} {'rounds':>15} "
+        f"{'at once':>11} {'lock() ms':>11} {'release ms':>11} {'writer wait p50/p99/max, holds':>32}"
+    )
+    for database, row in readers.items():
+        rounds = " ".join(f"{x:.1f}" for x in row["rounds"])
+        print(
+            f"{LABELS[database]:<11} {row['single_reader_per_s']:>7,.0f} {row['readers_per_s']:>11,.0f} "
+            f"{row['readers_x_single']:>7.2f} {rounds:>15} "
+            f"{row['readers_at_once_mean']:>5.1f} / {row['readers_at_once_most']:<3} "
+            f"{_pair(row['reader_lock_ms_p50']):>11} {_pair(row['reader_release_ms_p50']):>11} "
+            f"{row['writer_wait_p50_holds']:>10.1f} / {row['writer_wait_p99_holds']:.1f} / "
+            f"{row['writer_wait_max_holds']:.1f} ({row['writer_turns']} writes)"
+        )
+    print(
+        "(at once: readers holding together, mean / most; lock() and release: the median call, "
+        "one reader alone / the 8)"
+    )
+
+
+def _pair(values: list[float]) -> str:
+    return " / ".join(f"{value:.1f}" for value in values)
+
+
+def _semaphore(semaphore: dict[str, dict[str, Any]]) -> None:
+    print("\n16 processes on a semaphore of 4, 1 ms holds (the median round)")
+    print(
+        f"{'database':<11} {'turns/s':>8} {'x 4 alone':>10} {'rounds':>16} {'x 4 processes':>14} "
+        f"{'Jain':>6} {'lock() ms':>11} {'release ms':>11}"
+    )
+    for database, row in semaphore.items():
+        rounds = " ".join(f"{x:.0%}" for x in row["rounds"])
+        print(
+            f"{LABELS[database]:<11} {row['per_s']:>8,.0f} {row['share_of_ideal']:>10.0%} {rounds:>16} "
+            f"{row['share_of_limit_processes']:>14.0%} {row['jain']:>6.3f} "
+            f"{_pair(row['lock_ms_p50']):>11} {_pair(row['release_ms_p50']):>11}"
+        )
+    print("(lock() and release: the median call, one process alone / the 16)")
+
+
+def _leader(leader: dict[str, dict[str, Any]]) -> None:
+    print("\nLeader hand-over (ttl 3 s, auto-renewed, standby in lock(timeout=inf))")
+    for database, row in leader.items():
+        kills = ", ".join(f"{x:.2f}" for x in row["kill_s"])
+        late = ", ".join(f"{x:.0f}" for x in row["kill_expiry_to_term_ms"])
+        print(
+            f"{LABELS[database]:<11} resign to next term p50 {row['resign_p50_ms']:.1f} ms, max "
+            f"{row['resign_max_ms']:.1f} ms (from the release returning: p50 "
+            f"{row['release_to_term_p50_ms']:.1f} ms); SIGKILL to next term {kills} s "
+            f"(after the lease's expiry: {late} ms)"
+        )
+
+
+def _goals(found: list[dict[str, Any]]) -> None:
+    print("\nGoals")
+    databases = list(dict.fromkeys(goal["database"] for goal in found))
+    figures = list(dict.fromkeys(goal["figure"] for goal in found))
+    by_key = {(goal["database"], goal["figure"]): goal for goal in found}
+    print(f"{'figure':<46} {'goal':>16}" + "".join(f"{LABELS[d]:>16}" for d in databases))
+    for figure in figures:
+        bounds = dict.fromkeys(goal["goal"] for goal in found if goal["figure"] == figure)
+        cells = []
+        for database in databases:
+            goal = by_key.get((database, figure))
+            if goal is None or goal["value"] is None:
+                cells.append(f"{'-':>16}")
+                continue
+            mark = "met" if goal["met"] else "MISSED"
+            cells.append(f"{goal['value']:>9.2f} {mark:>6}")
+        print(f"{figure:<46} {' / '.join(bounds):>16}" + "".join(cells))
+
+
+# -- chart ---------------------------------------------------------------------------
+
+
+def chart(found: list[dict[str, Any]], path: Path) -> None:
+    """Each goal's figure divided by its goal (goals of "at most": the goal
+    divided by the figure), so that 1 and beyond meets it, by database."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [goal for goal in found if goal["value"]]
+    figures = list(dict.fromkeys(goal["figure"] for goal in shown))
+    databases = list(dict.fromkeys(goal["database"] for goal in shown))
+    palette = {"postgresql": "#4c72b0", "sqlite": "#55a868", "mariadb": "#c44e52"}
+    figure, axis = plt.subplots(figsize=(9, 0.45 * len(figures) * len(databases) + 1.5))
+    height = 0.8 / max(len(databases), 1)
+    for offset, database in enumerate(databases):
+        positions, values = [], []
+        for index, name in enumerate(figures):
+            goal = next(
+                (g for g in shown if g["figure"] == name and g["database"] == database), None
+            )
+            if goal is None:
+                continue
+            ratio = (
+                goal["value"] / goal["bound"]
+                if goal["sign"] == AT_LEAST
+                else goal["bound"] / goal["value"]
+            )
+            positions.append(index + offset * height)
+            values.append(ratio)
+        axis.barh(positions, values, height=height, color=palette[database], label=LABELS[database])
+    axis.set_yticks([i + 0.4 - height / 2 for i in range(len(figures))], figures, fontsize=8)
+    axis.invert_yaxis()
+    axis.axvline(1.0, color="black", linewidth=0.8)
+    axis.set_xscale("log")
+    axis.set_xlabel("figure / goal (goals of 'at most': goal / figure); 1 and beyond meets it")
+    axis.set_title("Lock kinds against their goals", fontsize=10)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
