@@ -113,8 +113,8 @@ def run(args: argparse.Namespace, proxies: dict[str, DelayProxy]) -> dict[str, A
         "databases": aliases,
         "versions": {alias: kinds_setup.version(alias) for alias in aliases},
     }
+    cpu = {alias: kinds_setup.server_cpu(alias) for alias in aliases}
     if "cycles" in wanted:
-        cpu = {alias: kinds_setup.server_cpu(alias) for alias in aliases}
         for alias in aliases:
             kinds_setup.create_floor_table(alias)
         results["cycles"] = kinds_cycles.uncontended(aliases, rounds, seconds, cpu)
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace, proxies: dict[str, DelayProxy]) -> dict[str, A
             ):
                 if section in wanted:
                     results[section] = {
-                        alias: measure(pool, alias, crowd_rounds, crowd_seconds)
+                        alias: measure(pool, alias, crowd_rounds, crowd_seconds, cpu[alias])
                         for alias in aliases
                     }
         finally:

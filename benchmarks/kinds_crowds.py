@@ -10,12 +10,14 @@ process of the host.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.clients import jain
@@ -98,7 +100,7 @@ def take_turns(
 ) -> dict[str, Any]:
     """From ``start_at`` for ``seconds``: ``lock(resource, **kind)``, hold it
     ``HOLD`` s, again (after ``pause`` s); each turn's wait, hold
-    (``time.monotonic()``) and release (seconds)."""
+    (``time.monotonic()``) and release (seconds), and this process's CPU."""
     from django_dlock import lock
 
     with lock(f"warm:{os.getpid()}", using=alias, ttl=30, timeout=30):
@@ -107,7 +109,7 @@ def take_turns(
     if late > seconds / 10:
         raise RuntimeError(f"this process was ready {late:.2f} s after the start")
     time.sleep(max(-late, 0))
-    ends = start_at + seconds
+    ends, cpu = start_at + seconds, time.process_time()
     waits: list[float] = []
     holds: list[tuple[float, float]] = []
     releases: list[float] = []
@@ -117,29 +119,90 @@ def take_turns(
             got = time.monotonic()
             time.sleep(HOLD)
             left = time.monotonic()
+        waits.append(got - asked)  # also one that ended after the run: a long wait counts
         if got < ends:
-            waits.append(got - asked)
             holds.append((got, left))
             releases.append(time.monotonic() - left)
         if pause:
             time.sleep(pause)
-    return {"turns": len(holds), "waits": waits, "holds": holds, "releases": releases}
+    return {"waits": waits, "holds": holds, "releases": releases, "cpu": time.process_time() - cpu}
 
 
-def _together(
-    pool: Pool, alias: str, kinds: list[tuple[str, dict[str, Any], float]], seconds: float
-) -> list[dict[str, Any]]:
-    """Process ``i`` takes turns as ``kinds[i]`` = (resource, kind, pause) says."""
+@dataclass
+class Turns:
+    """What processes that took turns together did."""
+
+    seconds: float
+    turns: list[int]  # per process
+    waits: list[float]
+    holds: list[tuple[float, float]]
+    releases: list[float]
+    client_cpu: float  # seconds, all the processes
+    server_cpu: float | None
+
+    @property
+    def per_s(self) -> float:
+        return sum(self.turns) / self.seconds
+
+    def figures(self) -> dict[str, Any]:
+        """Medians of a call, in ms; CPU per turn, in ms."""
+        turns = max(sum(self.turns), 1)
+        return {
+            "lock_ms": statistics.median(self.waits) * 1000 if self.waits else None,
+            "release_ms": statistics.median(self.releases) * 1000 if self.releases else None,
+            "client_cpu_ms": self.client_cpu * 1000 / turns,
+            "server_cpu_ms": None if self.server_cpu is None else self.server_cpu * 1000 / turns,
+        }
+
+
+def together(
+    pool: Pool,
+    alias: str,
+    kinds: list[tuple[str, dict[str, Any], float]],
+    seconds: float,
+    server_cpu: Callable[[], float] | None,
+) -> list[Turns]:
+    """Process ``i`` takes turns as ``kinds[i]`` = (resource, kind, pause) says;
+    what each did, with the CPU of all of them and of the server in the last."""
     start_at = time.monotonic() + 1.0
-    return pool.run(
+    before = server_cpu() if server_cpu else None
+    results = pool.run(
         [
             (take_turns, (alias, resource, kind, start_at, seconds, pause))
             for resource, kind, pause in kinds
         ]
     )
+    used = None if before is None or server_cpu is None else server_cpu() - before
+    return [
+        Turns(
+            seconds,
+            [len(one["holds"])],
+            one["waits"],
+            one["holds"],
+            one["releases"],
+            one["cpu"],
+            used,
+        )
+        for one in results
+    ]
+
+
+def merged(runs: list[Turns]) -> Turns:
+    """The processes of one run together (the server's CPU is the run's)."""
+    return Turns(
+        runs[0].seconds,
+        [turn for run in runs for turn in run.turns],
+        [wait for run in runs for wait in run.waits],
+        [hold for run in runs for hold in run.holds],
+        [release for run in runs for release in run.releases],
+        sum(run.client_cpu for run in runs),
+        runs[0].server_cpu,
+    )
 
 
 def percentile(values: list[float], fraction: float) -> float:
+    if not values:
+        return math.nan
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
@@ -154,85 +217,79 @@ def most_at_once(holds: list[tuple[float, float]]) -> int:
     return most
 
 
-def readers_and_writer(pool: Pool, alias: str, rounds: int, seconds: float) -> dict[str, Any]:
+def _median_round(rounds: list[tuple[float, Turns, Turns]]) -> tuple[float, Turns, Turns]:
+    return sorted(rounds, key=lambda round_: round_[0])[len(rounds) // 2]
+
+
+def readers_and_writer(
+    pool: Pool, alias: str, rounds: int, seconds: float, server_cpu: Callable[[], float] | None
+) -> dict[str, Any]:
     """Each round: one reader alone, then ``READERS`` readers beside one writer
     (1 ms holds each); the readers' turns per second as a multiple of the one
-    alone's, and the writer's waits in holds."""
-    ratios, alone_rates, crowd_rates, writer_waits = [], [], [], []
-    overlap_mean, overlap_most = [], []
-    reader_waits, reader_releases, alone_waits, alone_releases = [], [], [], []
+    alone's (and the median round's details), the writer's waits in holds (all
+    rounds)."""
+    measured: list[tuple[float, Turns, Turns]] = []
+    writer_waits: list[float] = []
     for number in range(rounds):
         print(f"  kinds: {alias} readers round {number + 1}/{rounds}", file=sys.stderr)
-        [alone] = _together(pool, alias, [(f"rw-alone:{number}", {"shared": True}, 0.0)], seconds)
+        [alone] = together(
+            pool, alias, [(f"rw-alone:{number}", {"shared": True}, 0.0)], seconds, server_cpu
+        )
         resource = f"rw:{number}"
         kinds = [(resource, {"shared": True}, 0.0)] * READERS
         kinds.append((resource, {}, WRITER_PAUSE_HOLDS * HOLD))
-        *readers, writer = _together(pool, alias, kinds, seconds)
-        reader_holds = [hold for reader in readers for hold in reader["holds"]]
-        crowd = len(reader_holds) / seconds
-        alone_rates.append(alone["turns"] / seconds)
-        crowd_rates.append(crowd)
-        ratios.append(crowd / max(alone_rates[-1], 1 / seconds))
-        writer_waits += writer["waits"]
-        alone_waits += alone["waits"]
-        alone_releases += alone["releases"]
-        for reader in readers:
-            reader_waits += reader["waits"]
-            reader_releases += reader["releases"]
-        overlap_mean.append(sum(left - got for got, left in reader_holds) / seconds)
-        overlap_most.append(most_at_once(reader_holds))
+        *readers, writer = together(pool, alias, kinds, seconds, server_cpu)
+        crowd = merged(readers)
+        crowd.client_cpu += writer.client_cpu  # the run's CPU, per reader turn
+        measured.append((crowd.per_s / max(alone.per_s, 1 / seconds), alone, crowd))
+        writer_waits += writer.waits
+    ratio, alone, crowd = _median_round(measured)
     return {
-        "rounds": ratios,
-        "readers_x_single": statistics.median(ratios),
-        "single_reader_per_s": statistics.median(alone_rates),
-        "readers_per_s": statistics.median(crowd_rates),
-        "readers_at_once_mean": statistics.median(overlap_mean),
-        "readers_at_once_most": max(overlap_most),
-        "reader_lock_ms_p50": _ms(alone_waits, reader_waits),
-        "reader_release_ms_p50": _ms(alone_releases, reader_releases),
+        "rounds": [round_[0] for round_ in measured],
+        "readers_x_single": ratio,
+        "single_reader_per_s": alone.per_s,
+        "readers_per_s": crowd.per_s,
+        "readers_at_once_mean": sum(left - got for got, left in crowd.holds) / seconds,
+        "readers_at_once_most": most_at_once(crowd.holds),
+        "alone": alone.figures(),
+        "crowd": crowd.figures(),
         "writer_turns": len(writer_waits),
         "writer_wait_p50_holds": percentile(writer_waits, 0.5) / HOLD,
         "writer_wait_p99_holds": percentile(writer_waits, 0.99) / HOLD,
-        "writer_wait_max_holds": max(writer_waits) / HOLD,
+        "writer_wait_max_holds": percentile(writer_waits, 1.0) / HOLD,
     }
 
 
-def semaphore(pool: Pool, alias: str, rounds: int, seconds: float) -> dict[str, Any]:
+def semaphore(
+    pool: Pool, alias: str, rounds: int, seconds: float, server_cpu: Callable[[], float] | None
+) -> dict[str, Any]:
     """Each round: one process alone on a semaphore of ``LIMIT`` (the ideal is
     ``LIMIT`` times its rate: every permit always busy), ``LIMIT`` processes
-    (never queued: what the cores allow), then ``PROCESSES`` processes."""
-    shares: list[tuple[float, float, float, list[int]]] = []
-    alone_waits, alone_releases, crowd_waits, crowd_releases = [], [], [], []
+    (never queued: what the cores allow), then ``PROCESSES`` processes; the
+    median round."""
+    measured: list[tuple[float, Turns, Turns]] = []
+    fitting: list[float] = []
     for number in range(rounds):
         print(f"  kinds: {alias} semaphore round {number + 1}/{rounds}", file=sys.stderr)
         kind = {"limit": LIMIT}
-        [alone] = _together(pool, alias, [(f"sem-alone:{number}", kind, 0.0)], seconds)
-        fits = _together(pool, alias, [(f"sem-fits:{number}", kind, 0.0)] * LIMIT, seconds)
-        crowd = _together(pool, alias, [(f"sem:{number}", kind, 0.0)] * PROCESSES, seconds)
-        turns = [one["turns"] for one in crowd]
-        alone_waits += alone["waits"]
-        alone_releases += alone["releases"]
-        for one in crowd:
-            crowd_waits += one["waits"]
-            crowd_releases += one["releases"]
-        ideal = LIMIT * alone["turns"]
-        fitting = sum(one["turns"] for one in fits)
-        shares.append(
-            (sum(turns) / max(ideal, 1), sum(turns) / max(fitting, 1), jain(turns), turns)
+        [alone] = together(pool, alias, [(f"sem-alone:{number}", kind, 0.0)], seconds, server_cpu)
+        fits = merged(
+            together(pool, alias, [(f"sem-fits:{number}", kind, 0.0)] * LIMIT, seconds, server_cpu)
         )
-    share, of_fitting, fairness, turns = sorted(shares, key=lambda s: s[0])[len(shares) // 2]
+        crowd = merged(
+            together(pool, alias, [(f"sem:{number}", kind, 0.0)] * PROCESSES, seconds, server_cpu)
+        )
+        measured.append((crowd.per_s / max(LIMIT * alone.per_s, 1 / seconds), alone, crowd))
+        fitting.append(crowd.per_s / max(fits.per_s, 1 / seconds))
+    share, alone, crowd = _median_round(measured)
     return {
-        "rounds": [s[0] for s in shares],
+        "rounds": [round_[0] for round_ in measured],
         "share_of_ideal": share,
-        "share_of_limit_processes": of_fitting,
-        "jain": fairness,
-        "turns": turns,
-        "per_s": sum(turns) / seconds,
-        "lock_ms_p50": _ms(alone_waits, crowd_waits),
-        "release_ms_p50": _ms(alone_releases, crowd_releases),
+        "share_of_limit_processes": fitting[[m[0] for m in measured].index(share)],
+        "jain": jain(crowd.turns),
+        "turns": crowd.turns,
+        "per_s": crowd.per_s,
+        "alone_per_s": alone.per_s,
+        "alone": alone.figures(),
+        "crowd": crowd.figures(),
     }
-
-
-def _ms(alone: list[float], crowd: list[float]) -> list[float]:
-    """The medians, in milliseconds, of one process alone and of the crowd."""
-    return [statistics.median(alone) * 1000, statistics.median(crowd) * 1000]

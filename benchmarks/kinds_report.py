@@ -228,46 +228,56 @@ def _operations(operations: dict[str, dict[str, dict[str, float | None]]]) -> No
 
 def _readers(readers: dict[str, dict[str, Any]]) -> None:
     print(
-        "\n8 reader processes and 1 writer (a write every ~10 holds), 1 ms holds (medians of rounds)"
+        "\n8 reader processes and 1 writer (a write every ~10 holds), 1 ms holds "
+        "(the median of interleaved rounds)"
     )
     print(
         f"{'database':<11} {'alone/s':>7} {'8 readers/s':>11} {'x alone':>7} {'rounds':>15} "
-        f"{'at once':>11} {'lock() ms':>11} {'release ms':>11} {'writer wait p50/p99/max, holds':>32}"
+        f"{'at once':>9} {'writer wait p50/p99/max, holds':>32}"
     )
     for database, row in readers.items():
         rounds = " ".join(f"{x:.1f}" for x in row["rounds"])
         print(
             f"{LABELS[database]:<11} {row['single_reader_per_s']:>7,.0f} {row['readers_per_s']:>11,.0f} "
             f"{row['readers_x_single']:>7.2f} {rounds:>15} "
-            f"{row['readers_at_once_mean']:>5.1f} / {row['readers_at_once_most']:<3} "
-            f"{_pair(row['reader_lock_ms_p50']):>11} {_pair(row['reader_release_ms_p50']):>11} "
+            f"{row['readers_at_once_mean']:>3.1f} / {row['readers_at_once_most']:<3} "
             f"{row['writer_wait_p50_holds']:>10.1f} / {row['writer_wait_p99_holds']:.1f} / "
             f"{row['writer_wait_max_holds']:.1f} ({row['writer_turns']} writes)"
         )
+    print("(at once: readers holding together, mean / most)")
+    _turn_costs(readers, "one reader alone", "8 readers + writer")
+
+
+def _turn_costs(rows: dict[str, dict[str, Any]], alone: str, crowd: str) -> None:
     print(
-        "(at once: readers holding together, mean / most; lock() and release: the median call, "
-        "one reader alone / the 8)"
+        f"{'database':<11} {'':<20} {'lock() ms':>9} {'release ms':>10} "
+        f"{'client CPU ms/turn':>18} {'DB CPU ms/turn':>14}"
     )
-
-
-def _pair(values: list[float]) -> str:
-    return " / ".join(f"{value:.1f}" for value in values)
+    for database, row in rows.items():
+        for name, key in ((alone, "alone"), (crowd, "crowd")):
+            figures = row[key]
+            print(
+                f"{LABELS[database]:<11} {name:<20} {_fmt(figures['lock_ms'], '>9.1f')} "
+                f"{_fmt(figures['release_ms'], '>10.1f')} {figures['client_cpu_ms']:>18.2f} "
+                f"{_fmt(figures['server_cpu_ms'], '>14.2f')}"
+            )
+    print("(the median lock() and release call; CPU of all the processes per turn)")
 
 
 def _semaphore(semaphore: dict[str, dict[str, Any]]) -> None:
-    print("\n16 processes on a semaphore of 4, 1 ms holds (the median round)")
+    print("\n16 processes on a semaphore of 4, 1 ms holds (the median of interleaved rounds)")
     print(
-        f"{'database':<11} {'turns/s':>8} {'x 4 alone':>10} {'rounds':>16} {'x 4 processes':>14} "
-        f"{'Jain':>6} {'lock() ms':>11} {'release ms':>11}"
+        f"{'database':<11} {'alone/s':>7} {'16 turns/s':>10} {'x 4 alone':>9} {'rounds':>16} "
+        f"{'x 4 processes':>13} {'Jain':>6}"
     )
     for database, row in semaphore.items():
         rounds = " ".join(f"{x:.0%}" for x in row["rounds"])
         print(
-            f"{LABELS[database]:<11} {row['per_s']:>8,.0f} {row['share_of_ideal']:>10.0%} {rounds:>16} "
-            f"{row['share_of_limit_processes']:>14.0%} {row['jain']:>6.3f} "
-            f"{_pair(row['lock_ms_p50']):>11} {_pair(row['release_ms_p50']):>11}"
+            f"{LABELS[database]:<11} {row['alone_per_s']:>7,.0f} {row['per_s']:>10,.0f} "
+            f"{row['share_of_ideal']:>9.0%} {rounds:>16} "
+            f"{row['share_of_limit_processes']:>13.0%} {row['jain']:>6.3f}"
         )
-    print("(lock() and release: the median call, one process alone / the 16)")
+    _turn_costs(semaphore, "one process alone", "16 processes")
 
 
 def _leader(leader: dict[str, dict[str, Any]]) -> None:
@@ -317,7 +327,7 @@ def chart(found: list[dict[str, Any]], path: Path) -> None:
     figures = list(dict.fromkeys(goal["figure"] for goal in shown))
     databases = list(dict.fromkeys(goal["database"] for goal in shown))
     palette = {"postgresql": "#4c72b0", "sqlite": "#55a868", "mariadb": "#c44e52"}
-    figure, axis = plt.subplots(figsize=(9, 0.45 * len(figures) * len(databases) + 1.5))
+    figure, axis = plt.subplots(figsize=(9, 0.2 * len(figures) * len(databases) + 1.5))
     height = 0.8 / max(len(databases), 1)
     for offset, database in enumerate(databases):
         positions, values = [], []
