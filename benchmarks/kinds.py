@@ -146,15 +146,39 @@ def run(args: argparse.Namespace, proxies: dict[str, DelayProxy]) -> dict[str, A
         }
     results["machine"]["load_average_end"] = os.getloadavg()
     results["goals"] = kinds_report.goals(results)
+    results["partial"] = wanted != set(SECTIONS) or aliases != configured
     return results
 
 
-def save(results: dict[str, Any], path: Path) -> None:
-    """Put ``results`` into the benchmark JSON at ``path`` under "kinds"."""
+def save(results: dict[str, Any], path: Path, *, partial: bool) -> dict[str, Any]:
+    """Put ``results`` into the benchmark JSON at ``path`` under "kinds" (the
+    other parts of the file are kept); what is there now. A ``partial`` run
+    (some sections or databases: a part measured again) replaces only what it
+    measured, and is listed under "reruns" with its machine's load."""
     document = json.loads(path.read_text()) if path.exists() else {}
-    document["kinds"] = results
+    earlier = document.get("kinds")
+    document["kinds"] = merge(earlier, results) if partial and earlier else results
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=1, default=str) + "\n")
+    return document["kinds"]  # type: ignore[no-any-return]
+
+
+def merge(earlier: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
+    """``earlier`` with what ``again`` measured in its place."""
+    merged = dict(earlier)
+    databases = again["databases"]
+    if "cycles" in again:
+        kept = [row for row in earlier.get("cycles", []) if row["database"] not in databases]
+        merged["cycles"] = kept + again["cycles"]
+    for section in ("versions", "operations", "readers", "semaphore", "leader"):
+        if section in again:
+            merged[section] = {**earlier.get(section, {}), **again[section]}
+    merged["databases"] = list(dict.fromkeys([*earlier["databases"], *databases]))
+    measured = [key for key in (*SECTIONS, "operations") if key in again]
+    rerun = {"sections": measured, "databases": databases, "machine": again["machine"]}
+    merged["reruns"] = [*earlier.get("reruns", []), rerun]
+    merged["goals"] = kinds_report.goals(merged)
+    return merged
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -165,7 +189,8 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         for proxy in proxies.values():
             proxy.__exit__()
-    save(results, args.json)
+    partial = results.pop("partial")
+    results = save(results, args.json, partial=partial)
     kinds_report.print_tables(results)
     kinds_report.chart(results["goals"], args.chart)
     print(f'\nJSON: {args.json} ("kinds")  chart: {args.chart}')

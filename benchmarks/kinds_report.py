@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from benchmarks.kinds_setup import LABELS
+from benchmarks.report import _fmt
 
 AT_LEAST, AT_MOST = "≥", "≤"
 
@@ -28,120 +29,79 @@ def _goal(
     }
 
 
+# What an exclusive cycle should reach of each database's raw floor (issue 26).
+FLOOR_GOALS = {"postgresql": 0.65, "sqlite": 0.6, "mariadb": 0.5}
+
+Figure = tuple[str, str, float, str, float | None]  # name, sign, bound, unit, value
+
+
 def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each goal's figure on each database, and whether it is met."""
-    found: list[dict[str, Any]] = []
-    cycles: dict[tuple[str, str], dict[str, Any]] = {
-        (row["database"], row["name"]): row for row in results.get("cycles", [])
-    }
-    for database in results["databases"]:
-        if (database, "exclusive") in cycles:
-            found += _cycle_goals(database, cycles)
-        counts = results.get("operations", {}).get(database, {})
-        reentry = counts.get("reentrant re-entry", {}).get("round_trips")
-        if counts and database != "sqlite":
-            found.append(
-                _goal(database, "reentrant re-entry, round trips", reentry, AT_MOST, 1, "")
-            )
-        readers = results.get("readers", {}).get(database)
-        if readers:
-            found.append(
-                _goal(
-                    database,
-                    "8 readers + 1 writer: readers x one alone",
-                    readers["readers_x_single"],
-                    AT_LEAST,
-                    4,
-                    "x",
-                )  # fmt: skip
-            )
-            found.append(
-                _goal(
-                    database,
-                    "writer's wait p99, in 1 ms holds",
-                    readers["writer_wait_p99_holds"],
-                    AT_MOST,
-                    10,
-                    "",
-                )  # fmt: skip
-            )
-        permits = results.get("semaphore", {}).get(database)
-        if permits:
-            found.append(
-                _goal(
-                    database,
-                    "16 on a semaphore of 4: share of ideal",
-                    permits["share_of_ideal"],
-                    AT_LEAST,
-                    0.8,
-                    "",
-                )  # fmt: skip
-            )
-            found.append(
-                _goal(database, "16 on a semaphore of 4: Jain", permits["jain"], AT_LEAST, 0.9, "")
-            )
-        leader = results.get("leader", {}).get(database)
-        if leader:
-            found.append(
-                _goal(
-                    database,
-                    "leader killed: next term after (max), s",
-                    leader["kill_max_s"],
-                    AT_MOST,
-                    leader["ttl_s"] + 1,
-                    " s",
-                )  # fmt: skip
-            )
-            found.append(
-                _goal(
-                    database,
-                    "leader resigned: next term after (p50), ms",
-                    leader["resign_p50_ms"],
-                    AT_MOST,
-                    50,
-                    " ms",
-                )  # fmt: skip
-            )
-    return found
-
-
-def _cycle_goals(
-    database: str, cycles: dict[tuple[str, str], dict[str, Any]]
-) -> list[dict[str, Any]]:
-    def rate(name: str) -> float:
-        return float(cycles[(database, name)]["cycles_per_s"])
-
-    exclusive = rate("exclusive")
-    singles = cycles[(database, "3 single acquires")]["acquire_p50_ms"]
-    all_three = cycles[(database, "acquire_all of 3")]["acquire_p50_ms"]
-    floor_goal = {"postgresql": 0.65, "sqlite": 0.6, "mariadb": 0.5}[database]
     return [
-        _goal(database, "shared cycle x exclusive", rate("shared") / exclusive, AT_LEAST, 0.8, "x"),
-        _goal(database, "permit cycle x exclusive", rate("permit") / exclusive, AT_LEAST, 0.8, "x"),
-        _goal(
-            database,
-            "acquire_all of 3 x 3 single acquires (speed)",
-            singles / all_three,
-            AT_LEAST,
-            0.5,
-            "x",
-        ),  # fmt: skip
-        _goal(
-            database,
-            "exclusive cycle x raw floor (issue 26)",
-            exclusive / rate("floor"),
-            AT_LEAST,
-            floor_goal,
-            "x",
-        ),  # fmt: skip
+        _goal(database, name, value, sign, bound, unit)
+        for database in results["databases"]
+        for name, sign, bound, unit, value in _figures(results, database)
     ]
 
 
+def _figures(results: dict[str, Any], database: str) -> Iterator[Figure]:
+    cycles = {row["name"]: row for row in results.get("cycles", []) if row["database"] == database}
+    if cycles:
+        exclusive = cycles["exclusive"]["cycles_per_s"]
+        shared, permit = cycles["shared"]["cycles_per_s"], cycles["permit"]["cycles_per_s"]
+        yield "shared cycle x exclusive", AT_LEAST, 0.8, "x", shared / exclusive
+        yield "permit cycle x exclusive", AT_LEAST, 0.8, "x", permit / exclusive
+        speed = (
+            cycles["3 single acquires"]["acquire_p50_ms"]
+            / cycles["acquire_all of 3"]["acquire_p50_ms"]
+        )
+        yield "acquire_all of 3 x 3 single acquires (speed)", AT_LEAST, 0.5, "x", speed
+        of_floor = exclusive / cycles["floor"]["cycles_per_s"]
+        yield (
+            "exclusive cycle x raw floor (issue 26)",
+            AT_LEAST,
+            FLOOR_GOALS[database],
+            "x",
+            of_floor,
+        )
+    counts = results.get("operations", {}).get(database)
+    if counts and database != "sqlite":  # SQLite has no round trips
+        trips = counts["reentrant re-entry"]["round_trips"]
+        yield "reentrant re-entry, round trips", AT_MOST, 1, "", trips
+    readers = results.get("readers", {}).get(database)
+    if readers:
+        yield (
+            "8 readers + 1 writer: readers x one alone",
+            AT_LEAST,
+            4,
+            "x",
+            readers["readers_x_single"],
+        )
+        yield "writer's wait p99, in 1 ms holds", AT_MOST, 10, "", readers["writer_wait_p99_holds"]
+    permits = results.get("semaphore", {}).get(database)
+    if permits:
+        yield "16 on a semaphore of 4: share of ideal", AT_LEAST, 0.8, "", permits["share_of_ideal"]
+        yield "16 on a semaphore of 4: Jain", AT_LEAST, 0.9, "", permits["jain"]
+    leader = results.get("leader", {}).get(database)
+    if leader:
+        ttl = leader["ttl_s"]
+        yield (
+            "leader killed: next term after (max), s",
+            AT_MOST,
+            ttl + 1,
+            " s",
+            leader["kill_max_s"],
+        )
+        yield (
+            "leader resigned: next term after (p50), ms",
+            AT_MOST,
+            50,
+            " ms",
+            leader["resign_p50_ms"],
+        )
+
+
 # -- terminal tables ---------------------------------------------------------------
-
-
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def print_tables(results: dict[str, Any]) -> None:

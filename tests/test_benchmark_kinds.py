@@ -33,6 +33,11 @@ def _cycle(
     return {"database": database, "name": name, "cycles_per_s": rate, "acquire_p50_ms": acquire_ms}
 
 
+def _cycles(database: str) -> list[dict[str, Any]]:
+    names = ["floor", "exclusive", "shared", "permit", "acquire_all of 3", "3 single acquires"]
+    return [_cycle(database, name, 100.0, acquire_ms=1.0) for name in names]
+
+
 def test_goals_judge_each_figure_against_its_bound() -> None:
     cycles = [
         _cycle("mariadb", "floor", 1000),
@@ -63,8 +68,37 @@ def test_goals_judge_each_figure_against_its_bound() -> None:
 def test_save_keeps_the_other_parts_of_the_benchmark_json(tmp_path: Path) -> None:
     path = tmp_path / "benchmark.json"
     path.write_text(json.dumps({"uncontended": [1, 2], "kinds": {"old": True}}))
-    save({"new": True}, path)
+    save({"new": True}, path, partial=False)
     assert json.loads(path.read_text()) == {"uncontended": [1, 2], "kinds": {"new": True}}
     fresh = tmp_path / "new" / "benchmark.json"
-    save({"new": True}, fresh)
+    save({"new": True}, fresh, partial=False)
     assert json.loads(fresh.read_text()) == {"kinds": {"new": True}}
+
+
+def test_a_part_measured_again_replaces_only_that_part(tmp_path: Path) -> None:
+    path = tmp_path / "benchmark.json"
+    leader = {"ttl_s": 3.0, "kill_max_s": 2.5, "resign_p50_ms": 80.0}
+    first = {
+        "databases": ["postgresql", "mariadb"],
+        "machine": {"load_average": [5.0, 5.0, 5.0]},
+        "cycles": [*_cycles("postgresql"), *_cycles("mariadb")],
+        "leader": {"postgresql": leader, "mariadb": leader},
+    }
+    save(first, path, partial=False)
+    again = {
+        "databases": ["mariadb"],
+        "machine": {"load_average": [1.0, 1.0, 1.0]},
+        "leader": {"mariadb": {**leader, "resign_p50_ms": 20.0}},
+    }
+    merged = save(again, path, partial=True)
+    assert merged == json.loads(path.read_text())["kinds"]
+    assert merged["cycles"] == first["cycles"]
+    assert merged["leader"]["postgresql"] == leader
+    assert merged["leader"]["mariadb"]["resign_p50_ms"] == 20.0
+    assert merged["machine"] == first["machine"]
+    assert merged["reruns"] == [
+        {"sections": ["leader"], "databases": ["mariadb"], "machine": again["machine"]}
+    ]
+    judged = {(goal["database"], goal["figure"]): goal["met"] for goal in merged["goals"]}
+    assert judged[("postgresql", "leader resigned: next term after (p50), ms")] is False
+    assert judged[("mariadb", "leader resigned: next term after (p50), ms")] is True
