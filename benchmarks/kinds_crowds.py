@@ -100,7 +100,10 @@ def take_turns(
 ) -> dict[str, Any]:
     """From ``start_at`` for ``seconds``: ``lock(resource, **kind)``, hold it
     ``HOLD`` s, again (after ``pause`` s); each turn's wait, hold
-    (``time.monotonic()``) and release (seconds), and this process's CPU."""
+    (``time.monotonic()``) and release (seconds), and this process's CPU and
+    statements (those its lock operations ran, BEGIN and COMMIT aside)."""
+    from django.db import connections
+
     from django_dlock import lock
 
     with lock(f"warm:{os.getpid()}", using=alias, ttl=30, timeout=30):
@@ -109,23 +112,35 @@ def take_turns(
     if late > seconds / 10:
         raise RuntimeError(f"this process was ready {late:.2f} s after the start")
     time.sleep(max(-late, 0))
-    ends, cpu = start_at + seconds, time.process_time()
+    ends, cpu, statements = start_at + seconds, time.process_time(), [0]
     waits: list[float] = []
     holds: list[tuple[float, float]] = []
     releases: list[float] = []
-    while time.monotonic() < ends:
-        asked = time.monotonic()
-        with lock(resource, using=alias, ttl=30, timeout=60, **kind):
-            got = time.monotonic()
-            time.sleep(HOLD)
-            left = time.monotonic()
-        waits.append(got - asked)  # also one that ended after the run: a long wait counts
-        if got < ends:
-            holds.append((got, left))
-            releases.append(time.monotonic() - left)
-        if pause:
-            time.sleep(pause)
-    return {"waits": waits, "holds": holds, "releases": releases, "cpu": time.process_time() - cpu}
+
+    def counted(execute: Callable[..., Any], *args: Any) -> Any:
+        statements[0] += 1
+        return execute(*args)
+
+    with connections[alias].execute_wrapper(counted):
+        while time.monotonic() < ends:
+            asked = time.monotonic()
+            with lock(resource, using=alias, ttl=30, timeout=60, **kind):
+                got = time.monotonic()
+                time.sleep(HOLD)
+                left = time.monotonic()
+            waits.append(got - asked)  # also one that ended after the run: a long wait counts
+            if got < ends:
+                holds.append((got, left))
+                releases.append(time.monotonic() - left)
+            if pause:
+                time.sleep(pause)
+    return {
+        "waits": waits,
+        "holds": holds,
+        "releases": releases,
+        "cpu": time.process_time() - cpu,
+        "statements": statements[0],
+    }
 
 
 @dataclass
@@ -139,6 +154,7 @@ class Turns:
     releases: list[float]
     client_cpu: float  # seconds, all the processes
     server_cpu: float | None
+    statements: int
 
     @property
     def per_s(self) -> float:
@@ -152,6 +168,7 @@ class Turns:
             "release_ms": statistics.median(self.releases) * 1000 if self.releases else None,
             "client_cpu_ms": self.client_cpu * 1000 / turns,
             "server_cpu_ms": None if self.server_cpu is None else self.server_cpu * 1000 / turns,
+            "statements": self.statements / turns,
         }
 
 
@@ -182,6 +199,7 @@ def together(
             one["releases"],
             one["cpu"],
             used,
+            one["statements"],
         )
         for one in results
     ]
@@ -197,6 +215,7 @@ def merged(runs: list[Turns]) -> Turns:
         [release for run in runs for release in run.releases],
         sum(run.client_cpu for run in runs),
         runs[0].server_cpu,
+        sum(run.statements for run in runs),
     )
 
 
@@ -240,7 +259,8 @@ def readers_and_writer(
         kinds.append((resource, {}, WRITER_PAUSE_HOLDS * HOLD))
         *readers, writer = together(pool, alias, kinds, seconds, server_cpu)
         crowd = merged(readers)
-        crowd.client_cpu += writer.client_cpu  # the run's CPU, per reader turn
+        crowd.client_cpu += writer.client_cpu  # the run's CPU and statements, per reader turn
+        crowd.statements += writer.statements
         measured.append((crowd.per_s / max(alone.per_s, 1 / seconds), alone, crowd))
         writer_waits += writer.waits
     ratio, alone, crowd = _median_round(measured)

@@ -211,7 +211,7 @@ def _readers(readers: dict[str, dict[str, Any]]) -> None:
 def _turn_costs(rows: dict[str, dict[str, Any]], alone: str, crowd: str) -> None:
     print(
         f"{'database':<11} {'':<20} {'lock() ms':>9} {'release ms':>10} "
-        f"{'client CPU ms/turn':>18} {'DB CPU ms/turn':>14}"
+        f"{'client CPU ms/turn':>18} {'DB CPU ms/turn':>14} {'statements/turn':>15}"
     )
     for database, row in rows.items():
         for name, key in ((alone, "alone"), (crowd, "crowd")):
@@ -219,9 +219,12 @@ def _turn_costs(rows: dict[str, dict[str, Any]], alone: str, crowd: str) -> None
             print(
                 f"{LABELS[database]:<11} {name:<20} {_fmt(figures['lock_ms'], '>9.1f')} "
                 f"{_fmt(figures['release_ms'], '>10.1f')} {figures['client_cpu_ms']:>18.2f} "
-                f"{_fmt(figures['server_cpu_ms'], '>14.2f')}"
+                f"{_fmt(figures['server_cpu_ms'], '>14.2f')} {figures['statements']:>15.1f}"
             )
-    print("(the median lock() and release call; CPU of all the processes per turn)")
+    print(
+        "(the median lock() and release call; per turn, the CPU of all the processes and the "
+        "statements sent through Django's cursor: COMMIT, and BEGIN but on SQLite, not among them)"
+    )
 
 
 def _semaphore(semaphore: dict[str, dict[str, Any]]) -> None:
