@@ -18,11 +18,13 @@ machine's two cores are shared and noisy, ratios hold better than absolutes.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,37 +119,81 @@ def run(args: argparse.Namespace, proxies: dict[str, DelayProxy]) -> dict[str, A
     if "cycles" in wanted:
         for alias in aliases:
             kinds_setup.create_floor_table(alias)
-        results["cycles"] = kinds_cycles.uncontended(aliases, rounds, seconds, cpu)
-        results["operations"] = {
-            alias: kinds_cycles.count_operations(
-                alias, proxies.get(alias), 10 if args.quick else 50
-            )
-            for alias in aliases
-        }
+        cycles = _attempt(
+            results,
+            "cycles",
+            aliases,
+            lambda: kinds_cycles.uncontended(aliases, rounds, seconds, cpu),
+        )
+        if cycles is not None:
+            results["cycles"] = cycles
+        repeats = 10 if args.quick else 50
+        results["operations"] = _each(
+            results,
+            "operations",
+            aliases,
+            lambda alias: kinds_cycles.count_operations(alias, proxies.get(alias), repeats),
+        )
     connections.close_all()
     if wanted & {"readers", "semaphore"}:
         pool = kinds_crowds.Pool(kinds_crowds.PROCESSES)
         try:
-            for section, measure in (
-                ("readers", kinds_crowds.readers_and_writer),
-                ("semaphore", kinds_crowds.semaphore),
-            ):
-                if section in wanted:
-                    results[section] = {
-                        alias: measure(pool, alias, crowd_rounds, crowd_seconds, cpu[alias])
-                        for alias in aliases
-                    }
+            if "readers" in wanted:
+                results["readers"] = _each(
+                    results,
+                    "readers",
+                    aliases,
+                    lambda alias: kinds_crowds.readers_and_writer(
+                        pool, alias, crowd_rounds, crowd_seconds, cpu[alias]
+                    ),
+                )
+            if "semaphore" in wanted:
+                results["semaphore"] = _each(
+                    results,
+                    "semaphore",
+                    aliases,
+                    lambda alias: kinds_crowds.semaphore(
+                        pool, alias, crowd_rounds, crowd_seconds, cpu[alias]
+                    ),
+                )
         finally:
             pool.close()
     if "leader" in wanted:
         resigns, kills = (3, 1) if args.quick else (10, 3)
-        results["leader"] = {
-            alias: kinds_leader.hand_over(alias, resigns, kills) for alias in aliases
-        }
+        results["leader"] = _each(
+            results, "leader", aliases, lambda alias: kinds_leader.hand_over(alias, resigns, kills)
+        )
     results["machine"]["load_average_end"] = os.getloadavg()
     results["goals"] = kinds_report.goals(results)
     results["partial"] = wanted != set(SECTIONS) or aliases != configured
     return results
+
+
+def _attempt(
+    results: dict[str, Any], section: str, databases: list[str], measure: Callable[[], Any]
+) -> Any:
+    """``measure()``, or None when it raised: then the error is listed under
+    "errors", and the run goes on with the other parts (a server that crashed
+    fails its own parts only)."""
+    try:
+        return measure()
+    except Exception as error:
+        print(f"  kinds: {section} on {', '.join(databases)} failed: {error!r}", file=sys.stderr)
+        failure = {"section": section, "databases": databases, "error": repr(error)}
+        results.setdefault("errors", []).append(failure)
+        return None
+
+
+def _each(
+    results: dict[str, Any], section: str, aliases: list[str], measure: Callable[[str], Any]
+) -> dict[str, Any]:
+    """``measure(alias)`` of each database that did not fail."""
+    figures = {}
+    for alias in aliases:
+        figure = _attempt(results, section, [alias], functools.partial(measure, alias))
+        if figure is not None:
+            figures[alias] = figure
+    return figures
 
 
 def save(results: dict[str, Any], path: Path, *, partial: bool) -> dict[str, Any]:
@@ -177,6 +223,14 @@ def merge(earlier: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:
     measured = [key for key in (*SECTIONS, "operations") if key in again]
     rerun = {"sections": measured, "databases": databases, "machine": again["machine"]}
     merged["reruns"] = [*earlier.get("reruns", []), rerun]
+    again_measured = {(section, database) for section in measured for database in databases}
+    merged["errors"] = [
+        error
+        for error in earlier.get("errors", [])
+        if not any(
+            (error["section"], database) in again_measured for database in error["databases"]
+        )
+    ] + again.get("errors", [])
     merged["goals"] = kinds_report.goals(merged)
     return merged
 
@@ -195,6 +249,12 @@ def main(argv: list[str] | None = None) -> None:
     kinds_report.chart(results["goals"], args.chart)
     print(f'\nJSON: {args.json} ("kinds")  chart: {args.chart}')
     sys.stdout.flush()
+    if results.get("errors"):
+        for error in results["errors"]:
+            print(
+                f"FAILED: {error['section']} on {', '.join(error['databases'])}: {error['error']}"
+            )
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -54,11 +54,14 @@ class Pool:
         for index, task in enumerate(tasks):
             self.inboxes[index].put((index, *task))
         answers: dict[int, Any] = {}
-        for _ in tasks:
+        failures: list[str] = []
+        for _ in tasks:  # every answer, so that none is left for the next run
             index, ok, value = self.results.get(timeout=600)
-            if not ok:
-                raise RuntimeError(f"worker {index}: {value}")
             answers[index] = value
+            if not ok:
+                failures.append(f"worker {index}: {value}")
+        if failures:
+            raise RuntimeError("; ".join(failures))
         return [answers[index] for index in range(len(tasks))]
 
     def close(self) -> None:
