@@ -116,6 +116,7 @@ def take_turns(
         raise RuntimeError(f"this process was ready {late:.2f} s after the start")
     time.sleep(max(-late, 0))
     ends, cpu, statements = start_at + seconds, time.process_time(), [0]
+    asks: list[float] = []
     waits: list[float] = []
     holds: list[tuple[float, float]] = []
     releases: list[float] = []
@@ -131,6 +132,7 @@ def take_turns(
                 got = time.monotonic()
                 time.sleep(HOLD)
                 left = time.monotonic()
+            asks.append(asked)
             waits.append(got - asked)  # also one that ended after the run: a long wait counts
             if got < ends:
                 holds.append((got, left))
@@ -138,6 +140,7 @@ def take_turns(
             if pause:
                 time.sleep(pause)
     return {
+        "asks": asks,
         "waits": waits,
         "holds": holds,
         "releases": releases,
@@ -152,7 +155,8 @@ class Turns:
 
     seconds: float
     turns: list[int]  # per process
-    waits: list[float]
+    asks: list[float]  # when each lock() began (time.monotonic())
+    waits: list[float]  # how long each took
     holds: list[tuple[float, float]]
     releases: list[float]
     client_cpu: float  # seconds, all the processes
@@ -197,6 +201,7 @@ def together(
         Turns(
             seconds,
             [len(one["holds"])],
+            one["asks"],
             one["waits"],
             one["holds"],
             one["releases"],
@@ -213,6 +218,7 @@ def merged(runs: list[Turns]) -> Turns:
     return Turns(
         runs[0].seconds,
         [turn for run in runs for turn in run.turns],
+        [ask for run in runs for ask in run.asks],
         [wait for run in runs for wait in run.waits],
         [hold for run in runs for hold in run.holds],
         [release for run in runs for release in run.releases],
@@ -252,6 +258,7 @@ def readers_and_writer(
     rounds)."""
     measured: list[tuple[float, Turns, Turns]] = []
     writer_waits: list[float] = []
+    overtaken: list[int] = []
     for number in range(rounds):
         print(f"  kinds: {alias} readers round {number + 1}/{rounds}", file=sys.stderr)
         [alone] = together(
@@ -266,6 +273,7 @@ def readers_and_writer(
         crowd.statements += writer.statements
         measured.append((crowd.per_s / max(alone.per_s, 1 / seconds), alone, crowd))
         writer_waits += writer.waits
+        overtaken += overtakers(writer, crowd)
     ratio, alone, crowd = _median_round(measured)
     return {
         "rounds": [round_[0] for round_ in measured],
@@ -280,7 +288,23 @@ def readers_and_writer(
         "writer_wait_p50_holds": percentile(writer_waits, 0.5) / HOLD,
         "writer_wait_p99_holds": percentile(writer_waits, 0.99) / HOLD,
         "writer_wait_max_holds": percentile(writer_waits, 1.0) / HOLD,
+        "overtaking_readers_mean": statistics.fmean(overtaken) if overtaken else math.nan,
+        "overtaking_readers_most": max(overtaken, default=0),
     }
+
+
+def overtakers(writer: Turns, readers: Turns) -> list[int]:
+    """For each of the writer's waits, the readers that asked after it did and
+    got the lock before it (writer preference lets in only those that asked
+    before its ticket was queued)."""
+    readers_turns = [
+        (ask, ask + wait) for ask, wait in zip(readers.asks, readers.waits, strict=True)
+    ]
+    counts = []
+    for asked, wait in zip(writer.asks, writer.waits, strict=True):
+        got = asked + wait
+        counts.append(sum(asked < ask and admitted < got for ask, admitted in readers_turns))
+    return counts
 
 
 def semaphore(

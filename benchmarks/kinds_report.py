@@ -204,7 +204,15 @@ def _readers(readers: dict[str, dict[str, Any]]) -> None:
             f"{row['writer_wait_p50_holds']:>10.1f} / {row['writer_wait_p99_holds']:.1f} / "
             f"{row['writer_wait_max_holds']:.1f} ({row['writer_turns']} writes)"
         )
-    print("(at once: readers holding together, mean / most)")
+    print(
+        "(at once: readers holding together, mean / most; readers that asked after the writer "
+        "and held before it, per write: "
+        + ", ".join(
+            f"{LABELS[database]} {row['overtaking_readers_mean']:.1f} / {row['overtaking_readers_most']}"
+            for database, row in readers.items()
+        )
+        + ", mean / most)"
+    )
     _turn_costs(readers, "one reader alone", "8 readers + writer")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.kinds import save
-from benchmarks.kinds_crowds import most_at_once, percentile
+from benchmarks.kinds_crowds import Turns, most_at_once, overtakers, percentile
 from benchmarks.kinds_report import goals
 
 
@@ -102,3 +102,15 @@ def test_a_part_measured_again_replaces_only_that_part(tmp_path: Path) -> None:
     judged = {(goal["database"], goal["figure"]): goal["met"] for goal in merged["goals"]}
     assert judged[("postgresql", "leader resigned: next term after (p50), ms")] is False
     assert judged[("mariadb", "leader resigned: next term after (p50), ms")] is True
+
+
+def test_overtakers_are_readers_that_asked_after_the_writer_and_got_in_first() -> None:
+    def turns(asks: list[float], waits: list[float]) -> Turns:
+        return Turns(1.0, [len(asks)], asks, waits, [], [], 0.0, None, 0)
+
+    writer = turns([10.0, 20.0], [5.0, 1.0])  # held at 15 and at 21
+    readers = turns(
+        [9.0, 11.0, 12.0, 16.0, 20.5],
+        [3.0, 1.0, 4.0, 1.0, 0.1],  # got in at 12 (asked first), 12, 16, 17, 20.6
+    )
+    assert overtakers(writer, readers) == [1, 1]
