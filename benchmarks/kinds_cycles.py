@@ -16,6 +16,7 @@ from typing import Any
 
 from benchmarks import kinds_setup
 from benchmarks.contenders import Cycle
+from benchmarks.mariadb import django_floor
 from benchmarks.proxy import DelayProxy
 from benchmarks.single import measure_round
 
@@ -121,8 +122,11 @@ def three_singles(using: str) -> Callable[[str], Cycle]:
 
 def contenders(using: str) -> dict[str, Callable[[str], Cycle]]:
     """Each cycle of one database, by the name the report and the goals use."""
+    floors = {"floor": kinds_setup.floor(using)}
+    if using == "mariadb":  # also as benchmarks.mariadb measured it, for comparison
+        floors["floor, Django cursor"] = django_floor(using)
     return {
-        "floor": kinds_setup.floor(using),
+        **floors,
         "exclusive": single(using),
         "shared": single(using, shared=True),
         "permit": single(using, limit=LIMIT),

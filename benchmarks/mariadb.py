@@ -46,22 +46,33 @@ def floor_sql() -> tuple[str, str]:
 
 
 def mariadb_floor_cycle_factory() -> Callable[[int], None]:
-    """MariaDB's floor for benchmarks.acquire: ``floor_sql()`` in autocommit,
-    through Django's cursor."""
+    """MariaDB's floor for benchmarks.acquire, on the default database."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
         cursor.execute(f"CREATE TABLE {FLOOR_TABLE} ({FLOOR_COLUMNS}) ENGINE=InnoDB")
-    acquire, release = floor_sql()
+    return django_floor("default")("job")
 
-    def cycle(n: int) -> None:
-        resource = f"job:{n % 10}"
-        with connection.cursor() as cursor:
-            cursor.execute(acquire, (resource, "bench"))
-            cursor.execute(release, (resource, "bench"))
 
-    return cycle
+def django_floor(alias: str) -> Callable[[str], Callable[[int], None]]:
+    """``floor_sql()`` in autocommit through Django's cursor on ``alias``: cycles
+    of ``{prefix}:{n % 10}``."""
+
+    def make(prefix: str) -> Callable[[int], None]:
+        from django.db import connections
+
+        acquire, release = floor_sql()
+
+        def cycle(n: int) -> None:
+            resource = f"{prefix}:{n % 10}"
+            with connections[alias].cursor() as cursor:
+                cursor.execute(acquire, (resource, prefix))
+                cursor.execute(release, (resource, prefix))
+
+        return cycle
+
+    return make
 
 
 def contend(url: str, seconds: float, start: Any, results: Any) -> None:
