@@ -252,11 +252,12 @@ def _median_round(rounds: list[tuple[float, Turns, Turns]]) -> tuple[float, Turn
 def readers_and_writer(
     pool: Pool, alias: str, rounds: int, seconds: float, server_cpu: Callable[[], float] | None
 ) -> dict[str, Any]:
-    """Each round: one reader alone, then ``READERS`` readers beside one writer
-    (1 ms holds each); the readers' turns per second as a multiple of the one
-    alone's (and the median round's details), the writer's waits in holds (all
-    rounds)."""
+    """Each round: one reader alone, ``READERS`` readers without a writer, then
+    ``READERS`` readers beside one writer (1 ms holds each); the readers' turns
+    per second as a multiple of the one alone's (and the median round's
+    details), the writer's waits in holds (all rounds)."""
     measured: list[tuple[float, Turns, Turns]] = []
+    without_writer: list[float] = []
     writer_waits: list[float] = []
     overtaken: list[int] = []
     for number in range(rounds):
@@ -264,6 +265,12 @@ def readers_and_writer(
         [alone] = together(
             pool, alias, [(f"rw-alone:{number}", {"shared": True}, 0.0)], seconds, server_cpu
         )
+        only = merged(
+            together(
+                pool, alias, [(f"r:{number}", {"shared": True}, 0.0)] * READERS, seconds, server_cpu
+            )
+        )
+        without_writer.append(only.per_s / max(alone.per_s, 1 / seconds))
         resource = f"rw:{number}"
         kinds = [(resource, {"shared": True}, 0.0)] * READERS
         kinds.append((resource, {}, WRITER_PAUSE_HOLDS * HOLD))
@@ -278,6 +285,8 @@ def readers_and_writer(
     return {
         "rounds": [round_[0] for round_ in measured],
         "readers_x_single": ratio,
+        "without_writer_rounds": without_writer,
+        "readers_without_writer_x_single": statistics.median(without_writer),
         "single_reader_per_s": alone.per_s,
         "readers_per_s": crowd.per_s,
         "readers_at_once_mean": sum(left - got for got, left in crowd.holds) / seconds,

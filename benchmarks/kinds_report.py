@@ -193,19 +193,21 @@ def _readers(readers: dict[str, dict[str, Any]]) -> None:
     )
     print(
         f"{'database':<11} {'alone/s':>7} {'8 readers/s':>11} {'x alone':>7} {'rounds':>15} "
-        f"{'at once':>9} {'writer wait p50/p99/max, holds':>32}"
+        f"{'no writer':>9} {'at once':>9} {'writer wait p50/p99/max, holds':>32}"
     )
     for database, row in readers.items():
         rounds = " ".join(f"{x:.1f}" for x in row["rounds"])
         print(
             f"{LABELS[database]:<11} {row['single_reader_per_s']:>7,.0f} {row['readers_per_s']:>11,.0f} "
             f"{row['readers_x_single']:>7.2f} {rounds:>15} "
+            f"{row['readers_without_writer_x_single']:>9.2f} "
             f"{row['readers_at_once_mean']:>3.1f} / {row['readers_at_once_most']:<3} "
             f"{row['writer_wait_p50_holds']:>10.1f} / {row['writer_wait_p99_holds']:.1f} / "
             f"{row['writer_wait_max_holds']:.1f} ({row['writer_turns']} writes)"
         )
     print(
-        "(at once: readers holding together, mean / most; readers that asked after the writer "
+        "(no writer: 8 readers alone, x one alone; at once: readers holding together, mean / most "
+        "(with the writer); readers that asked after the writer "
         "and held before it, per write: "
         + ", ".join(
             f"{LABELS[database]} {row['overtaking_readers_mean']:.1f} / {row['overtaking_readers_most']}"
