@@ -163,6 +163,10 @@ def uncontended(
                 "name": name,
                 "cycles_per_s": statistics.median(run["rate"] for run in measured),
                 "rounds": [run["rate"] for run in measured],
+                "acquire_rounds_ms": [
+                    statistics.median(run["acquisitions"]) * 1000 if run["acquisitions"] else None
+                    for run in measured
+                ],
                 "cycle_p50_ms": latencies[len(latencies) // 2] * 1000,
                 "acquire_p50_ms": (
                     acquisitions[len(acquisitions) // 2] * 1000 if acquisitions else None

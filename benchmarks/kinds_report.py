@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import statistics
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,19 +45,30 @@ def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def paired(
+    rows: dict[str, dict[str, Any]], name: str, reference: str, key: str = "rounds"
+) -> float:
+    """The median over rounds of ``name``'s figure divided by ``reference``'s in
+    the same round (a round measures them a second or two apart: the machine's
+    drift from round to round cancels out)."""
+    ratios = [
+        mine / theirs for mine, theirs in zip(rows[name][key], rows[reference][key], strict=True)
+    ]
+    return float(statistics.median(ratios))
+
+
 def _figures(results: dict[str, Any], database: str) -> Iterator[Figure]:
     cycles = {row["name"]: row for row in results.get("cycles", []) if row["database"] == database}
     if cycles:
-        exclusive = cycles["exclusive"]["cycles_per_s"]
-        shared, permit = cycles["shared"]["cycles_per_s"], cycles["permit"]["cycles_per_s"]
-        yield "shared cycle x exclusive", AT_LEAST, 0.8, "x", shared / exclusive
-        yield "permit cycle x exclusive", AT_LEAST, 0.8, "x", permit / exclusive
-        speed = (
-            cycles["3 single acquires"]["acquire_p50_ms"]
-            / cycles["acquire_all of 3"]["acquire_p50_ms"]
+        shared, permit = (
+            paired(cycles, "shared", "exclusive"),
+            paired(cycles, "permit", "exclusive"),
         )
+        yield "shared cycle x exclusive", AT_LEAST, 0.8, "x", shared
+        yield "permit cycle x exclusive", AT_LEAST, 0.8, "x", permit
+        speed = paired(cycles, "3 single acquires", "acquire_all of 3", "acquire_rounds_ms")
         yield "acquire_all of 3 x 3 single acquires (speed)", AT_LEAST, 0.5, "x", speed
-        of_floor = exclusive / cycles["floor"]["cycles_per_s"]
+        of_floor = paired(cycles, "exclusive", "floor")
         yield (
             "exclusive cycle x raw floor (issue 26)",
             AT_LEAST,
@@ -127,7 +139,10 @@ def print_tables(results: dict[str, Any]) -> None:
 
 
 def _cycles(rows: list[dict[str, Any]], operations: dict[str, Any]) -> None:
-    print("\nOne client, acquire + release cycles (medians of interleaved rounds)")
+    print(
+        "\nOne client, acquire + release cycles (medians of interleaved rounds; a ratio is the "
+        "median of the rounds' ratios)"
+    )
     header = (
         f"{'cycle':<20} {'cycles/s':>9} {'x excl':>7} {'x floor':>8} {'acquire ms':>10} "
         f"{'cycle ms':>9} {'client CPU ms':>13} {'DB CPU ms':>10} {'RT acq+rel':>10} {'stmts acq+rel':>13}"
@@ -152,8 +167,7 @@ def _cycles(rows: list[dict[str, Any]], operations: dict[str, Any]) -> None:
                 statements = _sum(counts[pair[0]][key], counts[pair[1]][key])
             print(
                 f"{name:<20} {row['cycles_per_s']:>9,.0f} "
-                f"{row['cycles_per_s'] / group['exclusive']['cycles_per_s']:>7.2f} "
-                f"{row['cycles_per_s'] / group['floor']['cycles_per_s']:>8.2f} "
+                f"{paired(group, name, 'exclusive'):>7.2f} {paired(group, name, 'floor'):>8.2f} "
                 f"{_fmt(row['acquire_p50_ms'], '>10.2f')} {row['cycle_p50_ms']:>9.2f} "
                 f"{row['client_cpu_ms']:>13.3f} {_fmt(row['server_cpu_ms'], '>10.3f')} "
                 f"{_fmt(trips, '>10.1f')} {_fmt(statements, '>13.1f')}"

@@ -10,7 +10,7 @@ from typing import Any
 
 from benchmarks.kinds import save
 from benchmarks.kinds_crowds import Turns, most_at_once, overtakers, percentile
-from benchmarks.kinds_report import goals
+from benchmarks.kinds_report import goals, paired
 
 
 def test_most_at_once_counts_overlapping_holds() -> None:
@@ -30,7 +30,15 @@ def test_percentile_picks_the_nearest_rank() -> None:
 def _cycle(
     database: str, name: str, rate: float, acquire_ms: float | None = None
 ) -> dict[str, Any]:
-    return {"database": database, "name": name, "cycles_per_s": rate, "acquire_p50_ms": acquire_ms}
+    # Two rounds whose ratios have the same median as the rates'.
+    return {
+        "database": database,
+        "name": name,
+        "cycles_per_s": rate,
+        "rounds": [rate, rate],
+        "acquire_p50_ms": acquire_ms,
+        "acquire_rounds_ms": [acquire_ms, acquire_ms],
+    }
 
 
 def _cycles(database: str) -> list[dict[str, Any]]:
@@ -114,3 +122,8 @@ def test_overtakers_are_readers_that_asked_after_the_writer_and_got_in_first() -
         [3.0, 1.0, 4.0, 1.0, 0.1],  # got in at 12 (asked first), 12, 16, 17, 20.6
     )
     assert overtakers(writer, readers) == [1, 1]
+
+
+def test_a_ratio_is_the_median_of_the_rounds_ratios() -> None:
+    rows = {"a": {"rounds": [10.0, 100.0, 30.0]}, "b": {"rounds": [10.0, 200.0, 100.0]}}
+    assert paired(rows, "a", "b") == 0.5  # the medians' ratio would be 30 / 100
