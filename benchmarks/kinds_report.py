@@ -70,7 +70,7 @@ def _figures(results: dict[str, Any], database: str) -> Iterator[Figure]:
         yield "acquire_all of 3 x 3 single acquires (speed)", AT_LEAST, 0.5, "x", speed
         of_floor = paired(cycles, "exclusive", "floor")
         yield (
-            "exclusive cycle x raw floor (issue 26)",
+            "exclusive cycle x raw floor",
             AT_LEAST,
             FLOOR_GOALS[database],
             "x",
@@ -125,8 +125,17 @@ def print_tables(results: dict[str, Any]) -> None:
         f"{', '.join(results['versions'].values())}; Python {machine['python']}, Django {machine['django']}"
         + ("  [--quick]" if results.get("quick") else "")
     )
+    for rerun in results.get("reruns", []):
+        again = rerun["machine"]
+        print(
+            f"measured again: {', '.join(rerun['sections'])} on {', '.join(rerun['databases'])}, "
+            f"{again['date']}, load average {again['load_average'][0]:.1f} at the start, "
+            f"{again['load_average_end'][0]:.1f} at the end"
+        )
     if "cycles" in results:
-        _cycles(results["cycles"], results.get("operations", {}))
+        order = {database: index for index, database in enumerate(results["databases"])}
+        rows = sorted(results["cycles"], key=lambda row: order[row["database"]])
+        _cycles(rows, results.get("operations", {}))
     if "operations" in results:
         _operations(results["operations"])
     if "readers" in results:
