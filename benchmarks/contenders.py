@@ -1,7 +1,8 @@
 """The lock implementations measured side by side, as acquire + release cycles.
 
 Each contender makes a ``cycle(n)`` function: acquire a free resource, then
-release it, raising if the free resource was not acquired. ``make(prefix)``
+release it, raising if the free resource was not acquired (it may return the
+seconds its acquisition took, which ``single.measure_round`` keeps). ``make(prefix)``
 opens the contender's own connections, so that each client process calls it
 after it started. Resources are ``{prefix}:{n % 10}``: ten rows that are
 updated again and again, as a busy application's are.
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-Cycle = Callable[[int], None]
+Cycle = Callable[[int], object]
 
 FLOOR_TABLE = "bench_floor_locks"
 

@@ -24,19 +24,15 @@ CONTENTION_SECONDS = float(os.environ.get("BENCH_CONTENTION_SECONDS", "10"))
 PURGE_ROWS = int(os.environ.get("BENCH_PURGE_ROWS", "1000000"))
 
 
-def mariadb_floor_cycle_factory() -> Callable[[int], None]:
-    """MariaDB's floor for benchmarks.acquire: one-statement acquire (insert, or
-    take over an expired row) and release (delete) in autocommit, on a table of
-    the same shape."""
-    from django.db import connection
+FLOOR_COLUMNS = (
+    "resource varchar(255) COLLATE utf8mb4_bin PRIMARY KEY, owner varchar(255) NOT NULL, "
+    "expires_at datetime(6) NOT NULL, fencing_token bigint NOT NULL"
+)
 
-    with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
-        cursor.execute(
-            f"CREATE TABLE {FLOOR_TABLE} (resource varchar(255) COLLATE utf8mb4_bin PRIMARY KEY, "
-            "owner varchar(255) NOT NULL, expires_at datetime(6) NOT NULL, "
-            "fencing_token bigint NOT NULL) ENGINE=InnoDB"
-        )
+
+def floor_sql() -> tuple[str, str]:
+    """MariaDB's one-statement acquire (insert, or take over an expired row) and
+    release (delete), on a table of ``FLOOR_COLUMNS``."""
     takes = "(expires_at <= UTC_TIMESTAMP(6) OR owner = VALUES(owner))"
     acquire = (
         f"INSERT INTO {FLOOR_TABLE} (resource, owner, expires_at, fencing_token) "
@@ -46,14 +42,37 @@ def mariadb_floor_cycle_factory() -> Callable[[int], None]:
         f"owner = IF({takes}, VALUES(owner), owner)"
     )
     release = f"DELETE FROM {FLOOR_TABLE} WHERE resource = %s AND owner = %s"
+    return acquire, release
 
-    def cycle(n: int) -> None:
-        resource = f"job:{n % 10}"
-        with connection.cursor() as cursor:
-            cursor.execute(acquire, (resource, "bench"))
-            cursor.execute(release, (resource, "bench"))
 
-    return cycle
+def mariadb_floor_cycle_factory() -> Callable[[int], None]:
+    """MariaDB's floor for benchmarks.acquire, on the default database."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
+        cursor.execute(f"CREATE TABLE {FLOOR_TABLE} ({FLOOR_COLUMNS}) ENGINE=InnoDB")
+    return django_floor("default")("job")
+
+
+def django_floor(alias: str) -> Callable[[str], Callable[[int], None]]:
+    """``floor_sql()`` in autocommit through Django's cursor on ``alias``: cycles
+    of ``{prefix}:{n % 10}``."""
+
+    def make(prefix: str) -> Callable[[int], None]:
+        from django.db import connections
+
+        acquire, release = floor_sql()
+
+        def cycle(n: int) -> None:
+            resource = f"{prefix}:{n % 10}"
+            with connections[alias].cursor() as cursor:
+                cursor.execute(acquire, (resource, prefix))
+                cursor.execute(release, (resource, prefix))
+
+        return cycle
+
+    return make
 
 
 def contend(url: str, seconds: float, start: Any, results: Any) -> None:

@@ -128,4 +128,9 @@ def main(argv: list[str] | None = None) -> None:
     plan.json_path.write_text(json.dumps(results, indent=1, default=str) + "\n")
     report.print_tables(results)
     report.chart(results, plan.chart_path)
-    print(f"\nJSON: {plan.json_path.relative_to(ROOT)}  chart: {plan.chart_path.relative_to(ROOT)}")
+    print(f"\nJSON: {_shown(plan.json_path)}  chart: {_shown(plan.chart_path)}")
+
+
+def _shown(path: Path) -> Path:
+    """``path`` from the repository's root when it is inside it (``--json`` may name any file)."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path

@@ -132,6 +132,7 @@ def measure_round(
     cycle: Cycle, seconds: float, server_cpu: Callable[[], float] | None
 ) -> dict[str, Any]:
     latencies: list[float] = []
+    acquisitions: list[float] = []  # what cycles that time their acquisition return
     cpu_before = server_cpu() if server_cpu else 0.0
     client_before = time.process_time()
     ends = time.perf_counter() + seconds
@@ -140,13 +141,16 @@ def measure_round(
         started = time.perf_counter()
         if started >= ends:
             break
-        cycle(n)
+        acquired = cycle(n)
         latencies.append(time.perf_counter() - started)
+        if isinstance(acquired, float):
+            acquisitions.append(acquired)
         n += 1
     total = sum(latencies)
     return {
         "rate": n / total,
         "latencies": latencies,
+        "acquisitions": acquisitions,
         "client_cpu_ms": (time.process_time() - client_before) * 1000 / n,
         "server_cpu_ms": (server_cpu() - cpu_before) * 1000 / n if server_cpu else None,
     }
