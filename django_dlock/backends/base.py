@@ -115,14 +115,14 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
             return Taken(row=None, previous_owner=before, renewed=False, mismatch=admission.kind)
         expires_at = now + claim.duration
         if action is Action.AGAIN:
-            hold_count = header.hold_count + 1 if claim.reentrant else header.hold_count
+            hold_count = header.hold_count + 1 if claim.adds_a_hold else header.hold_count
             row = replace(header, expires_at=expires_at, hold_count=hold_count)
             self.update(row, ["expires_at", "hold_count"])
             return Taken(row=row, previous_owner=before, renewed=True)
         if action is Action.AGAIN_SHARED:
             assert admission.hold is not None  # noqa: S101 - admit() gives the hold
             hold = admission.hold
-            hold_count = hold.hold_count + 1 if claim.reentrant else hold.hold_count
+            hold_count = hold.hold_count + 1 if claim.adds_a_hold else hold.hold_count
             hold = replace(hold, expires_at=expires_at, hold_count=hold_count)
             self.update_hold(hold, ["expires_at", "hold_count"])
             self._cover(header, expires_at)

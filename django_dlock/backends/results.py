@@ -43,6 +43,13 @@ class Claim:
     def exclusive(self) -> bool:
         return not self.shared and self.limit is None
 
+    @property
+    def adds_a_hold(self) -> bool:
+        """Whether the holder's acquisition adds a hold: reentrant, and not a
+        queued waiter's (``lock()`` re-enters without queuing, so a waiter that
+        finds the lock its own was handed it by a release as it looked)."""
+        return self.reentrant and self.ticket is None
+
 
 @dataclass(frozen=True, slots=True)
 class LockRow:

@@ -85,7 +85,7 @@ class PostgreSQLBackend(LockBackend):
             "owner": claim.owner,
             "duration": claim.duration,
             "ticket": claim.ticket,
-            "reentrant": int(claim.reentrant),
+            "reentrant": int(claim.adds_a_hold),
             "label": claim.label,
         }
         taken = in_lock_transaction(self, lambda: self._taken(statement, params))
@@ -103,7 +103,7 @@ class PostgreSQLBackend(LockBackend):
             "owner": claim.owner,
             "duration": claim.duration,
             "limit": claim.limit,
-            "reentrant": int(claim.reentrant),
+            "reentrant": int(claim.adds_a_hold),
             "label": claim.label,
             "ticket": NO_TICKET if claim.ticket is None else claim.ticket,
         }
