@@ -31,7 +31,7 @@ from tests.torture.checker import Violation, check
 from tests.torture.database import Postgres
 from tests.torture.history import Event, Recorder, now
 from tests.torture.history import load as load_events
-from tests.torture.report import INVARIANTS
+from tests.torture.violations import INVARIANTS
 
 HEAL_TIMEOUT = 180  # seconds for the old leader to rejoin as a streaming replica
 RUNNER = "runner"  # the harness's own history: sentinels, faults, snapshots

@@ -11,9 +11,9 @@ Reported as invariant 4's violations.
 
 from __future__ import annotations
 
-from tests.torture.checker import Violation
 from tests.torture.history import Event
 from tests.torture.sections import read
+from tests.torture.violations import Violation
 
 Hold = tuple[str, float, float]  # owner, from, until
 

@@ -9,17 +9,10 @@ from typing import Any
 from tests.torture.checker import check
 from tests.torture.history import Event
 from tests.torture.sections import LOCK_OPS
+from tests.torture.violations import INVARIANTS
 
 # After a fault ends, calls may still fail for this long (reconnecting).
 SETTLE = 5.0
-INVARIANTS = {
-    1: "no overlapping critical sections",
-    2: "fencing tokens increase",
-    3: "only the owner renews/releases",
-    4: "a fault raises",
-    5: "counter = accepted writes",
-    6: "no committed lock lost",
-}
 
 
 def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[str, Any]:

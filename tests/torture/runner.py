@@ -212,7 +212,8 @@ def recheck(out: Path) -> int:
 
     from tests.torture.checker import check
     from tests.torture.history import load
-    from tests.torture.report import INVARIANTS, passed, table
+    from tests.torture.report import passed, table
+    from tests.torture.violations import INVARIANTS
 
     summary = json.loads((out / "summary.json").read_text())
     violations = check(load(sorted((out / "run").glob("*.jsonl"))))
