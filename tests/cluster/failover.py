@@ -188,8 +188,10 @@ def _one_failover(cluster: Cluster, runner: Recorder, fault: str, run: str) -> F
 def _snapshot(cluster: Cluster, runner: Recorder) -> None:
     """The whole lock table and the database's clock at one moment."""
     t0 = now()
-    db_now, rows = Postgres(cluster.primary_url(), None, None).snapshot(cluster.pgbouncer_url())
-    runner.write("snapshot", t0=t0, t1=now(), now=db_now, rows=rows)
+    db_now, rows, holds = Postgres(cluster.primary_url(), None, None).snapshot(
+        cluster.pgbouncer_url()
+    )
+    runner.write("snapshot", t0=t0, t1=now(), now=db_now, rows=rows, holds=holds)
 
 
 def _measure_unavailability(failovers: list[Failover], events: list[Event]) -> None:

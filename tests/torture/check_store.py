@@ -48,7 +48,7 @@ def counter(history: History, allowed: set[tuple[str, str]]) -> Iterable[Violati
                 f"({excused} lost updates excused by allowed overlaps; lost: {lost[:3]})",
                 (history.store,),
             )
-        if rows and state["max_token"] != max(r[2] for r in rows):
+        if rows and state.get("write_token", state["max_token"]) != max(r[2] for r in rows):
             yield Violation(
                 5,
                 f"{resource}: the store's largest token is not its last write's",

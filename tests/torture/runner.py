@@ -22,7 +22,7 @@ from typing import Any
 
 import django
 
-from tests.torture.database import Postgres
+from tests.torture.database import Mariadb, Postgres, Server
 
 PROFILES = {
     # processes, seconds of load between faults, rounds of all faults, minimum seconds
@@ -33,7 +33,7 @@ PROFILES = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--database", choices=["sqlite", "postgresql"])
+    parser.add_argument("--database", choices=["sqlite", "postgresql", "mariadb"])
     parser.add_argument("--profile", choices=sorted(PROFILES), default="short")
     parser.add_argument("--processes", type=int, help="worker processes (default: per profile)")
     parser.add_argument("--seconds", type=float, help="run at least this long (long profile)")
@@ -60,15 +60,22 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="dlock-torture-"))
     out.mkdir(parents=True, exist_ok=True)
 
-    postgres = None
+    postgres: Postgres | None = None
+    server: Server | None = None
     if args.database == "postgresql":
         admin = os.environ.get("DLOCK_PG_URL")
         if not admin:
             parser.error("--database postgresql needs DLOCK_PG_URL (scripts/torture.sh sets it)")
-        postgres = Postgres(
+        postgres = server = Postgres(
             admin, os.environ.get("PG_CLUSTER_DIR"), os.environ.get("PG_CLUSTER_BIN")
         )
-        url = postgres.create_database(f"torture_{os.getpid()}")
+    elif args.database == "mariadb":
+        admin = os.environ.get("DLOCK_MYSQL_URL")
+        if not admin:
+            parser.error("--database mariadb needs DLOCK_MYSQL_URL (scripts/torture.sh sets it)")
+        server = Mariadb(admin, os.environ.get("MARIADB_DIR"), out / "run")
+    if server is not None:
+        url = server.create_database(f"torture_{os.getpid()}")
     else:
         url = f"sqlite:///{out / 'locks.sqlite3'}"
     os.environ["TORTURE_DATABASE_URL"] = url
@@ -80,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.durability:
         summary = durability(postgres, url, out, profile, args.durability)
     else:
-        summary = torture(args.database, postgres, url, out, profile, args.sections)
+        summary = torture(args.database, server, url, out, profile, args.sections)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     sys.stdout.write(table(summary) + "\n")
     sys.stdout.write(f"histories and summary.json in {out}\n")
@@ -89,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def torture(
     kind: str,
-    postgres: Postgres | None,
+    server: Server | None,
     url: str,
     out: Path,
     profile: dict[str, Any],
@@ -99,33 +106,60 @@ def torture(
     from tests.torture.report import summarize
     from tests.torture.run import Run
 
-    run = Run(kind, out / "run", url, postgres)
+    run = Run(kind, out / "run", url, server)
     run.directory.mkdir(exist_ok=True)
     run.prepare()
     scenarios: list[tuple[str, Callable[[Run], Any]]] = [
         ("sigkill", faults.sigkill_holder),
         ("sigstop", faults.sigstop_holder),
-        ("read-only", faults.read_only),
     ]
     skipped: list[str] = []
-    if kind == "postgresql":
-        assert postgres is not None
+    if server is None or server.can_read_only:
+        scenarios += [("read-only", faults.read_only)]
+    else:
+        skipped.append("read-only (the admin user cannot grant the workers a user of their own)")
+    if server is not None:
         scenarios += [("terminate", faults.terminate_backends), ("skew", faults.clock_skew)]
         scenarios += [("skew probe", faults.skew_probe)]
-        if postgres.can_restart:
+        if server.can_restart:
             scenarios += [("restart fast", faults.restart("fast"))]
             scenarios += [("restart immediate", faults.restart("immediate"))]
         else:
-            skipped.append("restart (needs PG_CLUSTER_DIR: a cluster started by pg-cluster.sh)")
+            skipped.append(
+                "restart (needs PG_CLUSTER_DIR of pg-cluster.sh, or MARIADB_DIR of "
+                "mariadb-server.sh)"
+            )
     else:
         scenarios += [("sqlite write lock", faults.sqlite_write_lock_killed)]
     run.spares = profile["rounds"] > 1
     faults.prespawn(run)
     started = time.monotonic()
     run.start_workers(profile["processes"])
+    try:
+        rounds(run, scenarios, profile, started, min_sections)
+    except BaseException:
+        run.stop_workers()  # never leave them running
+        raise
+    events = run.close()
+    summary = summarize(kind, events, run, time.monotonic() - started)
+    summary["skipped"] = skipped
+    if kind == "sqlite":
+        summary["skew_demo"] = sqlite_skew_demo(url, out)
+    return summary
+
+
+def rounds(
+    run: Any,
+    scenarios: list[tuple[str, Callable[[Any], Any]]],
+    profile: dict[str, Any],
+    started: float,
+    min_sections: int,
+) -> None:
+    """The fault scenarios one after another with a gap of load between, round
+    after round until the profile's time (or sections) are reached."""
     time.sleep(profile["gap"])
-    rounds = 0
-    while rounds < profile["rounds"]:
+    done = 0
+    while done < profile["rounds"]:
         for name, scenario in scenarios:
             try:
                 scenario(run)
@@ -134,17 +168,11 @@ def torture(
                 # ready) is counted and shown; the run goes on.
                 run.failed_scenarios.append(f"{name}: {error}")
             time.sleep(profile["gap"])
-        rounds += 1
+        done += 1
         if time.monotonic() - started >= profile["seconds"] or (
             min_sections and _sections(run.directory) >= min_sections
         ):
             break
-    events = run.close()
-    summary = summarize(kind, events, run, time.monotonic() - started)
-    summary["skipped"] = skipped
-    if kind == "sqlite":
-        summary["skew_demo"] = sqlite_skew_demo(url, out)
-    return summary
 
 
 def sqlite_skew_demo(url: str, out: Path) -> dict[str, Any]:
