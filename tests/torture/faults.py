@@ -45,9 +45,9 @@ def prespawn_probes(run: Run) -> None:
     run.prespawn("probe-", "hold", resource="skew:minus", ttl=30.0, body=2.0, **faketime("-1h"))
 
 
-def prespawn(run: Run) -> None:
-    """Start the victims of every scenario of ``run``'s database ahead of time:
-    a process takes seconds to start Django on a busy machine."""
+def prespawn(run: Run, scenarios: set[str]) -> None:
+    """Start the victims of the ``scenarios`` of ``run``'s database ahead of
+    time: a process takes seconds to start Django on a busy machine."""
     run.prespawn("kill-victim", "hold", rotation=KILLED, ttl=2.0, body=3600)
     run.prespawn("stop-victim", "hold", rotation=STOPPED, ttl=STOP_TTL, body=1.0)
     ro: dict[str, Any] = {
@@ -56,13 +56,16 @@ def prespawn(run: Run) -> None:
         "free": "victim:ro-free",
     }
     if run.server is not None:
-        run.prespawn("ro-victim", "every_call", **ro)
+        if "read-only" in scenarios:
+            run.prespawn("ro-victim", "every_call", **ro)
         run.prespawn("renew-victim", "hold", resource="victim:renew", ttl=1.5, body=2.5,
                      auto_renew=True)  # fmt: skip
         run.prespawn("wait-victim", "wait", resource="victim:wait", timeout=20)
-        for sign, offset in (("+", "+1h"), ("-", "-1h")):
-            run.prespawn(f"skew{sign}", "mix", **faketime(offset))
-        prespawn_probes(run)
+        if "skew" in scenarios:
+            for sign, offset in (("+", "+1h"), ("-", "-1h")):
+                run.prespawn(f"skew{sign}", "mix", **faketime(offset))
+        if "skew probe" in scenarios:
+            prespawn_probes(run)
     else:
         assert run.sqlite_file is not None
         run.prespawn("ro-victim", "every_call", prefix=read_only_mount(run.sqlite_file), **ro)

@@ -107,7 +107,7 @@ def several_waiting(ops: KindOperations, rng: random.Random, config: Config) -> 
 
 
 def leader(ops: KindOperations, rng: random.Random, config: Config) -> None:
-    ops.leader_term(rng.choice(config["leaders"]), 1.0, rng.uniform(0.1, 1.0))
+    ops.leader_term(rng.choice(config["leaders"]), 1.0, rng.uniform(0.05, 0.5))
 
 
 def stranger(ops: KindOperations, rng: random.Random, config: Config) -> None:

@@ -24,10 +24,23 @@ import django
 
 from tests.torture.database import Mariadb, Postgres, Server
 
-PROFILES = {
-    # processes, seconds of load between faults, rounds of all faults, minimum seconds
-    "short": {"processes": 6, "gap": 0.5, "rounds": 1, "seconds": 0},
-    "long": {"processes": 10, "gap": 3.0, "rounds": 1_000_000, "seconds": 1800},
+PROFILES: dict[str, dict[str, Any]] = {
+    # processes, seconds of load between faults, rounds of all faults, minimum
+    # seconds, and the scenarios left out per database. The short profile (CI)
+    # leaves out the slow ones another database covers: skewed clocks mixing
+    # with the others (the probes show the database's clock decides), and on
+    # MariaDB the probes and the fast restart too.
+    "short": {
+        "processes": 6,
+        "gap": 0.3,
+        "rounds": 1,
+        "seconds": 0,
+        "leave_out": {
+            "postgresql": {"skew"},
+            "mariadb": {"skew", "skew probe", "restart fast"},
+        },
+    },
+    "long": {"processes": 10, "gap": 3.0, "rounds": 1_000_000, "seconds": 1800, "leave_out": {}},
 }
 
 
@@ -114,6 +127,15 @@ def torture(
         ("sigstop", faults.sigstop_holder),
     ]
     skipped: list[str] = []
+    if server is not None and server.can_restart:
+        # Early in the round: a waiter whose wait a restart broke leaves its
+        # ticket queued until it expires, which the scenarios after outlast.
+        scenarios += [("restart fast", faults.restart("fast"))]
+        scenarios += [("restart immediate", faults.restart("immediate"))]
+    elif server is not None:
+        skipped.append(
+            "restart (needs PG_CLUSTER_DIR of pg-cluster.sh, or MARIADB_DIR of mariadb-server.sh)"
+        )
     if server is None or server.can_read_only:
         scenarios += [("read-only", faults.read_only)]
     else:
@@ -121,18 +143,13 @@ def torture(
     if server is not None:
         scenarios += [("terminate", faults.terminate_backends), ("skew", faults.clock_skew)]
         scenarios += [("skew probe", faults.skew_probe)]
-        if server.can_restart:
-            scenarios += [("restart fast", faults.restart("fast"))]
-            scenarios += [("restart immediate", faults.restart("immediate"))]
-        else:
-            skipped.append(
-                "restart (needs PG_CLUSTER_DIR of pg-cluster.sh, or MARIADB_DIR of "
-                "mariadb-server.sh)"
-            )
     else:
         scenarios += [("sqlite write lock", faults.sqlite_write_lock_killed)]
+    left_out = profile["leave_out"].get(kind, set())
+    scenarios = [(name, scenario) for name, scenario in scenarios if name not in left_out]
+    skipped += [f"{name} (left out of this profile)" for name in sorted(left_out)]
     run.spares = profile["rounds"] > 1
-    faults.prespawn(run)
+    faults.prespawn(run, {name for name, _ in scenarios})
     started = time.monotonic()
     run.start_workers(profile["processes"])
     try:

@@ -21,6 +21,8 @@ import django
 
 def main() -> None:
     config: dict[str, Any] = json.loads(sys.argv[1])
+    if "FAKETIME" in os.environ:
+        _sleep_under_faketime()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.torture.settings")
     django.setup()
     from tests.torture.history import Recorder
@@ -39,6 +41,23 @@ def main() -> None:
         _drop_if_broken()  # the server may have restarted while this spare waited
     ROLES[config["role"]](operations, config)
     _say(f"done {operations.ops} {operations.sections}")
+
+
+def _sleep_under_faketime() -> None:
+    """Under libfaketime with the monotonic clock left alone (the history's
+    clock), ``time.sleep`` fails with EINVAL (libfaketime mangles the absolute
+    monotonic deadline of Python's clock_nanosleep): an artefact of the fake
+    clock, not of a skewed host, so this process sleeps on an event instead
+    (the library's ``lock([...])`` backs off with ``time.sleep``)."""
+    import time
+    from typing import SupportsIndex
+
+    from tests.torture.history import pause
+
+    def sleep(seconds: float | SupportsIndex) -> None:
+        pause(float(seconds))
+
+    time.sleep = sleep
 
 
 def _connect() -> None:
