@@ -35,3 +35,39 @@ def purge_or_take_all(db: dict[str, Any], purging: bool, seconds: float, start: 
             call = "purge_expired" if purging else "acquire_all"
             errors.append(f"{call}: {type(error).__name__}: {str(error).splitlines()[0]}")
     return errors
+
+
+def reenter_or_read(
+    db: dict[str, Any], reader: bool, seconds: float, start: Any, found: Any
+) -> list[str]:
+    """For ``seconds``: enter ``lock(reentrant=True)`` (exclusive) and look at
+    the hold count ``holders()`` shows, or read beside the others
+    (``lock(shared=True)``); what went wrong, as text. All stop once one
+    process finds something (``found``, an event)."""
+    setup_worker(db)
+    from django_dlock import LockExpired, LockNotAcquired, LockNotOwned, lock
+    from django_dlock.models import DistributedLock
+
+    rng = random.Random()
+    wrong: list[str] = []
+    start.wait()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not found.is_set():
+        try:
+            with lock("found:x", reentrant=not reader, shared=reader, timeout=3, ttl=2) as held:
+                if not reader:
+                    counts = [
+                        hold.hold_count
+                        for hold in DistributedLock.objects.holders("found:x")
+                        if hold.owner == held.owner
+                    ]
+                    if counts != [1]:
+                        wrong.append(f"one entry of lock(reentrant=True) holds {counts}")
+                time.sleep(rng.uniform(0, 0.003))
+        except (LockExpired, LockNotOwned) as error:
+            wrong.append(f"{type(error).__name__} at the exit: {error}")
+        except LockNotAcquired:
+            pass  # behind a hold left over by one of the above
+        if wrong:
+            found.set()
+    return wrong

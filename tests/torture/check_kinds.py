@@ -70,11 +70,23 @@ def _count(
 ) -> Iterable[Violation]:
     count, token = 0, None
     calls = sorted(events + forced, key=lambda e: e["t0"])
-    for event in calls:
+    for n, event in enumerate(calls):
         op = event["op"]
         if op == "force_release":
-            if event.get("owner") in (None, owner) and (event.get("released") or "error" in event):
-                count = 0
+            if event.get("owner") not in (None, owner):
+                continue
+            if not (event.get("released") or "error" in event):
+                continue
+            # Between the holder's calls, it ended the hold; overlapping one of
+            # them (an acquisition in flight: before or after its grant?), who
+            # knows: count no further.
+            before = [e for e in calls[:n] if e["op"] != "force_release"]
+            later = next((e for e in calls[n + 1 :] if e["op"] != "force_release"), None)
+            if (before and before[-1]["t1"] > event["t0"]) or (
+                later is not None and event["t1"] > later["t0"]
+            ):
+                return
+            count = 0
             continue
         if "error" in event:
             return  # its outcome is unknown: count no further
