@@ -305,3 +305,35 @@ def test_a_later_term_below_an_earlier_one_is_rejected() -> None:
     events += holder("b", 4, 3, 4, kind="leader", resource="leader")
     assert 12 in invariants(events)
     assert 2 not in invariants(events)
+
+
+def test_a_force_release_during_an_acquisition_in_flight_leaves_the_count_unknown() -> None:
+    # An operator force-released the hold at 1.5, while the acquisition that
+    # returned at 2 was in flight: a grant before it (SQLite hands the lock to
+    # a waiter) or this one? The count goes no further.
+    events = reentrant([1, 2], ["decremented", "released"])
+    events[0] |= {"t0": 1, "t1": 2}
+    force = {"p": "op", "op": "force_release", "resource": "r", "owner": "a.1"}
+    seen: dict[str, Any] = {"p": "a", "op": "holders", "cs": "a:1", "resource": "r"}
+    seen |= {"owner": "a.1", "t0": 2.1, "t1": 2.2}
+    seen["holds"] = [{"owner": "a.1", "token": 1, "hold_count": 2}]
+    assert check([*events, force | {"t0": 1.5, "t1": 1.6, "released": True}, seen]) == []
+
+
+def test_a_reentry_that_took_a_new_grant_is_rejected() -> None:
+    section = holder("a", 1, 1, 5)
+    seen: dict[str, Any] = {"p": "a", "op": "holders", "cs": "a:1", "resource": "r"}
+    seen |= {"owner": "a.1", "t0": 2, "t1": 2.1, "depth": 2}
+    seen["holds"] = [{"owner": "a.1", "token": 3, "hold_count": 1}]
+    violations = check([*section, seen])
+    assert [v.invariant for v in violations] == [9]
+    assert "a re-entry took a new grant" in violations[0].message
+
+
+def test_a_grant_no_acquisition_returned_may_have_taken_the_writer_out_of_the_queue() -> None:
+    # Token 2 went to nobody in the history: a release handed the lock to the
+    # queued writer (its ticket left), then an operator took it away; reader b
+    # (token 3) came in before the writer's own grant (4).
+    events = reader("r0", 1, 1, 2.5) + reader("b", 3, 3.5, 4, t0=3)
+    events += queued_writer(2, token=4, until=4.5)
+    assert invariants(events) == [7]  # (the two readers never met: no 10)

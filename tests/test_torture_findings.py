@@ -4,9 +4,13 @@ into a failure, and the marker is then removed)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from django.conf import settings
 
+from django_dlock import LockExpired, LockNotAcquired, lock
+from django_dlock.models import DistributedLock
 from tests import workers_torture
 from tests.utils import database_settings, run_in_processes, spawn
 
@@ -59,3 +63,52 @@ def test_a_reentrant_waiter_handed_the_lock_holds_it_once() -> None:
         [(database_settings(), reader, 6.0, start, found) for reader in readers],
     )
     assert [wrong for process in results for wrong in process] == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="lock(reentrant=True) nested in a hold that was lost (force-released, or "
+    "expired) and is free takes a new grant and counts it as a re-entry: the handle "
+    "keeps the old token, the hold has one count where lock() has two",
+)
+def test_a_reentry_into_a_lost_hold_is_no_reentry() -> None:
+    """The torture run's SQLite long profile (dev run): an operator
+    force-released a ``lock(reentrant=True)``'s hold, then the holder entered
+    it again; the re-entry got token 155 where the handle kept 138, the inner
+    exit released the new grant (lock() raised ``LockExpired``), and a release
+    by the handle's owner succeeded after others had held the lock. A
+    re-entry must either add a hold to the hold it has, or say it was lost."""
+    Locks = DistributedLock.objects
+    with contextlib.suppress(LockExpired), lock("found:lost", reentrant=True, ttl=30) as held:
+        Locks.force_release("found:lost")  # an operator; the lock is free now
+        with contextlib.suppress(LockExpired, LockNotAcquired), lock("found:lost", reentrant=True):
+            [hold] = Locks.holders("found:lost")
+            assert (hold.fencing_token, hold.hold_count) == (held.fencing_token, 2)
+
+
+@pytest.mark.requires_postgres
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="PostgreSQL: the portable acquisition (readers, permits, acquire_all) inserts a "
+    "purged resource's row with a token above the fencing floor its INSERT's snapshot saw, "
+    "which predates the purge that deleted the row (the insert waited for it): the purged "
+    "row's token is issued again",
+)
+def test_no_token_is_issued_twice_beside_purges() -> None:
+    """The torture run's PostgreSQL long profile (dev run): token 876 of a
+    resource went to an exclusive holder, and 10 ms after its release to the
+    exclusive part of an ``acquire_all`` (invariant 2). Two processes take and
+    release readers' holds of one resource, one purges, for 10 s: no token may
+    go to two owners (the contract: larger than every token issued earlier,
+    also after purges)."""
+    start = spawn.Barrier(3)
+    results = run_in_processes(
+        workers_torture.read_or_purge,
+        [(database_settings(), purging, 10.0, start) for purging in (False, False, True)],
+    )
+    owners: dict[int, set[str]] = {}
+    for token, owner in (taken for process in results for taken in process):
+        owners.setdefault(token, set()).add(owner)
+    assert {token: sorted(o) for token, o in owners.items() if len(o) > 1} == {}

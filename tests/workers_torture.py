@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from typing import Any
@@ -71,3 +72,29 @@ def reenter_or_read(
         if wrong:
             found.set()
     return wrong
+
+
+def read_or_purge(
+    db: dict[str, Any], purging: bool, seconds: float, start: Any
+) -> list[tuple[int, str]]:
+    """For ``seconds``: take a reader's hold of one resource and release it at
+    once, or purge expired locks; the (token, owner) of every hold taken."""
+    setup_worker(db)
+    from django_dlock.models import DistributedLock
+
+    manager = DistributedLock.objects
+    taken: list[tuple[int, str]] = []
+    start.wait()
+    end = time.monotonic() + seconds
+    turn = 0
+    while time.monotonic() < end:
+        turn += 1
+        if purging:
+            manager.purge_expired()
+            continue
+        owner = f"{os.getpid()}.{turn}"
+        hold = manager.acquire("found:read", owner=owner, ttl=1, shared=True)
+        if hold is not None:
+            taken.append((hold.fencing_token, owner))
+            manager.release("found:read", owner)
+    return taken

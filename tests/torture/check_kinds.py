@@ -60,9 +60,25 @@ def hold_counts(history: History) -> Iterable[Violation]:
     for event in history.events:
         if event["op"] == "holders" and event.get("cs"):
             per_hold[(event["resource"], event["owner"])].append(event)
+            yield from _same_grant(history, event)
     for (resource, owner), events in per_hold.items():
         if any(e["op"] in ACQUIRING and e.get("lock") for e in events):
             yield from _count(resource, owner, events, forced.get(resource, []))
+
+
+def _same_grant(history: History, seen: Event) -> Iterable[Violation]:
+    """A ``holders()`` read inside a ``lock()`` section shows the section's own
+    grant (its token), or none: a re-entry adds holds to the hold it has."""
+    section = history.sections.get(seen["cs"])
+    mine = [hold for hold in seen["holds"] if hold["owner"] == seen["owner"]]
+    if section is not None and mine and mine[0]["token"] != section.token:
+        yield Violation(
+            9,
+            f"{seen['resource']}: {section.cs} holds token {section.token}, but holders() "
+            f"at depth {seen.get('depth')} shows its owner's hold with token "
+            f"{mine[0]['token']}: a re-entry took a new grant",
+            (section.events[0], seen),
+        )
 
 
 def _count(
@@ -146,6 +162,7 @@ def writer_preference(history: History) -> Iterable[Violation]:
         if c["op"] == "lock" and c.get("owner")
     }
     readers: dict[str, tuple[list[Acquisition], list[float]]] = {}
+    granted: dict[str, tuple[list[Acquisition], list[float], list[int]]] = {}
     for event in history.events:
         if event["op"] != "queued" or event.get("mode") != EXCLUSIVE:
             continue
@@ -164,7 +181,13 @@ def writer_preference(history: History) -> Iterable[Violation]:
                 key=lambda a: a.t0,
             )
             readers[resource] = (ordered, [a.t0 for a in ordered])
+            by_end = sorted(history.acquisitions.get(resource, []), key=lambda a: a.t1)
+            tokens = sorted({a.token for a in by_end})
+            granted[resource] = (by_end, [a.t1 for a in by_end], tokens)
         candidates, starts = readers[resource]
+        by_end, ends, tokens = granted[resource]
+        before = by_end[: bisect.bisect_left(ends, queued)]
+        floor = max((a.token for a in before), default=0)
         # Readers that began after the ticket was queued, and before the
         # writer's wait ended (a later one cannot have been granted first).
         until = wait["t1"] if wait.get("lock") else wait["t0"] + (wait.get("timeout") or 0)
@@ -177,12 +200,24 @@ def writer_preference(history: History) -> Iterable[Violation]:
             early = [a for a in during if a.t1 < until]
             how = "while it waited, before its deadline"
         for reader in early:
+            if _hidden_grant(tokens, floor, reader.token):
+                continue
             yield Violation(
                 10,
                 f"{resource}: reader {reader.owner} (token {reader.token}) began after writer "
                 f"{writer} was queued and was admitted {how}",
                 (event, reader.event),
             )
+
+
+def _hidden_grant(tokens: list[int], floor: int, token: int) -> bool:
+    """Whether a token between ``floor`` and ``token`` was granted that no
+    acquisition of the history returned: maybe a release handed the lock to
+    the queued writer (SQLite hands it to the head of the queue), whose ticket
+    left the queue then, and someone took that grant away (an operator's
+    force-release, its expiry) before the writer saw it."""
+    recorded = bisect.bisect_left(tokens, token) - bisect.bisect_right(tokens, floor)
+    return recorded < token - floor - 1
 
 
 # -- 11 ---------------------------------------------------------------------------------
