@@ -337,3 +337,13 @@ def test_a_grant_no_acquisition_returned_may_have_taken_the_writer_out_of_the_qu
     events = reader("r0", 1, 1, 2.5) + reader("b", 3, 3.5, 4, t0=3)
     events += queued_writer(2, token=4, until=4.5)
     assert invariants(events) == [7]  # (the two readers never met: no 10)
+
+
+def test_a_writers_reentry_is_not_its_wait() -> None:
+    # w's lock() was queued at 2 and granted token 3 at 2.5; a re-entry at 4
+    # (depth 2) was refused. Reader b (token 4, began at 3) came after the grant.
+    events = queued_writer(2, token=3, until=2.5)
+    reentry = {"p": "w", "op": "lock", "resource": "r", "owner": "w.1", "t0": 4, "t1": 4.1}
+    reentry |= {"depth": 2, "error": {"class": "LockNotAcquired", "message": "", "db": False}}
+    events += [reentry, *reader("r0", 1, 1, 1.9), *reader("b", 4, 3.5, 4, t0=3)]
+    assert 10 not in invariants(events)

@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -37,6 +38,9 @@ from tests.torture.sections import (
     per_resource,
 )
 from tests.torture.violations import Violation
+
+# No lock call of a torture run takes longer (seconds).
+LONGEST_CALL = 120.0
 
 # -- 9 ----------------------------------------------------------------------------------
 
@@ -61,9 +65,21 @@ def hold_counts(history: History) -> Iterable[Violation]:
         if event["op"] == "holders" and event.get("cs"):
             per_hold[(event["resource"], event["owner"])].append(event)
             yield from _same_grant(history, event)
+    starts = {}
+    for resource, calls in forced.items():
+        calls.sort(key=lambda e: e["t0"])
+        starts[resource] = [e["t0"] for e in calls]
     for (resource, owner), events in per_hold.items():
-        if any(e["op"] in ACQUIRING and e.get("lock") for e in events):
-            yield from _count(resource, owner, events, forced.get(resource, []))
+        if not any(e["op"] in ACQUIRING and e.get("lock") for e in events):
+            continue
+        # The force-releases that overlap the hold's calls (they are short).
+        begin: float = min(e["t0"] for e in events)
+        end: float = max(float(e.get("t1") or e["t0"]) for e in events)
+        at = starts.get(resource, [])
+        near = forced.get(resource, [])[
+            bisect.bisect_left(at, begin - LONGEST_CALL) : bisect.bisect_right(at, end)
+        ]
+        yield from _count(resource, owner, events, [f for f in near if f["t1"] >= begin])
 
 
 def _same_grant(history: History, seen: Event) -> Iterable[Violation]:
@@ -86,6 +102,11 @@ def _count(
 ) -> Iterable[Violation]:
     count, token = 0, None
     calls = sorted(events + forced, key=lambda e: e["t0"])
+    following: list[Event | None] = [None] * len(calls)  # the holder's next call after each
+    for n in range(len(calls) - 2, -1, -1):
+        after = calls[n + 1]
+        following[n] = after if after["op"] != "force_release" else following[n + 1]
+    previous: Event | None = None  # the holder's last call so far
     for n, event in enumerate(calls):
         op = event["op"]
         if op == "force_release":
@@ -96,14 +117,14 @@ def _count(
             # Between the holder's calls, it ended the hold; overlapping one of
             # them (an acquisition in flight: before or after its grant?), who
             # knows: count no further.
-            before = [e for e in calls[:n] if e["op"] != "force_release"]
-            later = next((e for e in calls[n + 1 :] if e["op"] != "force_release"), None)
-            if (before and before[-1]["t1"] > event["t0"]) or (
+            later = following[n]
+            if (previous is not None and previous.get("t1", previous["t0"]) > event["t0"]) or (
                 later is not None and event["t1"] > later["t0"]
             ):
                 return
             count = 0
             continue
+        previous = event
         if "error" in event:
             return  # its outcome is unknown: count no further
         if op in ACQUIRING:
@@ -159,10 +180,10 @@ def writer_preference(history: History) -> Iterable[Violation]:
         (c["resource"], c["owner"]): c
         for calls in history.calls.values()
         for c in calls
-        if c["op"] == "lock" and c.get("owner")
+        if c["op"] == "lock" and c.get("owner") and not c.get("depth")  # (not re-entries)
     }
     readers: dict[str, tuple[list[Acquisition], list[float]]] = {}
-    granted: dict[str, tuple[list[Acquisition], list[float], list[int]]] = {}
+    granted: dict[str, tuple[list[int], list[float], list[int]]] = {}
     for event in history.events:
         if event["op"] != "queued" or event.get("mode") != EXCLUSIVE:
             continue
@@ -183,11 +204,12 @@ def writer_preference(history: History) -> Iterable[Violation]:
             readers[resource] = (ordered, [a.t0 for a in ordered])
             by_end = sorted(history.acquisitions.get(resource, []), key=lambda a: a.t1)
             tokens = sorted({a.token for a in by_end})
-            granted[resource] = (by_end, [a.t1 for a in by_end], tokens)
+            highest = list(itertools.accumulate((a.token for a in by_end), max))
+            granted[resource] = (highest, [a.t1 for a in by_end], tokens)
         candidates, starts = readers[resource]
-        by_end, ends, tokens = granted[resource]
-        before = by_end[: bisect.bisect_left(ends, queued)]
-        floor = max((a.token for a in before), default=0)
+        highest, ends, tokens = granted[resource]
+        done = bisect.bisect_left(ends, queued)
+        floor = highest[done - 1] if done else 0  # the largest token granted before the queuing
         # Readers that began after the ticket was queued, and before the
         # writer's wait ended (a later one cannot have been granted first).
         until = wait["t1"] if wait.get("lock") else wait["t0"] + (wait.get("timeout") or 0)
