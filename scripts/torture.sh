@@ -1,25 +1,31 @@
 #!/usr/bin/env bash
-# The torture run (README "Reliability"): worker processes take locks on a few
-# resources while holders are killed and paused, backends terminated, the
-# server restarted, clocks skewed and the database made read-only; a checker
-# then verifies the history. Exit code 0 when no invariant was violated.
+# The torture run (docs/reliability.md): worker processes take locks of every
+# kind (exclusive, shared, reentrant, semaphore permits, several at once,
+# leaders) on a few resources while holders are killed and paused, sessions
+# terminated, the server restarted, clocks skewed and the database made
+# read-only; a checker then verifies the history. Exit code 0 when no
+# invariant was violated.
 #
-#   bash scripts/torture.sh                      # short profile, SQLite and PostgreSQL (< 2 min)
+#   bash scripts/torture.sh                      # short profile, SQLite, PostgreSQL and MariaDB
 #   bash scripts/torture.sh --profile long       # on demand: 30 min per database, plus the
 #                                                # durability comparison; prints the tables
-#   bash scripts/torture.sh --database sqlite    # one database only
+#   bash scripts/torture.sh --database sqlite    # one database only (sqlite, postgresql, mariadb)
 # Other arguments go to the runner (python -m tests.torture.runner --help), e.g. --seconds 600.
 # PostgreSQL: uses DLOCK_PG_URL when set (restarts need PG_CLUSTER_DIR, which
 # scripts/pg-cluster.sh exports), else starts a throwaway cluster with fsync on.
+# MariaDB: always a throwaway server of its own (scripts/mariadb-server.sh), which
+# the run restarts and makes read-only, and nobody else uses.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/venv.sh
 source scripts/venv.sh
 # shellcheck source=scripts/pg-cluster.sh
 source scripts/pg-cluster.sh
+# shellcheck source=scripts/mariadb-server.sh
+source scripts/mariadb-server.sh
 
 profile=short
-databases=(sqlite postgresql)
+databases=(sqlite postgresql mariadb)
 runner_args=()
 while (($#)); do
     case "$1" in
@@ -29,7 +35,11 @@ while (($#)); do
     esac
 done
 
-dlock_venv -e ".[postgres]" --group test
+if [[ " ${databases[*]} " == *" mariadb "* ]]; then
+    # The server, and what mysqlclient builds against, before the venv installs it.
+    mariadb_install || exit 1
+fi
+dlock_venv -e ".[postgres,mysql]" --group test
 # The clock-skew scenario runs processes under Debian's libfaketime; the PostgreSQL
 # scenarios need its server binaries.
 packages=()
@@ -45,7 +55,16 @@ status=0
 
 for database in "${databases[@]}"; do
     echo "== torture ($profile) on $database"
-    if [ "$database" = postgresql ] && [ -z "${DLOCK_PG_URL:-}" ]; then
+    if [ "$database" = mariadb ]; then
+        (
+            unset DLOCK_MYSQL_URL MARIADB_DIR MARIADB_PID
+            mariadb_start
+            # The run restarts the server: stop the one its pid file names.
+            trap 'MARIADB_PID=$(cat "$MARIADB_DIR/mysqld.pid" 2>/dev/null || echo "$MARIADB_PID"); mariadb_stop' EXIT
+            python -m tests.torture.runner --database "$database" --profile "$profile" \
+                --out "$out/$database" "${runner_args[@]}"
+        ) || status=1
+    elif [ "$database" = postgresql ] && [ -z "${DLOCK_PG_URL:-}" ]; then
         (
             PG_CLUSTER_OPTIONS="-c fsync=on"
             pg_cluster_start

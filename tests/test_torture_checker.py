@@ -1,67 +1,19 @@
-"""The torture run's checker on synthetic histories: clean ones pass, and each
-kind of broken one is rejected with the invariant it breaks."""
+"""The torture run's checker on synthetic histories (``tests.torture.synthetic``):
+clean ones pass, and each kind of broken one is rejected with the invariant it
+breaks. Invariants 1-6 with exclusive holds; the lock kinds' are in
+``test_torture_checker_kinds.py``."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Any
-
 from tests.torture.checker import check
-
-START = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def at(seconds: float) -> str:
-    """A database-clock time, ``seconds`` after the start (monotonic time t = seconds)."""
-    return (START + timedelta(seconds=seconds)).isoformat()
-
-
-def holder(
-    process: str,
-    token: int,
-    enter: float,
-    leave: float | None,
-    *,
-    ttl: float = 10,
-    resource: str = "r",
-    writes: tuple[tuple[float, bool], ...] = (),
-    told: bool = False,
-    released: str = "released",
-) -> list[dict[str, Any]]:
-    """The events of one holder: acquire at ``enter`` (database clock = monotonic
-    time), a critical section with its writes, and (unless ``leave`` is None) its
-    exit and release."""
-    owner = f"{process}.{token}"
-    cs = f"{process}:{token}"
-    lock = {"owner": owner, "token": token, "acquired_at": at(enter), "expires_at": at(enter + ttl)}
-    call = {"resource": resource, "owner": owner}
-    events: list[dict[str, Any]] = [
-        {"p": process, "op": "acquire", "t0": enter - 0.01, "t1": enter, "ttl": ttl, "lock": lock}
-        | call,
-        {"p": process, "op": "cs_enter", "cs": cs, "t": enter, "token": token}
-        | {"acquired_at": lock["acquired_at"], "expires_at": lock["expires_at"]}
-        | {"acquire_t0": enter - 0.01}
-        | call,
-    ]
-    for n, (t, accepted) in enumerate(writes, 1):
-        events.append(
-            {"p": process, "op": "cs_write", "cs": cs, "write_id": f"{cs}#{n}", "token": token}
-            | {"t0": t, "t1": t + 0.001, "accepted": accepted}
-        )
-    if told:
-        events.append({"p": process, "op": "cs_told", "cs": cs, "t": enter + ttl, "how": "lost"})
-    if leave is not None:
-        events.append({"p": process, "op": "cs_exit", "cs": cs, "t": leave})
-        events.append(
-            {"p": process, "op": "release", "cs": cs, "t0": leave, "t1": leave + 0.01}
-            | {"result": released}
-            | call
-        )
-    return events
-
-
-def invariants(events: list[dict[str, Any]]) -> list[int]:
-    return [violation.invariant for violation in check(events)]
+from tests.torture.synthetic import (
+    at,
+    fault,
+    holder,
+    invariants,
+    snapshot,
+    store_final,
+)
 
 
 def test_a_clean_history_passes() -> None:
@@ -187,16 +139,6 @@ def test_the_owners_own_renew_and_release_pass() -> None:
 # -- 4: faults raise -------------------------------------------------------------------
 
 
-def fault(**fields: Any) -> dict[str, Any]:
-    return {
-        "p": "runner",
-        "op": "fault",
-        "kind": "restart (immediate)",
-        "t0": 10,
-        "t1": 20,
-    } | fields
-
-
 def test_a_fault_reported_as_not_acquired_is_rejected() -> None:
     events = [
         fault(raise_window=[11, 19]),
@@ -250,15 +192,6 @@ def test_a_holder_whose_renewer_was_killed_must_be_told() -> None:
 # -- 5: the counter ----------------------------------------------------------------------
 
 
-def store_final(counter: int, rows: list[tuple[int, int, str, int]]) -> dict[str, Any]:
-    return {
-        "p": "runner",
-        "op": "store_final",
-        "resources": {"r": {"max_token": max((r[1] for r in rows), default=0), "counter": counter}},
-        "log": [[n, "r", token, write_id, value] for n, token, write_id, value in rows],
-    }
-
-
 def test_a_counter_that_matches_the_accepted_writes_passes() -> None:
     events = holder("a", 1, 1, 2, writes=((1.1, True),)) + holder(
         "b", 2, 3, 4, writes=((3.1, True),)
@@ -283,10 +216,6 @@ def test_a_store_log_that_disagrees_with_the_writer_is_rejected() -> None:
 
 
 # -- 6: nothing lost ------------------------------------------------------------------
-
-
-def snapshot(t: float, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"p": "runner", "op": "snapshot", "t0": t, "t1": t + 0.01, "now": at(t), "rows": rows}
 
 
 def test_a_valid_lock_missing_from_the_snapshot_is_rejected() -> None:

@@ -1,9 +1,11 @@
 """Failover under contention: faults of the leader while app processes in the
-app hosts take and release locks, then the history checked by the torture
-run's checker (and ``refusals``). The harness adds to the load's history a
-sentinel lock taken before each fault, the fault, and a snapshot of the lock
-table once the cluster is healthy again, so that invariant 6 (nothing lost)
-checks the sentinels and every table token after each failover.
+app hosts take and release holds of every kind (writers and readers of a few
+resources, semaphore permits, two locks at once), then the history checked by
+the torture run's checker (and ``refusals``). The harness adds to the load's
+history sentinel holds taken before each fault (one of each kind), the fault,
+and a snapshot of the lock tables once the cluster is healthy again, so that
+invariant 6 (nothing lost) checks the sentinels and every table token after
+each failover.
 
     python -m tests.cluster.failover [--runs 10] [--faults crash,...] [--async]
 """
@@ -17,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,12 +30,15 @@ from tests.cluster.cluster import Cluster
 from tests.cluster.configs import Node
 from tests.cluster.processes import say
 from tests.cluster.refusals import false_refusals
+from tests.torture.check_holds import reader_overlaps
 from tests.torture.checker import Violation, check
 from tests.torture.database import Postgres
 from tests.torture.history import Event, Recorder, now
 from tests.torture.history import load as load_events
-from tests.torture.report import INVARIANTS
+from tests.torture.sections import read
+from tests.torture.violations import INVARIANTS
 
+LOAD_CALLS = ("acquire", "release", "acquire_all", "release_all")
 HEAL_TIMEOUT = 180  # seconds for the old leader to rejoin as a streaming replica
 RUNNER = "runner"  # the harness's own history: sentinels, faults, snapshots
 
@@ -90,8 +96,8 @@ class Failover:
     new_leader: str
     began: float  # monotonic time of the fault
     healed: float  # the cluster healthy again
-    sentinel: str  # the resource of a lock granted just before the fault
-    sentinel_kept: bool = False  # granted, and no violation of invariant 6 on it
+    sentinel: str  # the prefix of the holds granted just before the fault (a sentinel of each kind)
+    sentinel_kept: bool = False  # all granted, and no violation of invariant 6 on them
     unavailable: float = 0.0  # the longest time no lock was granted, around the fault
 
 
@@ -102,6 +108,9 @@ class Outcome:
     violations: list[Violation] = field(default_factory=list)
     calls: int = 0
     errors: int = 0  # calls that raised (expected during a failover)
+    kinds: dict[str, int] = field(default_factory=dict)  # critical sections by kind
+    readers: tuple[int, int] = (0, 0)  # reader sections, pairs of them that overlapped
+    in_sets: int = 0  # sections that were parts of all-or-nothing calls
 
     def rows(self) -> list[tuple[str, int, str, str, int]]:
         """(fault, runs, unavailability p50, max, violations) per fault."""
@@ -140,13 +149,18 @@ def run_failovers(
         histories = load.stop()
         runner.close()
     events = load_events([*histories, directory / f"{RUNNER}.history"])
-    calls = [e for e in events if e["p"] != RUNNER and e["op"] in ("acquire", "release")]
+    calls = [e for e in events if e["p"] != RUNNER and e["op"] in LOAD_CALLS]
     outcome.calls = len(calls)
     outcome.errors = sum("error" in call for call in calls)
     outcome.violations = check(events) + false_refusals(events)
+    entered = [e for e in events if e["op"] == "cs_enter"]
+    outcome.kinds = dict(Counter(e.get("kind", "exclusive") for e in entered))
+    outcome.readers = reader_overlaps(read(events))
+    outcome.in_sets = sum(1 for e in entered if e.get("set"))
     for failover in outcome.failovers:
         failover.sentinel_kept = failover.sentinel_kept and not any(
-            v.invariant == 6 and v.events[0].get("resource") == failover.sentinel
+            v.invariant == 6
+            and str(v.events[0].get("resource", "")).startswith(f"{failover.sentinel}:")
             for v in outcome.violations
         )
     _measure_unavailability(outcome.failovers, events)
@@ -159,10 +173,10 @@ def _one_failover(cluster: Cluster, runner: Recorder, fault: str, run: str) -> F
     leader = cluster.leader()
     assert leader is not None
     sentinel = f"sentinel:{fault}:{run}:{time.time_ns()}"
-    fields = {"resource": sentinel, "owner": "sentinel", "ttl": 600}
-    t0 = now()
-    granted = probe(cluster, "acquire", sentinel, "sentinel", "600")
-    runner.write("acquire", t0=t0, t1=now(), lock=granted, **fields)
+    granted = True
+    for event in probe(cluster, "sentinels", sentinel, "sentinel", "600"):
+        runner.write(event.pop("op"), **event)
+        granted = granted and bool(event.get("lock") or event.get("locks"))
     began = now()
     heal = FAULTS[fault](cluster, leader)
 
@@ -182,14 +196,16 @@ def _one_failover(cluster: Cluster, runner: Recorder, fault: str, run: str) -> F
     runner.write("fault", kind=f"{fault} of {leader.name} -> {new_name}", t0=began, t1=healed)
     _snapshot(cluster, runner)
     say(f"failover: {fault} of {leader.name} -> {new_name}, healed in {healed - began:.1f} s")
-    return Failover(fault, leader.name, new_name, began, healed, sentinel, granted is not None)
+    return Failover(fault, leader.name, new_name, began, healed, sentinel, granted)
 
 
 def _snapshot(cluster: Cluster, runner: Recorder) -> None:
     """The whole lock table and the database's clock at one moment."""
     t0 = now()
-    db_now, rows = Postgres(cluster.primary_url(), None, None).snapshot(cluster.pgbouncer_url())
-    runner.write("snapshot", t0=t0, t1=now(), now=db_now, rows=rows)
+    db_now, rows, holds = Postgres(cluster.primary_url(), None, None).snapshot(
+        cluster.pgbouncer_url()
+    )
+    runner.write("snapshot", t0=t0, t1=now(), now=db_now, rows=rows, holds=holds)
 
 
 def _measure_unavailability(failovers: list[Failover], events: list[Event]) -> None:
@@ -213,7 +229,12 @@ def format_outcome(outcome: Outcome) -> str:
     lines = [
         f"## {mode}: {len(outcome.failovers)} failovers, {outcome.calls} calls, "
         f"{outcome.errors} raised",
-        "| fault | runs | unavailable p50 | max | sentinel lost |",
+        "critical sections: "
+        + ", ".join(f"{count} {kind}" for kind, count in sorted(outcome.kinds.items()))
+        + f" ({outcome.in_sets} of them parts of all-or-nothing calls); "
+        + f"{outcome.readers[1]} pairs of {outcome.readers[0]} readers held together",
+        "",
+        "| fault | runs | unavailable p50 | max | sentinels lost |",
         "| --- | --- | --- | --- | --- |",
     ]
     lines += [f"| {' | '.join(map(str, row))} |" for row in outcome.rows()]

@@ -10,11 +10,27 @@ clock.
 Events (``op``):
 - ``acquire``, ``renew``, ``release``, ``force_release``, ``purge``, ``lock``:
   one call, with ``resource``, ``owner``, ``ttl``, ``t0``/``t1`` and either an
-  outcome (``lock``: the lock's fields or null; ``result``; ``released``;
-  ``deleted``) or ``error`` (class, message, ``db``: a database error).
-- ``cs_enter``, ``cs_write``, ``cs_told``, ``cs_exit``, ``unlock``: a critical
-  section, its guarded-store writes, the moments its holder was told that the
-  lock was lost, its end and (for ``lock()``) the release on leaving it.
+  outcome (``lock``: the hold's fields or null; ``result``; ``released``;
+  ``deleted``) or ``error`` (class, message, ``db``: a database error). An
+  acquisition also says what it asked for: ``shared``, ``limit``,
+  ``reentrant``, ``leader`` (a ``lock()`` waiting without end, auto-renewed)
+  and, for a re-entry of ``lock(reentrant=True)``, its ``depth``.
+- ``acquire_all``, ``lock_all`` (``lock([...])``), ``release_all``,
+  ``unlock_all``: several resources in one call, with ``resources``,
+  ``modes`` and ``locks`` (a list, or null when none was taken) or
+  ``results``; ``set`` names the call.
+- ``upgrade``, ``downgrade``: a ``lock()`` handle's change of mode (a new
+  grant: ``lock`` has the new token), or ``error``.
+- ``queued``: a waiter's ticket entered the queue (``mode``, ``t``: when the
+  INSERT returned, committed).
+- ``holders``: what ``holders()`` showed (``holds``: owner, token, hold count
+  and mode of each), read inside a section (``cs``) or after an
+  all-or-nothing call that took nothing (``set``).
+- ``cs_enter``, ``cs_write``, ``cs_read``, ``cs_told``, ``cs_exit``,
+  ``unlock``: a critical section (``kind``: exclusive, shared, permit or
+  leader), its guarded-store writes (a writer's) and reads (a reader's), the
+  moments its holder was told that the lock was lost, its end and (for
+  ``lock()``) the release on leaving it.
 - ``fault``, ``killed``, ``snapshot``, ``store_final``: written by the runner.
 """
 
@@ -34,7 +50,8 @@ Event = dict[str, Any]
 
 
 def lock_fields(lock: Any) -> dict[str, Any] | None:
-    """The lock's fields as the history keeps them (``lock`` is a DistributedLock)."""
+    """A hold's fields as the history keeps them (``lock`` is a
+    ``DistributedLock``, or a ``LockHold`` of a reader or a permit)."""
     if lock is None:
         return None
     return {
@@ -42,6 +59,8 @@ def lock_fields(lock: Any) -> dict[str, Any] | None:
         "token": lock.fencing_token,
         "acquired_at": iso(lock.acquired_at),
         "expires_at": iso(lock.expires_at),
+        "mode": lock.mode,
+        "hold_count": lock.hold_count,
     }
 
 

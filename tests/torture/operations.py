@@ -1,20 +1,24 @@
 """The calls a torture process makes, each recorded in its history: the lock
 API's operations and critical sections guarded by the fenced store. Only the
-package's public API is used."""
+package's public API is used (and Django's ``execute_wrapper``, to see when a
+waiter's ticket entered the queue). The lock kinds' own sections are in
+``kinds.py``."""
 
 from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from io import StringIO
 from typing import Any
 
 from django.core.management import call_command
 from django.db import DatabaseError, connections
 
-from django_dlock import LockExpired, LockNotAcquired, LockNotOwned, lock
-from django_dlock.models import DistributedLock, ReleaseResult
+from django_dlock import DlockError, LockExpired, LockNotOwned, lock
+from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
+from tests.torture.asked import EXCLUSIVE, Asked
 from tests.torture.history import Recorder, error_fields, iso, lock_fields, now, pause
 from tests.torture.store import Store
 
@@ -42,7 +46,7 @@ class Operations:
         self.ops += 1
         try:
             outcome = function()
-        except (DatabaseError, DistributedLock.DoesNotExist) as error:
+        except (DatabaseError, DistributedLock.DoesNotExist, DlockError) as error:
             self.recorder.write(op, t0=t0, t1=now(), error=error_fields(error), **fields)
             if isinstance(error, DatabaseError):
                 self.reset()
@@ -55,14 +59,24 @@ class Operations:
             connections["default"].close()
         pause(0.05)  # during an outage, do not spin
 
-    def acquire(self, resource: str, owner: str, ttl: float) -> Outcome | None:
+    def owner(self) -> str:
+        return f"{self.name}.{self.ops}"
+
+    def acquire(
+        self, resource: str, owner: str, ttl: float, asked: Asked = EXCLUSIVE
+    ) -> Outcome | None:
         manager = DistributedLock.objects
         return self.call(
             "acquire",
-            lambda: {"lock": lock_fields(manager.acquire(resource, owner=owner, ttl=ttl))},
+            lambda: {
+                "lock": lock_fields(
+                    manager.acquire(resource, owner=owner, ttl=ttl, **asked.arguments())
+                )
+            },
             resource=resource,
             owner=owner,
             ttl=ttl,
+            **asked.fields(),
         )
 
     def renew(self, resource: str, owner: str, ttl: float, cs: str | None = None) -> Outcome | None:
@@ -86,11 +100,14 @@ class Operations:
             **extra,
         )
 
-    def force_release(self, resource: str) -> Outcome | None:
+    def force_release(self, resource: str, holder: str | None = None) -> Outcome | None:
+        """An operator's release of every hold of ``resource``, or of ``holder``'s."""
+        extra = {"owner": holder} if holder else {}
         return self.call(
             "force_release",
-            lambda: {"released": DistributedLock.objects.force_release(resource)},
+            lambda: {"released": DistributedLock.objects.force_release(resource, owner=holder)},
             resource=resource,
+            **extra,
         )
 
     def purge(self, command: bool) -> Outcome | None:
@@ -102,31 +119,54 @@ class Operations:
 
         return self.call("purge", run, command=command)
 
+    def holders(self, resource: str, owner: str, **fields: Any) -> list[dict[str, Any]] | None:
+        """What ``holders()`` shows of ``resource`` now (recorded; not a lock call)."""
+        t0 = now()
+        try:
+            holds = [
+                {"owner": h.owner, "token": h.fencing_token, "hold_count": h.hold_count}
+                | {"mode": h.mode}
+                for h in DistributedLock.objects.holders(resource)
+            ]
+        except DatabaseError:
+            self.reset()
+            return None
+        self.recorder.write(
+            "holders", t0=t0, t1=now(), resource=resource, owner=owner, holds=holds, **fields
+        )
+        return holds
+
     # -- critical sections -----------------------------------------------------------
 
-    def manager_section(self, resource: str, ttl: float, body: float) -> None:
+    def manager_section(
+        self, resource: str, ttl: float, body: float, asked: Asked = EXCLUSIVE
+    ) -> None:
         """acquire, a critical section (maybe renewing once), release."""
-        owner = f"{self.name}.{self.ops}"
+        owner = self.owner()
         t0 = now()
-        outcome = self.acquire(resource, owner, ttl)
+        outcome = self.acquire(resource, owner, ttl, asked)
         if not outcome or not outcome["lock"]:
             return
         fields = outcome["lock"]
-        cs = self.enter(resource, fields, t0)
+        cs = self.enter(resource, fields, t0, asked)
         deadline = t0 + ttl  # the holder's own view of expiry, as lock()'s handle keeps it
-        self.guarded_work(cs, resource, fields["token"], body, lambda: now() >= deadline)
+        token = fields["token"]
+        self.work(cs, asked, resource, token, body, lambda: now() >= deadline)
         expires_at = fields["expires_at"]
         if self.rng.random() < 0.3:
             renewed_at = now()
             renewed = self.renew(resource, owner, ttl, cs=cs)
             if renewed and renewed["lock"]:
                 deadline, expires_at = renewed_at + ttl, renewed["lock"]["expires_at"]
-                self.guarded_work(cs, resource, fields["token"], 0, lambda: now() >= deadline)
+                self.work(cs, asked, resource, token, 0, lambda: now() >= deadline)
             else:
                 self.told(cs, "renew failed")
         if now() >= deadline:
             self.told(cs, "its deadline passed")
         self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=expires_at)
+        self.release_section(resource, owner, cs)
+
+    def release_section(self, resource: str, owner: str, cs: str) -> None:
         released = self.release(resource, owner, cs=cs)
         if not released:
             self.told(cs, "release failed")
@@ -134,41 +174,83 @@ class Operations:
             self.told(cs, f"release: {released['result']}")
 
     def lock_section(
-        self, resource: str, ttl: float, body: float, timeout: float | None, auto_renew: bool
+        self,
+        resource: str,
+        ttl: float,
+        body: float,
+        timeout: float | None,
+        auto_renew: bool,
+        asked: Asked = EXCLUSIVE,
     ) -> None:
         """``with lock(...)``: a critical section of ``body`` seconds."""
-        owner = f"{self.name}.{self.ops}"
-        context = lock(resource, owner=owner, ttl=ttl, timeout=timeout, auto_renew=auto_renew)
+        owner = self.owner()
+        context = lock(
+            resource,
+            owner=owner,
+            ttl=ttl,
+            timeout=timeout,
+            auto_renew=auto_renew,
+            label=f"{self.name} {asked.kind}",
+            **asked.arguments(),
+        )
         fields = {"resource": resource, "owner": owner, "ttl": ttl, "timeout": timeout}
-        entered = self.enter_lock(context, fields)
+        entered = self.enter_lock(context, fields | asked.fields(), asked)
         if entered is None:
             return
-        handle, cs, t0 = entered
-        self.guarded_work(cs, resource, handle.fencing_token, body, handle.lost.is_set)
+        handle, cs, _ = entered
+        self.work(cs, asked, resource, handle.fencing_token, body, handle.lost.is_set)
         self.leave_lock(context, handle, cs)
 
-    def enter_lock(self, context: lock, fields: dict[str, Any]) -> tuple[Any, str, float] | None:
+    def enter_lock(
+        self, context: lock, fields: dict[str, Any], asked: Asked = EXCLUSIVE
+    ) -> tuple[Any, str, float] | None:
         t0 = now()
         self.ops += 1
         try:
-            handle = context.__enter__()
-        except (DatabaseError, LockNotAcquired) as error:
+            with self.queue_watch(fields["resource"], fields["owner"], asked):
+                handle = context.__enter__()
+        except (DatabaseError, DlockError) as error:
             self.recorder.write("lock", t0=t0, t1=now(), error=error_fields(error), **fields)
             if isinstance(error, DatabaseError):
                 self.reset()
             return None
-        expires_at = handle.expires_at
-        acquired_at = expires_at - _seconds(fields["ttl"])  # a fresh acquisition: now + ttl
-        lock_event = {"owner": handle.owner, "token": handle.fencing_token}
-        lock_event |= {"acquired_at": None, "expires_at": iso(expires_at)}
+        lock_event = self.handle_fields(handle)
         self.recorder.write("lock", t0=t0, t1=now(), lock=lock_event, **fields)
-        cs = self.enter(fields["resource"], {**lock_event, "acquired_at": iso(acquired_at)}, t0)
+        cs = self.enter(fields["resource"], fresh(lock_event, fields["ttl"]), t0, asked)
         return handle, cs, t0
 
-    def leave_lock(self, context: lock, handle: Any, cs: str) -> None:
-        self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=iso(handle.expires_at))
+    def handle_fields(self, handle: Any) -> dict[str, Any]:
+        """A ``lock()`` handle's hold as the history keeps it (``acquired_at``
+        null: the handle does not say)."""
+        fields = {"owner": handle.owner, "token": handle.fencing_token, "acquired_at": None}
+        return fields | {"expires_at": iso(handle.expires_at), "mode": handle.mode}
+
+    @contextlib.contextmanager
+    def queue_watch(self, resource: str, owner: str, asked: Asked) -> Iterator[None]:
+        """Record ``queued`` when this thread's waiter ticket of ``resource``
+        entered the queue: the INSERT returned (autocommit: others see it)."""
+        table = LockWaiter._meta.db_table
+        mode = "shared" if asked.shared or asked.limit is not None else "exclusive"
+
+        def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            result = execute(sql, params, many, context)
+            if "INSERT INTO" in sql and table in sql:
+                self.recorder.write("queued", t=now(), resource=resource, owner=owner, mode=mode)
+            return result
+
+        with connections["default"].execute_wrapper(watch):
+            yield
+
+    def leave_lock(
+        self, context: lock, handle: Any, cs: str | None, *, released: str = "released"
+    ) -> bool:
+        """Leave ``with lock()``; whether it left as it should (``released``:
+        "decremented" for an inner reentrant exit)."""
+        if cs is not None:
+            self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=iso(handle.expires_at))
         t0 = now()
         fields = {"cs": cs, "resource": handle.resource, "owner": handle.owner}
+        done = False
         try:
             context.__exit__(None, None, None)
         except (LockExpired, LockNotOwned) as error:
@@ -180,13 +262,19 @@ class Operations:
             self.told(cs, "release failed")
             self.reset()
         else:
-            self.recorder.write("unlock", t0=t0, t1=now(), result="released", **fields)
+            self.recorder.write("unlock", t0=t0, t1=now(), result=released, **fields)
+            done = True
         if handle.lost.is_set():
             self.told(cs, f"lost: {handle.lost_reason}")
+        return done
 
-    def enter(self, resource: str, fields: dict[str, Any], acquire_t0: float) -> str:
+    def enter(
+        self, resource: str, fields: dict[str, Any], acquire_t0: float, asked: Asked = EXCLUSIVE
+    ) -> str:
         self.sections += 1
         cs = f"{self.name}:{self.sections}"
+        extra = {"kind": asked.kind} | ({"limit": asked.limit} if asked.limit else {})
+        extra |= {"set": fields["set"]} if fields.get("set") else {}
         self.recorder.write(
             "cs_enter",
             cs=cs,
@@ -197,23 +285,37 @@ class Operations:
             acquired_at=fields["acquired_at"],
             expires_at=fields["expires_at"],
             acquire_t0=acquire_t0,
+            **extra,
         )
         return cs
 
-    def told(self, cs: str, how: str) -> None:
-        self.recorder.write("cs_told", cs=cs, t=now(), how=how)
+    def told(self, cs: str | None, how: str) -> None:
+        if cs is not None:
+            self.recorder.write("cs_told", cs=cs, t=now(), how=how)
 
-    def guarded_work(
-        self, cs: str, resource: str, token: int, body: float, lost: Callable[[], bool]
+    # -- what a holder does inside -----------------------------------------------------
+
+    def work(
+        self,
+        cs: str,
+        asked: Asked,
+        resource: str,
+        token: int,
+        body: float,
+        lost: Callable[[], bool],
     ) -> None:
-        """Write to the guarded store, then work for ``body`` seconds, writing again
-        every second of it; a holder that knows its lock is lost stops writing."""
+        """``body`` seconds of work as the holder's kind does it: a writer (or
+        leader) writes to the guarded store, a reader reads it, a permit's
+        holder uses its slot; each stops once it knows its hold is lost."""
         while True:
             if lost():
                 self.told(cs, "lost")
                 return
-            self.fenced_write(cs, resource, token)
-            step = min(body, 1.0)
+            if asked.kind == "shared":
+                self.fenced_read(cs, resource, token)
+            elif asked.kind != "permit":
+                self.fenced_write(cs, resource, token)
+            step = min(body, 1.0 if asked.kind != "leader" else 0.1)
             if step <= 0:
                 return
             pause(step)
@@ -238,8 +340,23 @@ class Operations:
         )
         return accepted
 
+    def fenced_read(self, cs: str, resource: str, token: int) -> bool | None:
+        t0 = now()
+        try:
+            accepted, counter = self.store.read(resource, token)
+        except Exception as error:  # the store's database failed
+            self.recorder.write(
+                "cs_read", cs=cs, token=token, t0=t0, t1=now(), error=error_fields(error)
+            )
+            return None
+        self.recorder.write(
+            "cs_read", cs=cs, token=token, t0=t0, t1=now(), accepted=accepted, counter=counter
+        )
+        return accepted
 
-def _seconds(ttl: float) -> Any:
-    from datetime import timedelta
 
-    return timedelta(seconds=ttl)
+def fresh(lock_event: dict[str, Any], ttl: float) -> dict[str, Any]:
+    """A ``lock()`` hold's fields with the ``acquired_at`` of a fresh grant
+    (its expiry less the ttl), which the handle does not say."""
+    expires_at = datetime.fromisoformat(lock_event["expires_at"])
+    return lock_event | {"acquired_at": iso(expires_at - timedelta(seconds=ttl))}

@@ -1,25 +1,37 @@
-"""A run's figures: operations, critical sections, faults by kind, violations
-by invariant, and errors that no fault explains; and the table they print as."""
+"""A run's figures: operations, critical sections by kind, readers that held
+together, faults by kind, violations by invariant, and errors that no fault
+explains; and the table they print as."""
 
 from __future__ import annotations
 
 from collections import Counter
 from typing import Any
 
+from tests.torture.check_holds import reader_overlaps
 from tests.torture.checker import check
 from tests.torture.history import Event
-from tests.torture.sections import LOCK_OPS
+from tests.torture.sections import LOCK_OPS, read
+from tests.torture.violations import INVARIANTS, Violation
 
 # After a fault ends, calls may still fail for this long (reconnecting).
 SETTLE = 5.0
-INVARIANTS = {
-    1: "no overlapping critical sections",
-    2: "fencing tokens increase",
-    3: "only the owner renews/releases",
-    4: "a fault raises",
-    5: "counter = accepted writes",
-    6: "no committed lock lost",
-}
+# What a lock call may raise besides a database error: a wait that timed out
+# or a refused upgrade, a handle found lost, a renew of nothing. (A
+# LockHeldByCaller is invariant 9's.) Anything else is a failure of the run.
+EXPECTED = {"LockNotAcquired", "LockHeldByCaller", "LockExpired", "DoesNotExist"}
+KINDS = ("exclusive", "shared", "permit", "leader")
+TITLES = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mariadb": "MariaDB"}
+
+
+def examples(violations: list[Violation], per_invariant: int = 3) -> list[str]:
+    """A few messages of each invariant's violations."""
+    shown: Counter[int] = Counter()
+    messages = []
+    for violation in violations:
+        shown[violation.invariant] += 1
+        if shown[violation.invariant] <= per_invariant:
+            messages.append(f"[{violation.invariant}] {violation.message}")
+    return messages
 
 
 def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[str, Any]:
@@ -32,11 +44,18 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
         and e.get("error", {}).get("db")
         and not any(f["t0"] - 0.5 <= e["t1"] and e["t0"] <= f["t1"] + SETTLE for f in faults)
     ]
-    writes = Counter(
-        "accepted" if e.get("accepted") else "refused" if "accepted" in e else "failed"
+    writes = _answers(events, "cs_write")
+    reads = _answers(events, "cs_read")
+    other = [
+        e
         for e in events
-        if e["op"] == "cs_write"
-    )
+        if e["op"] in LOCK_OPS
+        and "error" in e
+        and not e["error"].get("db")
+        and e["error"]["class"] not in EXPECTED
+    ]
+    entered = [e for e in events if e["op"] == "cs_enter"]
+    readers, together = reader_overlaps(read(events))
     crashed = {
         name: process.returncode
         for name, process in run.processes.items()
@@ -47,11 +66,19 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
         "seconds": round(seconds),
         "processes": sum(1 for name in run.processes if name[1:].isdigit()),
         "operations": sum(1 for e in events if e["op"] in LOCK_OPS),
-        "sections": sum(1 for e in events if e["op"] == "cs_enter"),
+        "sections": len(entered),
+        "kinds": dict(Counter(e.get("kind", "exclusive") for e in entered)),
+        "in_sets": sum(1 for e in entered if e.get("set")),
+        "readers": {"sections": readers, "overlapping pairs": together},
         "writes": dict(writes),
+        "reads": dict(reads),
         "faults": dict(run.faults),
         "violations": {n: sum(1 for v in violations if v.invariant == n) for n in INVARIANTS},
-        "violation_messages": [f"[{v.invariant}] {v.message}" for v in violations[:20]],
+        "violation_messages": examples(violations),
+        "other_errors": len(other),
+        "other_examples": [
+            f"{e['p']} {e['op']}: {e['error']['class']}: {e['error']['message']}" for e in other[:5]
+        ],
         "unexplained_errors": len(unexplained),
         "unexplained_examples": [
             f"{e['p']} {e['op']}: {e['error']['class']}: {e['error']['message']}"
@@ -62,18 +89,29 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
     }
 
 
+def _answers(events: list[Event], op: str) -> Counter[str]:
+    """Fenced writes or reads: accepted, refused, failed (an error)."""
+    return Counter(
+        "accepted" if e.get("accepted") else "refused" if "accepted" in e else "failed"
+        for e in events
+        if e["op"] == op
+    )
+
+
 def combine(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """The figures of several runs on one database, added up."""
     total: dict[str, Any] = dict(summaries[0])
     for summary in summaries[1:]:
-        for key in ("seconds", "operations", "sections", "unexplained_errors"):
-            total[key] += summary[key]
-        for key in ("writes", "faults", "violations"):
-            merged = Counter(total[key])
-            merged.update(summary[key])
+        for key in ("seconds", "operations", "sections", "in_sets"):
+            total[key] += summary.get(key, 0)
+        for key in ("unexplained_errors", "other_errors"):
+            total[key] += summary.get(key, 0)
+        for key in ("writes", "reads", "faults", "violations", "kinds", "readers"):
+            merged = Counter(total.get(key, {}))
+            merged.update(summary.get(key, {}))
             total[key] = dict(merged)
-        total["violation_messages"] = total["violation_messages"] + summary["violation_messages"]
-        total["unexplained_examples"] += summary["unexplained_examples"]
+        for key in ("violation_messages", "unexplained_examples", "other_examples"):
+            total[key] = total.get(key, []) + summary.get(key, [])
         total["crashed"] = {**total["crashed"], **summary["crashed"]}
         total["failed_scenarios"] = total.get("failed_scenarios", []) + summary.get(
             "failed_scenarios", []
@@ -88,15 +126,23 @@ def passed(summary: dict[str, Any]) -> bool:
     return (
         not any(summary["violations"].values())
         and not summary["unexplained_errors"]
-        and (not summary["crashed"])
+        and not summary.get("other_errors")
+        and not summary["crashed"]
     )
 
 
+def _three(counts: dict[str, int]) -> str:
+    """accepted / refused / failed"""
+    return " / ".join(f"{counts.get(key, 0):,}" for key in ("accepted", "refused", "failed"))
+
+
 def table(summary: dict[str, Any]) -> str:
-    title = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}[summary["database"]]
+    title = TITLES[summary["database"]]
     if "durability" in summary:
         d = summary["durability"]
         title += f" durability: {d['setting']} (fsync={d['fsync']})"
+    kinds = summary.get("kinds", {})
+    readers = summary.get("readers", {})
     lines = [
         f"## {title}: {summary['processes']} processes, {summary['seconds']} s"
         + (f", {summary['runs']} runs" if summary.get("runs") else ""),
@@ -105,9 +151,13 @@ def table(summary: dict[str, Any]) -> str:
         "| --- | --- |",
         f"| operations | {summary['operations']:,} |",
         f"| critical sections | {summary['sections']:,} |",
-        f"| fenced writes (accepted / refused / failed) | "
-        f"{summary['writes'].get('accepted', 0):,} / {summary['writes'].get('refused', 0):,} / "
-        f"{summary['writes'].get('failed', 0):,} |",
+        f"| of them exclusive / shared / permit / leader | "
+        f"{' / '.join(f'{kinds.get(kind, 0):,}' for kind in KINDS)} |",
+        f"| of them parts of all-or-nothing sets | {summary.get('in_sets', 0):,} |",
+        f"| reader sections / pairs of readers that held together | "
+        f"{readers.get('sections', 0):,} / {readers.get('overlapping pairs', 0):,} |",
+        f"| fenced writes (accepted / refused / failed) | {_three(summary['writes'])} |",
+        f"| fenced reads (accepted / refused / failed) | {_three(summary.get('reads', {}))} |",
     ]
     for kind, count in sorted(summary["faults"].items()):
         lines.append(f"| fault: {kind} | {count} |")
@@ -115,6 +165,7 @@ def table(summary: dict[str, Any]) -> str:
         count = summary["violations"].get(number, summary["violations"].get(str(number), 0))
         lines.append(f"| violations of {number} ({name}) | {count} |")
     lines.append(f"| database errors no fault explains | {summary['unexplained_errors']} |")
+    lines.append(f"| other exceptions of lock calls | {summary.get('other_errors', 0)} |")
     if summary["crashed"]:
         lines.append(f"| crashed processes | {summary['crashed']} |")
     if summary.get("failed_scenarios"):
@@ -125,6 +176,7 @@ def table(summary: dict[str, Any]) -> str:
             f"| clock skew ±1 h (demonstration) | took over a valid lock: {demo['took_over']}; "
             f"violations {demo['violations']} |"
         )
-    for message in summary["violation_messages"][:10] + summary["unexplained_examples"]:
+    notes = summary["violation_messages"][:36] + summary["unexplained_examples"]
+    for message in notes + summary.get("other_examples", []):
         lines.append(f"\n- {message}")
     return "\n".join(lines)

@@ -14,36 +14,45 @@ from pathlib import Path
 from typing import Any
 
 from tests.torture import store
-from tests.torture.database import Postgres, sqlite_snapshot
+from tests.torture.database import Server, sqlite_snapshot
 from tests.torture.history import Recorder, load, now
-from tests.torture.operations import Operations
+from tests.torture.kinds import KindOperations
 
+# Read-write locks: writers (exclusive), readers (shared), reentrant holds of
+# either, upgrades and downgrades, and all-or-nothing sets of them.
 RESOURCES = ["r0", "r1", "r2", "r3"]
+# Semaphores, each with its one limit (another limit would be a mismatch).
+SEMAPHORES = {"sem:2": 2, "sem:3": 3}
+# What leaders campaign for.
+LEADERS = ["leader"]
 VICTIM_RESOURCES = ["victim:kill", "victim:stop", "victim:renew", "victim:wait", "victim:ro"]
+VICTIM_RESOURCES += ["victim:kill-shared", "victim:stop-shared", "victim:leader"]
 SKEW_RESOURCES = ["skew:plus", "skew:minus"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
 class Run:
-    """The runner's side of a run: ``kind`` is "sqlite" or "postgresql";
-    ``url`` the lock database (Django's settings read it from the environment)."""
+    """The runner's side of a run: ``kind`` is "sqlite", "postgresql" or
+    "mariadb"; ``url`` the lock database (Django's settings read it from the
+    environment); ``server`` the server to strike (None for SQLite)."""
 
-    def __init__(self, kind: str, directory: Path, url: str, postgres: Postgres | None) -> None:
+    def __init__(self, kind: str, directory: Path, url: str, server: Server | None) -> None:
         self.kind = kind
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.url = url
-        self.postgres = postgres
+        self.server = server
         self.sqlite_file = url.removeprefix("sqlite:///") if kind == "sqlite" else None
-        self.store_location = url if kind == "postgresql" else str(directory / "store.sqlite3")
+        self.store_location = url if kind != "sqlite" else str(directory / "store.sqlite3")
         self.stop_file = directory / "stop"
         self.processes: dict[str, subprocess.Popen[str]] = {}
         self.faults: dict[str, int] = {}
         self.recorder = Recorder(directory / "runner.jsonl", "runner")
-        self.operations: Operations | None = None
+        self.operations: KindOperations | None = None
         self.failed_scenarios: list[str] = []
         self.spares = False  # prespawn the next victim after each use (more rounds follow)
-        self._specs: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._specs: dict[str, tuple[str, dict[str, Any], list[dict[str, Any]]]] = {}
+        self.options: dict[str, dict[str, Any]] = {}  # each victim's options
         self._spawned: dict[str, int] = {}
         self._ready: dict[str, tuple[str, subprocess.Popen[str]]] = {}
 
@@ -53,9 +62,10 @@ class Run:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
-        store.create(self.kind, self.store_location, RESOURCES + VICTIM_RESOURCES + SKEW_RESOURCES)
-        the_store = store.open_store(self.kind, self.store_location, "torture/runner/store")
-        self.operations = Operations(self.recorder, the_store, random.Random())
+        guarded = RESOURCES + LEADERS + VICTIM_RESOURCES + SKEW_RESOURCES
+        store.create(self.store_location, guarded)
+        the_store = store.open_store(self.store_location, "torture/runner/store")
+        self.operations = KindOperations(self.recorder, the_store, random.Random())
 
     # -- processes -------------------------------------------------------------------
 
@@ -70,10 +80,12 @@ class Run:
             "name": name,
             "role": role,
             "history": str(history),
-            "store_kind": self.kind,
             "store": self.store_location,
+            "sessions": str(self.directory),
             "stop_files": [str(self.stop_file), str(self.directory / f"{name}.stop")],
             "resources": RESOURCES,
+            "semaphores": SEMAPHORES,
+            "leaders": LEADERS,
             "wait_for_go": wait_for_go,
             **config,
         }
@@ -95,12 +107,23 @@ class Run:
         self.processes[name] = process
         return process
 
-    def prespawn(self, base: str, role: str, **options: Any) -> None:
-        """Start the next process for ``victim(base)``, waiting for its go."""
-        self._specs[base] = (role, options)
+    def prespawn(
+        self,
+        base: str,
+        role: str,
+        *,
+        rotation: list[dict[str, Any]] | None = None,
+        **options: Any,
+    ) -> None:
+        """Start the next process for ``victim(base)``, waiting for its go. With
+        ``rotation``, the successive processes take its options in turn (a
+        victim of another kind of hold each round)."""
+        self._specs[base] = (role, options, rotation or [{}])
         self._spawned[base] = self._spawned.get(base, 0) + 1
         name = f"{base}-{self._spawned[base]}"
-        self._ready[base] = (name, self.spawn(name, role, wait_for_go=True, **options))
+        turn = rotation[(self._spawned[base] - 1) % len(rotation)] if rotation else {}
+        self.options[name] = options | turn
+        self._ready[base] = (name, self.spawn(name, role, wait_for_go=True, **options, **turn))
 
     def victim(self, base: str) -> tuple[str, subprocess.Popen[str]]:
         """The process prespawned for ``base``, told to go; a spare is started
@@ -110,8 +133,8 @@ class Run:
         process.stdin.write("go\n")
         process.stdin.flush()
         if self.spares:
-            role, options = self._specs[base]
-            self.prespawn(base, role, **options)
+            role, options, rotation = self._specs[base]
+            self.prespawn(base, role, rotation=rotation, **options)
         return name, process
 
     def expect(self, process: subprocess.Popen[str], word: str, timeout: float = 60) -> bool:
@@ -167,17 +190,16 @@ class Run:
 
     def snapshot(self) -> None:
         t0 = now()
-        if self.kind == "postgresql":
-            assert self.postgres is not None
-            db_now, rows = self.postgres.snapshot(self.url)
+        if self.server is not None:
+            db_now, rows, holds = self.server.snapshot(self.url)
         else:
             assert self.sqlite_file is not None
-            db_now, rows = sqlite_snapshot(self.sqlite_file)
-        self.recorder.write("snapshot", t0=t0, t1=now(), now=db_now, rows=rows)
+            db_now, rows, holds = sqlite_snapshot(self.sqlite_file)
+        self.recorder.write("snapshot", t0=t0, t1=now(), now=db_now, rows=rows, holds=holds)
 
     def close(self) -> list[dict[str, Any]]:
         """Stop everything, record the store's final state, and return the history."""
         self.stop_workers()
         self.snapshot()
-        self.recorder.write("store_final", **store.dump(self.kind, self.store_location))
+        self.recorder.write("store_final", **store.dump(self.store_location))
         return load(sorted(self.directory.glob("*.jsonl")))

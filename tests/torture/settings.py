@@ -1,5 +1,6 @@
 """Django settings of the torture runner and its workers: the lock database
-comes from ``TORTURE_DATABASE_URL`` (a SQLite file or a PostgreSQL database)."""
+comes from ``TORTURE_DATABASE_URL`` (a SQLite file, a PostgreSQL or a MariaDB
+database)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 DATABASES = {"default": dj_database_url.parse(os.environ["TORTURE_DATABASE_URL"])}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["OPTIONS"] = {"transaction_mode": "IMMEDIATE", "timeout": 30}
-else:
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
     # A dead server must not hang a worker: connecting gives up after a few seconds.
+    DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4", "connect_timeout": 3}
+else:
     DATABASES["default"]["OPTIONS"] = {"connect_timeout": 3}
 
 LOGGING = {

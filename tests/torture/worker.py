@@ -21,17 +21,19 @@ import django
 
 def main() -> None:
     config: dict[str, Any] = json.loads(sys.argv[1])
+    if "FAKETIME" in os.environ:
+        _sleep_under_faketime()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.torture.settings")
     django.setup()
     from tests.torture.history import Recorder
-    from tests.torture.operations import Operations
+    from tests.torture.kinds import KindOperations
     from tests.torture.store import open_store
 
     name = config["name"]
-    _name_connections(name)
+    _name_connections(name, Path(config["sessions"]))
     recorder = Recorder(config["history"], name)
-    store = open_store(config["store_kind"], config["store"], f"torture/{name}/store")
-    operations = Operations(recorder, store, random.Random())
+    store = open_store(config["store"], f"torture/{name}/store")
+    operations = KindOperations(recorder, store, random.Random())
     if config["wait_for_go"]:
         _connect()  # connected before the scenario starts
         if sys.stdin.readline().strip() != "go":
@@ -39,6 +41,23 @@ def main() -> None:
         _drop_if_broken()  # the server may have restarted while this spare waited
     ROLES[config["role"]](operations, config)
     _say(f"done {operations.ops} {operations.sections}")
+
+
+def _sleep_under_faketime() -> None:
+    """Under libfaketime with the monotonic clock left alone (the history's
+    clock), ``time.sleep`` fails with EINVAL (libfaketime mangles the absolute
+    monotonic deadline of Python's clock_nanosleep): an artefact of the fake
+    clock, not of a skewed host, so this process sleeps on an event instead
+    (the library's ``lock([...])`` backs off with ``time.sleep``)."""
+    import time
+    from typing import SupportsIndex
+
+    from tests.torture.history import pause
+
+    def sleep(seconds: float | SupportsIndex) -> None:
+        pause(float(seconds))
+
+    time.sleep = sleep
 
 
 def _connect() -> None:
@@ -68,78 +87,77 @@ def _say(line: str) -> None:
     sys.stdout.flush()
 
 
-def _name_connections(name: str) -> None:
-    """Give each PostgreSQL session an application_name that tells the runner
-    whose it is: ``torture/<process>/main`` or ``torture/<process>/thread``
-    (the auto-renew thread's)."""
+def _name_connections(name: str, sessions: Path) -> None:
+    """Say which database session is whose, for the runner to terminate:
+    PostgreSQL's application_name ``torture/<process>/main`` or
+    ``torture/<process>/thread`` (the auto-renew thread's); MariaDB has none,
+    so the connection's id goes to ``sessions``/``torture+<process>+<thread>.id``."""
     from django.db.backends.signals import connection_created
 
     def name_session(sender: Any, connection: Any, **kwargs: Any) -> None:
-        if connection.vendor != "postgresql":
-            return
         thread = "main" if threading.current_thread() is threading.main_thread() else "thread"
+        session = f"torture/{name}/{thread}"
         with connection.cursor() as cursor:
-            cursor.execute("SET application_name = %s", [f"torture/{name}/{thread}"])
+            if connection.vendor == "postgresql":
+                cursor.execute("SET application_name = %s", [session])
+            elif connection.vendor == "mysql":
+                cursor.execute("SELECT CONNECTION_ID()")
+                path = sessions / (session.replace("/", "+") + ".id")
+                new = path.with_name(f"{path.name}.{threading.get_ident()}")
+                new.write_text(str(cursor.fetchone()[0]))
+                new.replace(path)  # at once: the runner never reads half an id
 
     connection_created.connect(name_session, weak=False)
 
 
 def mix(operations: Any, config: dict[str, Any]) -> None:
-    """Random operations until the stop file exists."""
-    rng, resources = operations.rng, config["resources"]
-    stops = [Path(path) for path in config["stop_files"]]
-    while not any(stop.exists() for stop in stops):
-        resource = rng.choice(resources)
-        roll = rng.random()
-        ttl = rng.choice((0.5, 1.0, 2.0))
-        body = rng.uniform(0, 0.003)
-        if roll < 0.45:
-            operations.manager_section(resource, ttl, body)
-        elif roll < 0.65:
-            operations.lock_section(resource, ttl, body, rng.uniform(0.2, 1.0), False)
-        elif roll < 0.75:
-            operations.lock_section(resource, ttl, body, None, False)
-        elif roll < 0.77:
-            operations.lock_section(resource, 0.6, 1.0, 2.0, True)  # body longer than the ttl
-        elif roll < 0.87:
-            stranger = f"{operations.name}.stranger"
-            if rng.random() < 0.5:
-                operations.release(resource, stranger)
-            else:
-                operations.renew(resource, stranger, ttl)
-        elif roll < 0.90:
-            operations.force_release(resource)
-        elif roll < 0.94:
-            operations.purge(command=rng.random() < 0.1)
-        else:
-            operations.manager_section(resource, ttl, 0)
+    """Random calls of every kind until the stop file exists (``tests.torture.mix``)."""
+    from tests.torture.mix import mix as random_calls
+
+    random_calls(operations, config)
 
 
 def hold(operations: Any, config: dict[str, Any]) -> None:
-    """Enter ``lock()`` on the resource, say ready, and stay inside for
-    ``body`` seconds (the runner kills or pauses the process meanwhile). Then,
-    as a holder that was paused would: write with its token anyway (the store
-    must refuse it when another holder wrote since), renew, and leave."""
+    """Enter ``lock()`` on the resource (``kind``: exclusive, shared, a permit
+    of ``limit``, or a leader waiting without end), say ready, and stay inside
+    for ``body`` seconds (the runner kills or pauses the process meanwhile).
+    Then, as a holder that was paused would: write (a reader: read) with its
+    token anyway (the store must refuse it when a later holder wrote since),
+    renew, and leave."""
     from django_dlock import lock
+    from tests.torture.asked import Asked
     from tests.torture.history import now, pause
 
-    resource, ttl = config["resource"], config["ttl"]
-    context = lock(resource, owner=f"{operations.name}.0", ttl=ttl, timeout=30,
-                   auto_renew=config.get("auto_renew", False))  # fmt: skip
-    fields = {"resource": resource, "owner": f"{operations.name}.0", "ttl": ttl, "timeout": 30}
-    entered = operations.enter_lock(context, fields)
+    resource, ttl, kind = config["resource"], config["ttl"], config.get("kind", "exclusive")
+    asked = Asked(shared=kind == "shared", limit=config.get("limit"), leader=kind == "leader")
+    timeout = float("inf") if asked.leader else 30
+    owner = f"{operations.name}.0"
+    context = lock(
+        resource, owner=owner, ttl=ttl, timeout=timeout,
+        auto_renew=config.get("auto_renew", False) or asked.leader,
+        label=f"{operations.name} {kind}", **asked.arguments(),
+    )  # fmt: skip
+    fields = {"resource": resource, "owner": owner, "ttl": ttl, "timeout": timeout}
+    entered = operations.enter_lock(context, fields | asked.fields(), asked)
     if entered is None:
         _say("failed")
         return
     handle, cs, _ = entered
-    operations.fenced_write(cs, resource, handle.fencing_token)
+
+    def touch() -> None:  # the work its kind does with the guarded store
+        if asked.kind == "shared":
+            operations.fenced_read(cs, resource, handle.fencing_token)
+        elif asked.kind != "permit":
+            operations.fenced_write(cs, resource, handle.fencing_token)
+
+    touch()
     _say("ready")
     end = now() + config["body"]
     while now() < end:
         pause(0.05)
     if handle.lost.is_set():
         operations.told(cs, f"lost: {handle.lost_reason}")
-    operations.fenced_write(cs, resource, handle.fencing_token)  # stale if paused
+    touch()  # stale if paused
     if config.get("renew"):
         _renew_handle(operations, handle, cs)
     operations.leave_lock(context, handle, cs)
@@ -174,14 +192,34 @@ def every_call(operations: Any, config: dict[str, Any]) -> None:
     """Each lock call once, against a database that cannot take writes. The
     runner holds ``resource`` for this process's ``owner``, so
     that every call has something to write; ``free`` was never locked."""
+    from django_dlock.models import DistributedLock
+    from tests.torture.asked import Asked
+
     resource, owner, free = config["resource"], config["owner"], config["free"]
     operations.acquire(resource, owner, 5)
+    operations.acquire(resource, owner, 5, Asked(reentrant=True))
     operations.renew(resource, owner, 5)
     operations.release(resource, owner)
+    operations.call(
+        "release_all",
+        lambda: {
+            "results": [r.value for r in DistributedLock.objects.release_all([resource], owner)]
+        },
+        resources=[resource],
+        owner=owner,
+        set=owner,
+    )
     operations.force_release(resource)
+    operations.force_release(resource, owner)
     operations.purge(command=False)
     operations.lock_section(free, 5, 0, None, False)
     operations.lock_section(free, 5, 0, 1.0, False)
+    operations.acquire(f"{free}:shared", f"{owner}.reader", 5, Asked(shared=True))
+    operations.lock_section(f"{free}:shared", 5, 0, 1.0, False, Asked(shared=True))
+    operations.acquire(f"{free}:sem", f"{owner}.permit", 5, Asked(limit=2))
+    operations.lock_section(f"{free}:sem", 5, 0, 1.0, False, Asked(limit=2))
+    operations.several_section([(f"{free}:a", False), (f"{free}:b", True)], 5, 0, None)
+    operations.several_section([(f"{free}:b", True), (f"{free}:a", False)], 5, 0, 1.0)
 
 
 def sqlite_write_lock(operations: Any, config: dict[str, Any]) -> None:

@@ -1,0 +1,134 @@
+"""Library bugs the torture run found, each shown by a small test that fails
+until the library is fixed (``xfail(strict=True)``: the fix turns the xfail
+into a failure, and the marker is then removed)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from django.conf import settings
+
+from django_dlock import LockExpired, LockNotAcquired, lock
+from django_dlock.models import DistributedLock
+from tests import workers_torture
+from tests.utils import database_settings, run_in_processes, spawn
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ON_SQLITE = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
+
+
+@pytest.mark.xfail(
+    not ON_SQLITE,
+    strict=True,
+    raises=AssertionError,
+    reason="a purge batch and acquire_all lock several rows in different orders (PostgreSQL: "
+    "ctid and name) and deadlock; the database's deadlock error reaches the caller "
+    "(PostgreSQL: either; MariaDB, which retries error 1213 in acquire_all: the purge)",
+)
+def test_purges_beside_all_or_nothing_acquisitions_raise_no_deadlock() -> None:
+    """The torture run's PostgreSQL short profile: ``purge_expired()`` and
+    ``lock([...])`` raised ``OperationalError: deadlock detected`` (the
+    contract: no lost race surfaces as an exception); on MariaDB the purge
+    raises error 1213. Two processes purge and two take three of four locks at
+    once, until one raises (5 s at most)."""
+    start = spawn.Barrier(4)
+    results = run_in_processes(
+        workers_torture.purge_or_take_all,
+        [(database_settings(), purging, 5.0, start) for purging in (True, True, False, False)],
+    )
+    assert [error for errors in results for error in errors] == []
+
+
+@pytest.mark.xfail(
+    ON_SQLITE,
+    strict=True,
+    raises=AssertionError,
+    reason="SQLite: a release hands the lock to a reentrant waiter while the waiter's own "
+    "take is under way; the take then finds it the holder and adds a hold: one entry holds "
+    "twice, its exit answers DECREMENTED (LockExpired) and the lock stays held after it",
+)
+def test_a_reentrant_waiter_handed_the_lock_holds_it_once() -> None:
+    """The torture run's SQLite long profile (dev run): a ``lock(reentrant=True)``
+    that waited behind a reader was granted with a hold count of 2; its exit
+    raised ``LockExpired`` and its owner kept the lock until the ttl ran out.
+    Three processes enter ``lock(reentrant=True)`` and three read beside them
+    (a reader admitted beside others wakes the head of the queue early), until
+    one entry holds twice (6 s at most)."""
+    start, found = spawn.Barrier(6), spawn.Event()
+    readers = (False, False, False, True, True, True)
+    results = run_in_processes(
+        workers_torture.reenter_or_read,
+        [(database_settings(), reader, 6.0, start, found) for reader in readers],
+    )
+    assert [wrong for process in results for wrong in process] == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="lock(reentrant=True) nested in a hold that was lost (force-released, or "
+    "expired) and is free takes a new grant and counts it as a re-entry: the handle "
+    "keeps the old token, the hold has one count where lock() has two",
+)
+def test_a_reentry_into_a_lost_hold_is_no_reentry() -> None:
+    """The torture run's SQLite long profile (dev run): an operator
+    force-released a ``lock(reentrant=True)``'s hold, then the holder entered
+    it again; the re-entry got token 155 where the handle kept 138, the inner
+    exit released the new grant (lock() raised ``LockExpired``), and a release
+    by the handle's owner succeeded after others had held the lock. A
+    re-entry must either add a hold to the hold it has, or say it was lost."""
+    Locks = DistributedLock.objects
+    with contextlib.suppress(LockExpired), lock("found:lost", reentrant=True, ttl=30) as held:
+        Locks.force_release("found:lost")  # an operator; the lock is free now
+        with contextlib.suppress(LockExpired, LockNotAcquired), lock("found:lost", reentrant=True):
+            [hold] = Locks.holders("found:lost")
+            assert (hold.fencing_token, hold.hold_count) == (held.fencing_token, 2)
+
+
+@pytest.mark.requires_postgres
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="PostgreSQL: the portable acquisition (readers, permits, acquire_all) inserts a "
+    "purged resource's row with a token above the fencing floor its INSERT's snapshot saw, "
+    "which predates the purge that deleted the row (the insert waited for it): the purged "
+    "row's token is issued again",
+)
+def test_no_token_is_issued_twice_beside_purges() -> None:
+    """The torture run's PostgreSQL long profile (dev run): token 876 of a
+    resource went to an exclusive holder, and 10 ms after its release to the
+    exclusive part of an ``acquire_all`` (invariant 2). Two processes take and
+    release readers' holds of one resource, one purges, for 10 s: no token may
+    go to two owners (the contract: larger than every token issued earlier,
+    also after purges)."""
+    start = spawn.Barrier(3)
+    results = run_in_processes(
+        workers_torture.read_or_purge,
+        [(database_settings(), purging, 10.0, start) for purging in (False, False, True)],
+    )
+    owners: dict[int, set[str]] = {}
+    for token, owner in (taken for process in results for taken in process):
+        owners.setdefault(token, set()).add(owner)
+    assert {token: sorted(o) for token, o in owners.items() if len(o) > 1} == {}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=pytest.fail.Exception,
+    reason="a handle's downgrade() or upgrade() of a hold that was lost (force-released, or "
+    "expired) and is free takes a new grant and reports a change of mode: its holder is "
+    "never told that the hold it had was lost",
+)
+@pytest.mark.parametrize("shared", [False, True], ids=["downgrade", "upgrade"])
+def test_a_change_of_mode_of_a_lost_hold_says_it_was_lost(shared: bool) -> None:
+    """The torture run's SQLite long profile: an operator force-released a
+    writer's hold, another writer took the lock and wrote, released it, then
+    the first one's ``downgrade()`` succeeded (a new reader's grant): it was
+    never told, and the two writers' increments of the guarded counter met
+    (invariants 1 and 5). A change of mode is of the hold one has."""
+    with contextlib.suppress(LockExpired), lock("found:mode", shared=shared, ttl=30) as held:
+        DistributedLock.objects.force_release("found:mode")  # an operator; the lock is free now
+        with pytest.raises((LockExpired, LockNotAcquired)):
+            held.upgrade() if shared else held.downgrade()
