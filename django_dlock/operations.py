@@ -49,6 +49,7 @@ class LockOperations(Generic[_Lock]):
         limit: int | None = None,
         label: str = "",
         ticket: int | None = None,
+        held_token: int | None = None,
     ) -> Claim:
         """What an acquisition of ``resource`` by ``owner`` asks for (the
         arguments not yet checked are checked here)."""
@@ -63,6 +64,7 @@ class LockOperations(Generic[_Lock]):
             reentrant=bool(reentrant),
             label=validate_label(label),
             ticket=ticket,
+            held_token=held_token,
         )
 
     def claims(

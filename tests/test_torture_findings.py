@@ -1,10 +1,10 @@
-"""Library bugs the torture run found, each shown by a small test that fails
-until the library is fixed (``xfail(strict=True)``: the fix turns the xfail
-into a failure, and the marker is then removed)."""
+"""Library bugs the torture run found, each shown by a small test that failed
+before its fix (the run's history is in docs/reliability.md)."""
 
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -19,14 +19,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ON_SQLITE = settings.DATABASES["default"]["ENGINE"].endswith("sqlite3")
 
 
-@pytest.mark.xfail(
-    not ON_SQLITE,
-    strict=True,
-    raises=AssertionError,
-    reason="a purge batch and acquire_all lock several rows in different orders (PostgreSQL: "
-    "ctid and name) and deadlock; the database's deadlock error reaches the caller "
-    "(PostgreSQL: either; MariaDB, which retries error 1213 in acquire_all: the purge)",
-)
 def test_purges_beside_all_or_nothing_acquisitions_raise_no_deadlock() -> None:
     """The torture run's PostgreSQL short profile: ``purge_expired()`` and
     ``lock([...])`` raised ``OperationalError: deadlock detected`` (the
@@ -41,14 +33,6 @@ def test_purges_beside_all_or_nothing_acquisitions_raise_no_deadlock() -> None:
     assert [error for errors in results for error in errors] == []
 
 
-@pytest.mark.xfail(
-    ON_SQLITE,
-    strict=True,
-    raises=AssertionError,
-    reason="SQLite: a release hands the lock to a reentrant waiter while the waiter's own "
-    "take is under way; the take then finds it the holder and adds a hold: one entry holds "
-    "twice, its exit answers DECREMENTED (LockExpired) and the lock stays held after it",
-)
 def test_a_reentrant_waiter_handed_the_lock_holds_it_once() -> None:
     """The torture run's SQLite long profile (dev run): a ``lock(reentrant=True)``
     that waited behind a reader was granted with a hold count of 2; its exit
@@ -65,37 +49,27 @@ def test_a_reentrant_waiter_handed_the_lock_holds_it_once() -> None:
     assert [wrong for process in results for wrong in process] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="lock(reentrant=True) nested in a hold that was lost (force-released, or "
-    "expired) and is free takes a new grant and counts it as a re-entry: the handle "
-    "keeps the old token, the hold has one count where lock() has two",
+@pytest.mark.parametrize(
+    "kind", [{}, {"shared": True}, {"limit": 2}], ids=["exclusive", "shared", "permit"]
 )
-def test_a_reentry_into_a_lost_hold_is_no_reentry() -> None:
+def test_a_reentry_into_a_lost_hold_is_no_reentry(kind: dict[str, Any]) -> None:
     """The torture run's SQLite long profile (dev run): an operator
     force-released a ``lock(reentrant=True)``'s hold, then the holder entered
     it again; the re-entry got token 155 where the handle kept 138, the inner
     exit released the new grant (lock() raised ``LockExpired``), and a release
     by the handle's owner succeeded after others had held the lock. A
-    re-entry must either add a hold to the hold it has, or say it was lost."""
+    re-entry adds a hold to the grant it has, or says that grant was lost (and
+    takes no new one)."""
     Locks = DistributedLock.objects
-    with contextlib.suppress(LockExpired), lock("found:lost", reentrant=True, ttl=30) as held:
+    with pytest.raises(LockExpired), lock("found:lost", reentrant=True, ttl=30, **kind) as held:
         Locks.force_release("found:lost")  # an operator; the lock is free now
-        with contextlib.suppress(LockExpired, LockNotAcquired), lock("found:lost", reentrant=True):
-            [hold] = Locks.holders("found:lost")
-            assert (hold.fencing_token, hold.hold_count) == (held.fencing_token, 2)
+        with lock("found:lost", reentrant=True, **kind):
+            pytest.fail("re-entered a hold that was lost")
+    assert held.is_lost
+    assert Locks.holders("found:lost") == []
 
 
 @pytest.mark.requires_postgres
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="PostgreSQL: the portable acquisition (readers, permits, acquire_all) inserts a "
-    "purged resource's row with a token above the fencing floor its INSERT's snapshot saw, "
-    "which predates the purge that deleted the row (the insert waited for it): the purged "
-    "row's token is issued again",
-)
 def test_no_token_is_issued_twice_beside_purges() -> None:
     """The torture run's PostgreSQL long profile (dev run): token 876 of a
     resource went to an exclusive holder, and 10 ms after its release to the
@@ -114,13 +88,6 @@ def test_no_token_is_issued_twice_beside_purges() -> None:
     assert {token: sorted(o) for token, o in owners.items() if len(o) > 1} == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason="a handle's downgrade() or upgrade() of a hold that was lost (force-released, or "
-    "expired) and is free takes a new grant and reports a change of mode: its holder is "
-    "never told that the hold it had was lost",
-)
 @pytest.mark.parametrize("shared", [False, True], ids=["downgrade", "upgrade"])
 def test_a_change_of_mode_of_a_lost_hold_says_it_was_lost(shared: bool) -> None:
     """The torture run's SQLite long profile: an operator force-released a

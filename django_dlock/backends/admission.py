@@ -13,6 +13,9 @@ are the contract's ("Lock kinds"), and each has a test of its own.
 - The holder again: a later expiry, the same token; reentrant, one hold more.
 - The only reader asking for the lock exclusively upgrades; the exclusive
   holder asking for it shared downgrades. Either is a new grant: a new token.
+- A re-entry or a change of mode (``claim.held_token``) is of the grant the
+  claimant holds: refused when that grant was lost, even where the resource is
+  free (a new grant in its place would hide the loss from its holder).
 - While a resource has holders, a claim of another kind (a semaphore where it
   is a lock, a lock where it is a semaphore, another limit) is a mismatch.
 """
@@ -56,10 +59,12 @@ def admit(
         mine = same_owner(header.owner, claim.owner)
         if claim.limit is not None:
             return Admission(Action.MISMATCH, kind=kind_of(None))
-        if not mine:
+        if not mine or not _holds_still(header, claim):
             return Admission(Action.REFUSE)
         return Admission(Action.DOWNGRADE if claim.shared else Action.AGAIN)
     # Free: nobody holds it.
+    if claim.held_token is not None:  # the grant it meant was lost
+        return Admission(Action.REFUSE)
     if claim.exclusive:
         return Admission(Action.TAKE)
     return _join(claim, holders=0, queued=queued)
@@ -71,6 +76,10 @@ def _admit_beside_shared(
     if claim.limit != header.limit:
         return Admission(Action.MISMATCH, kind=kind_of(header.limit))
     mine = next((hold for hold in holds if same_owner(hold.owner, claim.owner)), None)
+    if mine is not None and not _holds_still(mine, claim):
+        mine = None  # a grant of its own, but not the one it means
+    if mine is None and claim.held_token is not None:
+        return Admission(Action.REFUSE)
     if claim.exclusive:
         if mine is not None and len(holds) == 1:
             return Admission(Action.UPGRADE, hold=mine)
@@ -78,6 +87,11 @@ def _admit_beside_shared(
     if mine is not None:
         return Admission(Action.AGAIN_SHARED, hold=mine)
     return _join(claim, holders=len(holds), queued=queued)
+
+
+def _holds_still(hold: LockRow, claim: Claim) -> bool:
+    """Whether ``hold``, the claimant's, is the grant its claim means (any, without one)."""
+    return claim.held_token is None or hold.fencing_token == claim.held_token
 
 
 def _join(claim: Claim, *, holders: int, queued: tuple[int, int]) -> Admission:

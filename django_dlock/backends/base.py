@@ -75,6 +75,8 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
 
     def _take(self, claim: Claim) -> Taken:
         header = self.select_for_update(claim.resource)
+        if header is None and claim.held_token is not None:  # purged: the grant is lost
+            return Taken(row=None, previous_owner=None, renewed=False)
         if header is None:
             if claim.exclusive:
                 inserted = self.insert(

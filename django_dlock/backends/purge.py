@@ -57,13 +57,19 @@ class Purge(LockStatements, HoldStatements):
         ago: of a purged lock (the lock's row was the last to expire), and the
         crashed holders' among live ones. Their tokens need no floor: the
         lock's row counts every token granted on its resource."""
-        table, _, column = self._hold_names
         where, params = compile_where(self.hold_model, self.using, expired_q(older_than))
         if prefix:
             prefixed, prefix_params = compile_where(
                 self.hold_model, self.using, resource_prefix_q(prefix)
             )
             where, params = f"{where} AND {prefixed}", [*params, *prefix_params]
+        self._delete_expired_holds(where, params)
+
+    def _delete_expired_holds(self, where: str, params: list[Any]) -> None:
+        """Delete the holds that match ``where``. A vendor with row locks skips
+        those a lock operation holds (it may be waiting for a lock row this
+        purge holds)."""
+        table, _, _ = self._hold_names
         with self.connection.cursor() as cursor:
             cursor.execute(f"DELETE FROM {table} WHERE {where}", params)  # noqa: S608
 

@@ -38,6 +38,10 @@ class Claim:
     reentrant: bool = False  # the holder again adds a hold rather than only extending
     label: str = ""
     ticket: int | None = None  # lock()'s waiter, which leaves its queue once admitted
+    # A re-entry or a change of mode of the grant with this fencing token: refused
+    # unless the claimant holds that grant still (a hold that was lost is neither
+    # entered again nor replaced by a new grant its holder would take for it).
+    held_token: int | None = None
 
     @property
     def exclusive(self) -> bool:

@@ -131,7 +131,8 @@ class lock:
         entered = held_here.get(self.using, self.resource, holder)
         if entered is not None:
             self._check_reentry(entered)
-            return self._reenter(entered, self._take(entered.handle.owner)).handle
+            handle = entered.handle
+            return self._reenter(entered, self._take(handle.owner, handle.fencing_token)).handle
         return self._hold(holder, *self._acquire()).handle
 
     def __exit__(
@@ -189,7 +190,9 @@ class lock:
         entered = held_here.get(self.using, self.resource, holder)
         if entered is not None:
             self._check_reentry(entered)
-            return self._reenter(entered, await self._atake(entered.handle.owner)).handle
+            handle = entered.handle
+            acquired = await self._atake(handle.owner, handle.fencing_token)
+            return self._reenter(entered, acquired).handle
         return self._hold(holder, *await self._aacquire()).handle
 
     async def __aexit__(
@@ -229,11 +232,11 @@ class lock:
         )
         return acquired, wait.started
 
-    async def _atake(self, owner: str) -> Hold | None:
+    async def _atake(self, owner: str, held_token: int | None = None) -> Hold | None:
         manager = DistributedLock.objects.db_manager(self.using)
         return await release_if_cancelled(
             self.using,
-            run_in_lock_thread(self.using, self._take, owner),
+            run_in_lock_thread(self.using, self._take, owner, held_token),
             lambda: manager.release(self.resource, owner),
         )
 
@@ -305,7 +308,7 @@ class lock:
             on_lost=self.on_lost,
         )
 
-    def _claim(self, owner: str) -> Claim:
+    def _claim(self, owner: str, held_token: int | None = None) -> Claim:
         return DistributedLock.objects.db_manager(self.using).claim(
             self.resource,
             owner,
@@ -314,12 +317,13 @@ class lock:
             shared=self.shared,
             limit=self.limit,
             label=self.label,
+            held_token=held_token,
         )
 
-    def _take(self, owner: str) -> Hold | None:
-        """One non-blocking acquisition (a re-entry when ``owner`` holds it)."""
+    def _take(self, owner: str, held_token: int | None = None) -> Hold | None:
+        """One non-blocking acquisition; with ``held_token``, a re-entry of that grant."""
         manager = DistributedLock.objects.db_manager(self.using)
-        claim = self._claim(owner)
+        claim = self._claim(owner, held_token)
         hold = manager.take(claim)
         if hold is None:
             signals.send_refused(DistributedLock, claim)
@@ -359,8 +363,8 @@ class lock:
 
     def _reenter(self, entered: Entered, acquired: Hold | None) -> Entered:
         """Enter again a hold that this thread or task has entered already."""
-        if acquired is None:  # lost meanwhile, and held by another now
-            raise self._held()
+        if acquired is None:  # the re-entry of a grant is refused only when it was lost
+            raise entered.handle.lost_before("a re-entry")
         entered.depth += 1
         entered.handle.expires_at = acquired.expires_at
         self._entered.append(entered)

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django_dlock import signals
 from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
@@ -15,6 +16,9 @@ from django_dlock.locking.renewal import RenewalFailure, renew_lock
 from django_dlock.models import DistributedLock
 from django_dlock.rules import EXCLUSIVE, SHARED, Hold, ReleaseResult
 from django_dlock.threads import run_in_lock_thread
+
+if TYPE_CHECKING:
+    from django_dlock.managers import DistributedLockManager
 
 __all__ = ["EXPIRED_LOCALLY", "LockHandle", "report_lost"]
 
@@ -160,7 +164,13 @@ class LockHandle:
         ttl = ttl or self.ttl
         started = time.monotonic()
         manager = DistributedLock.objects.db_manager(self.using)
-        hold = manager.acquire(self.resource, self.owner, ttl, shared=shared)
+        # Of this grant only: one that was lost is not replaced by a new one.
+        claim = manager.claim(
+            self.resource, self.owner, ttl, shared=shared, held_token=self.fencing_token
+        )
+        hold = manager.take(claim)
+        if hold is None and (shared or not self._holds_still(manager)):
+            raise self.lost_before("its change of mode")
         if hold is None or hold.mode != (SHARED if shared else EXCLUSIVE):
             raise LockNotAcquired(
                 f"Cannot upgrade the lock on {self.resource!r}: other holders share it."
@@ -169,6 +179,19 @@ class LockHandle:
         self.expires_at = hold.expires_at
         self.mode = hold.mode
         self.deadline = started + ttl
+
+    def _holds_still(self, manager: DistributedLockManager[DistributedLock]) -> bool:
+        return any(
+            (hold.owner, hold.fencing_token) == (self.owner, self.fencing_token)
+            for hold in manager.holders(self.resource)
+        )
+
+    def lost_before(self, what: str) -> LockExpired:
+        """The hold was found lost (expired, or force-released) by ``what``:
+        marked lost, and the exception to raise."""
+        self.check_deadline()
+        self.mark_lost(f"it was no longer held at {what}")
+        return LockExpired(f"The lock on {self.resource!r} was lost: {self.lost_reason}.")
 
 
 class _LostEvent(threading.Event):

@@ -177,7 +177,9 @@ class MySQLBackend(LockBackend):
         #   the resource: so the purge raises the floor first, to the largest
         #   token of the batch as read (without locks) at the start.
         # "fencing_token <= that largest" keeps a lock released since then (and
-        # so expired, with a larger token) out of the batch.
+        # so expired, with a larger token) out of the batch. SKIP LOCKED: rows a
+        # lock operation holds stay for a later batch, so the purge waits for no
+        # lock row (acquire_all() locks several, in its own order).
         candidates = self._purge_candidates(older_than, prefix)
         batch = candidates.order_by(self.model._meta.pk.attname).values_list(
             "resource", "fencing_token"
@@ -197,7 +199,7 @@ class MySQLBackend(LockBackend):
             cursor.execute(
                 f"SELECT {self.pk_column} FROM {self.table} "  # noqa: S608
                 f"FORCE INDEX ({self.qn(self._resource_index)}) WHERE {resource} IN ({placeholders}) "
-                f"AND {token} <= %s AND {where_sql} FOR UPDATE",
+                f"AND {token} <= %s AND {where_sql} FOR UPDATE SKIP LOCKED",
                 [*(name for name, _ in rows), largest, *where_params],
             )
             locked = [pk for (pk,) in cursor.fetchall()]
@@ -209,6 +211,22 @@ class MySQLBackend(LockBackend):
                 locked,
             )
             return PurgedBatch(chosen=len(rows), deleted=int(cursor.rowcount))
+
+    def _delete_expired_holds(self, where: str, params: list[Any]) -> None:
+        # Those a lock operation holds are skipped: it may wait for a lock row
+        # this purge holds. (InnoDB deletes from a table it reads in a subquery
+        # only through a derived table, which would lock no row: two statements.)
+        table, _, column = self._hold_names
+        pk = column["id"]
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {pk} FROM {table} WHERE {where} FOR UPDATE SKIP LOCKED",  # noqa: S608
+                params,
+            )
+            ids = [pk_value for (pk_value,) in cursor.fetchall()]
+            if ids:
+                placeholders = ", ".join(["%s"] * len(ids))
+                cursor.execute(f"DELETE FROM {table} WHERE {pk} IN ({placeholders})", ids)  # noqa: S608
 
     def _raise_fencing_floor(self, token: int) -> None:
         """Raise the floor to at least ``token`` in one statement, creating its

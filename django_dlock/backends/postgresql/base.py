@@ -87,6 +87,7 @@ class PostgreSQLBackend(LockBackend):
             "ticket": claim.ticket,
             "reentrant": int(claim.adds_a_hold),
             "label": claim.label,
+            "held": claim.held_token,
         }
         taken = in_lock_transaction(self, lambda: self._taken(statement, params))
         if taken.row is None and taken.previous_owner == SHARED_HOLDERS:
@@ -106,6 +107,7 @@ class PostgreSQLBackend(LockBackend):
             "reentrant": int(claim.adds_a_hold),
             "label": claim.label,
             "ticket": NO_TICKET if claim.ticket is None else claim.ticket,
+            "held": claim.held_token,
         }
         answer = self._run(self._shared.take_shared, params)
         if answer is None:  # no row for the resource yet
@@ -224,34 +226,66 @@ class PostgreSQLBackend(LockBackend):
                     raw.autocommit = False
             return cast(Sequence[Any], cursor.fetchone())  # the answer is one row
 
+    def _floor_sql(self) -> str:
+        # FOR SHARE: a first insert waits for a purge that raised the floor and
+        # has not committed, and then reads the floor as it committed (a locking
+        # read returns the newest row, whatever the statement's snapshot). The
+        # purge raises the floor before it deletes (``_purge_batch``): so an
+        # insert that finds a purged resource's row gone (waiting for its
+        # deletion if need be) has read the floor above that row's token, or
+        # holds the floor, and the purge then deletes no row until it commits.
+        qn = self.qn
+        return f"SELECT {qn('value')} FROM {self.floor_table} WHERE {qn('id')} = 1 FOR SHARE"  # noqa: S608
+
     def _purge_batch(self, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
-        # The batch is chosen by physical row address (ctid): a TID scan reaches
-        # each row without an index lookup, where "id IN (subquery)" is planned as
-        # a full scan per batch. A row updated meanwhile (renewed, re-acquired) has
-        # a new ctid and a new expiry, so the DELETE skips it. The database counts
-        # the batch and takes its largest token, instead of sending every deleted
-        # token back.
+        # First the floor, raised to the largest token of the batch as read
+        # without locks, then the deletion of the batch's rows whose token is at
+        # most that (a row released since is expired with a larger token, and
+        # stays): every deleted token is below a floor raised before it went
+        # (see ``_floor_sql``). The rows are chosen again by physical address
+        # (ctid: a TID scan reaches each without an index lookup), skipping
+        # those a lock operation holds locked: the purge waits for no lock
+        # row, and so never deadlocks with operations that lock several in
+        # their own order (``acquire_all()``). The database counts the batch.
+        candidates = self._purge_candidates(older_than, prefix)
+        chosen_sql, chosen_params = (
+            candidates.values("fencing_token")[:batch_size]
+            .query.get_compiler(using=self.using)
+            .as_sql()
+        )
+        token = self.qn("fencing_token")
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT COUNT(*), MAX({token}) FROM ({chosen_sql}) chosen",  # noqa: S608
+                chosen_params,
+            )
+            chosen, largest = cursor.fetchone()
+        if not chosen:
+            return PurgedBatch(chosen=0, deleted=0)
+        self._raise_fencing_floor(largest)
         rows = (
-            self._purge_candidates(older_than, prefix)
+            candidates.filter(fencing_token__lte=largest)
             .annotate(row=RawSQL("ctid", ()))
             .values("row")[:batch_size]
         )
         rows_sql, rows_params = rows.query.get_compiler(using=self.using).as_sql()
-        where_sql, where_params = self._still_expired_sql(older_than)
-        token = self.qn("fencing_token")
         sql = (
-            f"WITH chosen AS MATERIALIZED ({rows_sql}), "  # noqa: S608 - only compiled SQL is formatted in
-            f"purged AS (DELETE FROM {self.table} "
-            f"WHERE ctid = ANY(ARRAY(SELECT {self.qn('row')} FROM chosen)) AND {where_sql} "
-            f"RETURNING {token}) "
-            f"SELECT (SELECT COUNT(*) FROM chosen), COUNT(*), MAX({token}) FROM purged"
+            f"DELETE FROM {self.table} WHERE ctid = ANY(ARRAY({rows_sql} "  # noqa: S608
+            "FOR UPDATE SKIP LOCKED))"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [*rows_params, *where_params])
-            chosen, deleted, largest = cursor.fetchone()
-        if deleted:
-            self._raise_fencing_floor(largest)
-        return PurgedBatch(chosen=int(chosen), deleted=int(deleted))
+            cursor.execute(sql, rows_params)
+            return PurgedBatch(chosen=int(chosen), deleted=cursor.rowcount)
+
+    def _delete_expired_holds(self, where: str, params: list[Any]) -> None:
+        table, _, column = self._hold_names
+        pk = column["id"]
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {table} WHERE {pk} = ANY(ARRAY(SELECT {pk} FROM {table} "  # noqa: S608
+                f"WHERE {where} FOR UPDATE SKIP LOCKED))",
+                params,
+            )
 
     # -- waking the head of the queue ------------------------------------------------
     # A release NOTIFYs the channel of the head of the resource's queue (its

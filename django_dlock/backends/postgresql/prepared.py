@@ -32,6 +32,7 @@ PARAMETER_TYPES = {
     "owner": "text",
     "duration": "interval",
     "ticket": "bigint",
+    "held": "bigint",
     "channel": "text",
     "reentrant": "integer",
     "label": "text",

@@ -60,7 +60,8 @@ class SharedStatements:
         mine = (
             f"mine AS (SELECT {holds}.{h['id']} AS id FROM {holds} "  # noqa: S608
             f"WHERE {holds}.{h['resource']} = %(resource)s AND {holds}.{h['owner']} = %(owner)s "
-            f"AND {holds}.{h['expires_at']} > {now})"
+            f"AND {holds}.{h['expires_at']} > {now} "
+            f"AND (%(held)s IS NULL OR {holds}.{h['fencing_token']} = %(held)s))"
         )
         # A reader: refused while a writer holds it or queues before it. A
         # permit: admitted while the holds counted and those queued before it
@@ -78,6 +79,10 @@ class SharedStatements:
         )
         decided = (
             f"decided AS (SELECT l.*, {shared} AS was_shared, CASE "  # noqa: S608
+            # A re-entry of a shared grant that was lost (a downgrade, of the
+            # exclusive grant, is the portable operation's).
+            f"WHEN %(held)s IS NOT NULL AND NOT ({held} AND NOT {shared}) "
+            f"AND NOT EXISTS (SELECT FROM mine) THEN '{REFUSED}' "
             f"WHEN {held} AND NOT {shared} THEN CASE WHEN %(limit)s IS NULL AND "
             f"l.{c['owner']} <> %(owner)s THEN '{REFUSED}' ELSE '{PORTABLE}' END "
             f"WHEN {shared} THEN CASE WHEN l.{c['limit']} IS DISTINCT FROM %(limit)s "

@@ -57,8 +57,13 @@ class OperationStatements:
         # Acquire. Free (released or expired): a new holder and a larger token.
         # Held by the same owner: a later expiry, the same token and acquired_at.
         # Held by another: no write.
+        # A re-entry (``held``: the token of the grant it holds) only of that grant.
         def free_for_owner(alias: str) -> str:
-            return f"NOT ({valid_in(alias)} AND {alias}{c['owner']} <> %(owner)s)"
+            return (
+                f"NOT ({valid_in(alias)} AND {alias}{c['owner']} <> %(owner)s) AND "
+                f"(%(held)s IS NULL OR ({valid_in(alias)} AND "
+                f"{alias}{c['fencing_token']} = %(held)s))"
+            )
 
         mine = f"{table}.{c['owner']} = %(owner)s AND {table}.{c['expires_at']} > {now}"
         # A reentrant acquisition by the holder adds a hold; a new holder has one.
@@ -84,12 +89,12 @@ class OperationStatements:
             f"(SELECT FROM {table} WHERE {c['resource']} = %(resource)s)"
         )
         insert = (
-            f"INSERT INTO {table} ({c['resource']}, {c['owner']}, {c['acquired_at']}, "  # noqa: S608
+            f"INSERT INTO {table} ({c['resource']}, {c['owner']}, {c['acquired_at']}, "
             f"{c['expires_at']}, {c['fencing_token']}, {c['hold_count']}, {c['label']}) "
             f"SELECT %(resource)s, %(owner)s, {now}, {now} + %(duration)s, "
-            f"COALESCE((SELECT MAX({backend.qn('value')}) FROM {backend.floor_table}), 0) + 1, "
+            f"COALESCE(({backend._floor_sql()}), 0) + 1, "
             "1, %(label)s "
-            f"WHERE {no_row} ON CONFLICT ({c['resource']}) "
+            f"WHERE {no_row} AND %(held)s IS NULL ON CONFLICT ({c['resource']}) "
             f"DO UPDATE SET {take} WHERE {free_for_owner(f'{table}.')} RETURNING {after}, {now}"
         )
         update = (
