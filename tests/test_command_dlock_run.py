@@ -298,7 +298,7 @@ def test_a_stop_signal_while_waiting_leaves_the_queue(start: Any, tmp_path: Path
 
     run.process.send_signal(signal.SIGTERM)
 
-    assert run.wait() == 128 + signal.SIGTERM
+    assert run.wait() == 128 + signal.SIGTERM, run.stderr
     assert run.stderr.splitlines()[-1] == (
         "CommandError: Stopped by SIGTERM while waiting for the lock on 'job:queued'."
     )

@@ -73,17 +73,28 @@ def run(options: RunOptions, say: Callable[[str], None]) -> int:
         except LockNotAcquired as error:
             raise CommandError(str(error), returncode=options.conflict_exit_code) from None
         except Interrupted as stop:
-            raise CommandError(
-                f"Stopped by {stop.name} while waiting for the lock on {resource!r}.",
-                returncode=128 + stop.signum,
-            ) from None
+            raise _stopped_waiting(resource, stop.signum) from None
         except LockKindMismatch as error:
             raise CommandError(str(error)) from None
         except (LockExpired, LockNotOwned) as error:
             # Raised by the release at the end: CMD had ended, maybe not alone.
             raise CommandError(f"{error} The command had run to its end.") from None
         except DatabaseError as error:
+            if stops.interrupted is not None:
+                # The signal's exception came in the middle of a database call
+                # (MariaDB: "Commands out of sync"), and leaving the queue then
+                # failed: the stop is what happened. The ticket stops counting
+                # as this process's connection closes.
+                raise _stopped_waiting(resource, stops.interrupted) from None
             raise CommandError(f"The lock database failed: {error}") from None
+
+
+def _stopped_waiting(resource: str, signum: int) -> CommandError:
+    name = signal.Signals(signum).name
+    return CommandError(
+        f"Stopped by {name} while waiting for the lock on {resource!r}.",
+        returncode=128 + signum,
+    )
 
 
 class _Holder:
@@ -183,7 +194,6 @@ class Interrupted(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
-        self.name = signal.Signals(signum).name
 
 
 class StopSignals:
@@ -195,6 +205,7 @@ class StopSignals:
     def __init__(self, wake: threading.Event) -> None:
         self.wake = wake
         self.holding = False
+        self.interrupted: int | None = None  # the signal that stopped the wait
         self.pending: list[int] = []
         self._previous: dict[int, Any] = {}
 
@@ -219,6 +230,7 @@ class StopSignals:
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if not self.holding:
+            self.interrupted = signum
             raise Interrupted(signum)
         self.pending.append(signum)
         self.wake.set()
