@@ -53,16 +53,18 @@ def admit(
     """The decision on ``claim`` for a resource whose row is ``header`` (locked)
     and whose valid shared holds are ``holds``; ``queued``: the live waiters
     queued before the claim (all of them, and those wanting it exclusively)."""
-    if header.held_by_shared:
+    if header.held_by_shared and holds:
         return _admit_beside_shared(header, holds, claim, queued)
-    if header.held:
+    if header.held and not header.held_by_shared:
         mine = same_owner(header.owner, claim.owner)
         if claim.limit is not None:
             return Admission(Action.MISMATCH, kind=kind_of(None))
         if not mine or not _holds_still(header, claim):
             return Admission(Action.REFUSE)
         return Admission(Action.DOWNGRADE if claim.shared else Action.AGAIN)
-    # Free: nobody holds it.
+    # Free: nobody holds it. (A row that shows shared holders none of which is
+    # valid is free too: PostgreSQL's one-statement release keeps the row's
+    # count of holds, which still counts holds that expired unreleased.)
     if claim.held_token is not None:  # the grant it meant was lost
         return Admission(Action.REFUSE)
     if claim.exclusive:

@@ -160,7 +160,7 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
         ``header`` covers, with the resource's next token; the header then
         shows shared holders, and how many."""
         token = header.fencing_token + 1
-        shared_before = header.held_by_shared
+        shared_before = header.held_by_shared and others > 0
         hold = self.insert_hold(
             claim.resource,
             claim.owner,
