@@ -330,6 +330,20 @@ def test_a_reentry_that_took_a_new_grant_is_rejected() -> None:
     assert "a re-entry took a new grant" in violations[0].message
 
 
+def test_a_wait_that_queued_twice_is_judged_from_its_last_ticket() -> None:
+    # The torture run's SQLite long profile: w's first ticket INSERT (at 2)
+    # was rolled back, its COMMIT busy with a reader, and inserted again at
+    # 3.2; reader b, who began at 3, came in first, rightly. A reader that
+    # began after the second ticket and got in first is still caught.
+    requeued = {"p": "w", "op": "queued", "resource": "r", "owner": "w.1", "mode": "exclusive"}
+    events = reader("r0", 1, 1, 4) + reader("b", 2, 3.1, 3.9, t0=3)
+    events += [*queued_writer(2, token=3, until=4.5), requeued | {"t": 3.2}]
+    assert 10 not in invariants(events)
+    late = reader("r0", 1, 1, 4) + reader("b", 2, 3.5, 3.9, t0=3.3)
+    late += [*queued_writer(2, token=3, until=4.5), requeued | {"t": 3.2}]
+    assert invariants(late) == [10]
+
+
 def test_a_grant_no_acquisition_returned_may_have_taken_the_writer_out_of_the_queue() -> None:
     # Token 2 went to nobody in the history: a release handed the lock to the
     # queued writer (its ticket left), then an operator took it away; reader b

@@ -15,6 +15,10 @@
    ``queued`` event) gets no grant before that writer's: its token is larger
    than the writer's, or, when the writer timed out, it was granted after the
    writer's deadline. (The holder again, and a downgrade, are no new reader.)
+   A wait that queued more than once is judged from its last ticket: the
+   ``queued`` event is the INSERT's return, and on SQLite a lock transaction
+   whose COMMIT met a reader (busy) is rolled back and run again, its first
+   ticket never having been in the queue.
 11. All or nothing: an ``acquire_all`` or ``lock([...])`` that took its locks
    answered a hold per resource asked, in the mode asked; one that took none
    left no hold of its owner, neither in ``holders()`` read right after it
@@ -184,10 +188,14 @@ def writer_preference(history: History) -> Iterable[Violation]:
     }
     readers: dict[str, tuple[list[Acquisition], list[float]]] = {}
     granted: dict[str, tuple[list[int], list[float], list[int]]] = {}
-    for event in history.events:
-        if event["op"] != "queued" or event.get("mode") != EXCLUSIVE:
-            continue
+    tickets = [e for e in history.events if e["op"] == "queued" and e.get("mode") == EXCLUSIVE]
+    last_queued = {
+        (e["resource"], e["owner"]): e["t"] for e in sorted(tickets, key=lambda e: e["t"])
+    }
+    for event in tickets:
         resource, writer, queued = event["resource"], event["owner"], event["t"]
+        if queued < last_queued[(resource, writer)]:
+            continue  # (its transaction may have been rolled back: see above)
         wait = waits.get((resource, writer))
         error = None if wait is None else wait.get("error")
         if wait is None or (error is not None and error["class"] != "LockNotAcquired"):
