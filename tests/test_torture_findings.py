@@ -4,15 +4,27 @@ small test that failed before its fix (the runs are in docs/reliability.md)."""
 from __future__ import annotations
 
 import contextlib
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connection
 
 from django_dlock import LockExpired, LockNotAcquired, lock
+from django_dlock.backends import backend_for
+from django_dlock.backends.results import Claim
 from django_dlock.models import DistributedLock, ReleaseResult
 from tests import workers_torture
-from tests.utils import database_settings, run_in_processes, spawn, wait_for
+from tests.utils import (
+    database_settings,
+    is_waiting_on_a_lock,
+    postgres_dsn,
+    run_in_processes,
+    run_in_thread,
+    spawn,
+    wait_for,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -122,3 +134,52 @@ def test_a_writer_is_admitted_once_the_last_valid_reader_has_released(kind: dict
     assert taken is not None
     assert taken.fencing_token > kept.fencing_token
     assert [h.owner for h in locks.holders("doc")] == ["next"]
+
+
+@pytest.mark.requires_postgres
+def test_a_reentry_that_waited_for_a_force_release_takes_no_new_grant() -> None:
+    """The torture run's PostgreSQL long profile: a ``lock(shared=True,
+    reentrant=True)`` entered its hold again while an operator force-released
+    the resource; the re-entry's statement waited for the force-release's lock
+    on the resource's row, and read the reader's hold in a snapshot from before
+    it: it took a new grant (token 5005 where the handle kept 5004). Here
+    another session force-releases (as ``force_release`` writes) while the
+    re-entry waits for it."""
+    import psycopg
+
+    locks = DistributedLock.objects
+    hold = locks.acquire("doc", owner="reader", ttl=30, shared=True, reentrant=True)
+    assert hold is not None
+    reentry = Claim(
+        "doc",
+        "reader",
+        timedelta(seconds=30),
+        shared=True,
+        reentrant=True,
+        held_token=hold.fencing_token,
+    )
+    with (
+        psycopg.connect(postgres_dsn(), autocommit=False) as operator,
+        psycopg.connect(postgres_dsn(), autocommit=True) as admin,
+    ):
+        operator.execute("SELECT 1 FROM distributed_locks WHERE resource = 'doc' FOR UPDATE")
+        operator.execute("DELETE FROM distributed_lock_holds WHERE resource = 'doc'")
+        operator.execute(
+            "UPDATE distributed_locks SET owner = '', expires_at = now(), \"limit\" = NULL "
+            "WHERE resource = 'doc'"
+        )
+
+        def enter_again(outcome: dict[str, Any]) -> object:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                outcome["pid"] = cursor.fetchone()[0]
+            return backend_for("default").take(reentry)
+
+        outcome = run_in_thread(enter_again)
+        wait_for(lambda: is_waiting_on_a_lock(admin, outcome.get("pid")), 20, "the re-entry")
+        operator.commit()
+        outcome["thread"].join(timeout=30)
+
+    assert "error" not in outcome
+    assert outcome["result"].row is None  # the grant it meant is gone: no re-entry
+    assert locks.holders("doc") == []

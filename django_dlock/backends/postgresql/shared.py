@@ -80,7 +80,11 @@ class SharedStatements:
         decided = (
             f"decided AS (SELECT l.*, {shared} AS was_shared, CASE "  # noqa: S608
             # A re-entry of a shared grant that was lost (a downgrade, of the
-            # exclusive grant, is the portable operation's).
+            # exclusive grant, is the portable operation's). The row, locked,
+            # says so when nobody holds the resource: ``mine`` is read in the
+            # statement's snapshot, which can predate the force-release (or the
+            # release) that the lock waited for, and still show the hold.
+            f"WHEN %(held)s IS NOT NULL AND NOT {held} THEN '{REFUSED}' "
             f"WHEN %(held)s IS NOT NULL AND NOT ({held} AND NOT {shared}) "
             f"AND NOT EXISTS (SELECT FROM mine) THEN '{REFUSED}' "
             f"WHEN {held} AND NOT {shared} THEN CASE WHEN %(limit)s IS NULL AND "
