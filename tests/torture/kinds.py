@@ -7,7 +7,6 @@ are the plain sections with ``Asked(shared=True)`` or ``Asked(limit=N)``."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -248,23 +247,7 @@ class KindOperations(Operations):
         """Campaign without end (``lock(timeout=inf, auto_renew=True)``), lead
         for ``term`` seconds writing with the term as the token (stopping at
         once when the lease is lost), then resign."""
-        asked = Asked(leader=True)
-        owner = self.owner()
-        context = lock(
-            resource,
-            owner=owner,
-            ttl=ttl,
-            timeout=timeout,
-            auto_renew=True,
-            label=f"{self.name} pid {os.getpid()}",
-        )
-        fields = {"resource": resource, "owner": owner, "ttl": ttl, "timeout": timeout}
-        entered = self.enter_lock(context, fields | asked.fields(), asked)
-        if entered is None:
-            return
-        handle, cs, _ = entered
-        self.work(cs, asked, resource, handle.fencing_token, term, handle.lost.is_set)
-        self.leave_lock(context, handle, cs)
+        self.lock_section(resource, ttl, term, timeout, auto_renew=True, asked=Asked(leader=True))
 
 
 def past(deadline: float) -> Callable[[], bool]:
