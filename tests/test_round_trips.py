@@ -138,10 +138,11 @@ def test_execute_wrappers_and_the_query_log_see_every_statement(proxy: DelayProx
         locks.release("rt:3", owner="a")
 
     sent = "\n".join(wrapped)
-    assert sent.count("FOR UPDATE") == 2
+    # Each statement locks the resource's row (the release, the head of its queue too).
+    assert sent.count("FOR UPDATE)") == 2
     assert "INSERT INTO" in sent and "UPDATE" in sent
     # The log holds each statement with its parameters filled in.
     logged_sql = "\n".join(query["sql"] for query in logged.captured_queries)
-    assert logged_sql.count("FOR UPDATE") == 2
+    assert logged_sql.count("FOR UPDATE)") == 2
     assert logged_sql.count("'rt:3'") == sent.count("%(resource)s")
     assert connection.get_autocommit() and not connection.in_atomic_block

@@ -346,7 +346,15 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
     def granted(self, resource: str, owner: str, ticket: int) -> LockRow | None:
         """The lock, if a release handed it to the waiter of ``ticket`` (one
         ``SELECT``, no transaction): held by ``owner``, the ticket gone."""
-        return None
+        if not self.grants_on_release:
+            return None
+        qn = self.qn
+        sql = (
+            f"{self._read_sql} AND {qn('owner')} = %s AND NOT EXISTS "  # noqa: S608
+            f"(SELECT 1 FROM {self.waiters_table} w WHERE w.{qn('id')} = %s)"
+        )
+        row = self._fetch_row(sql, [resource, owner, ticket])
+        return row if row is not None and row.held else None
 
     # -- system checks -------------------------------------------------------------
 

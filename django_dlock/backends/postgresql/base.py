@@ -13,6 +13,7 @@ from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql import shared
 from django_dlock.backends.postgresql.checks import PostgreSQLChecks
+from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql, locked_head_sql
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.postgresql.purge import PostgreSQLPurge
 from django_dlock.backends.postgresql.shared import SharedStatements
@@ -48,6 +49,7 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
 
     vendor = "postgresql"
     listener_class = "django_dlock.listeners.postgresql.PostgresListener"
+    grants_on_release = True
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
@@ -278,19 +280,19 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         return int(ticket), QueueRow.of(*state)
 
     def mark_released(self, row: LockRow) -> None:
-        qn = self.qn
+        # The portable release's write: the head takes the lock here too (``handover``).
         values = self._released_values(row)
+        t = self.table
+        as_released = {"owner": "%s", "expires_at": "%s", "limit": "NULL"}
         sql = (
-            f"WITH head AS ({head_sql(self)}) UPDATE {self.table} "  # noqa: S608
-            f"SET {qn('owner')} = %s, {qn('expires_at')} = %s, {qn('limit')} = NULL "
-            f"WHERE {self.pk_column} = %s "
+            f"WITH head AS ({locked_head_sql(self, '%s')}), "  # noqa: S608
+            f"{handed_sql(self, 'TRUE')} UPDATE {t} "
+            f"SET {granting(self, as_released, t + '.')} FROM (SELECT) one "
+            f"LEFT JOIN handed {HANDED} ON TRUE WHERE {t}.{self.pk_column} = %s "
             f"RETURNING ({WAKE_HEAD})"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(
-                sql,
-                [row.resource, NO_TICKET_EXCLUDED, *values, row.pk],
-            )
+            cursor.execute(sql, [row.resource, *values, row.pk])
 
     def live_waiter_sql(self, alias: str = "") -> str:
         # A ticket whose listener's server process is gone is a dead waiter's:
@@ -321,7 +323,8 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
 
     def give_up_waiting(self, resource: str, ticket: int) -> bool:
         # Leaving without the lock while it is free: the next waiter would
-        # otherwise wait for a release that already happened.
+        # otherwise wait for a release that already happened. A ticket that is
+        # gone was handed the lock by a release (``handover``).
         qn = self.qn
         now_sql, _ = compile_expression(self.using, DatabaseNow())
         held = (
@@ -330,13 +333,14 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         )
         sql = (
             f"WITH gone AS (DELETE FROM {self.waiters_table} WHERE {qn('id')} = %s "  # noqa: S608
-            f"AND {ASYNC_COMMIT_CONDITION}), "
+            f"AND {ASYNC_COMMIT_CONDITION} RETURNING 1), "
             f"head AS ({head_sql(self, f'AND NOT EXISTS ({held})')}) "
-            f"{WAKE_HEAD}"
+            f"SELECT (SELECT COUNT(*) FROM gone), ({WAKE_HEAD})"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [ticket, resource, ticket, resource])
-        return True  # no release hands a lock over here (grants_on_release)
+            (queued, _) = cursor.fetchone()
+        return bool(queued)
 
     def check(self, **kwargs: Any) -> list[CheckMessage]:
         return PostgreSQLChecks(self.using).check(**kwargs)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
+from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql, locked_head_sql
 from django_dlock.backends.postgresql.prepared import Statement
 from django_dlock.backends.postgresql.statements import WAKE_HEAD, head_sql
 from django_dlock.backends.queue import NO_TICKET
@@ -153,14 +154,23 @@ class SharedStatements:
         # row is released when its count says no shared hold is left (a count
         # never smaller than the holds that are valid).
         kept = f"l.{c['hold_count']} > 1"
+        # The release that frees the resource hands it to a listening head that
+        # wants it exclusively (``handover``): the header's UPDATE joins
+        # ``handed``. It returns the row as released, whoever holds it next.
+        as_released = {
+            "owner": f"CASE WHEN {kept} THEN l.{c['owner']} ELSE '' END",
+            "expires_at": f"CASE WHEN {kept} THEN l.{c['expires_at']} ELSE {now} END",
+            "hold_count": f"CASE WHEN {kept} THEN l.{c['hold_count']} - 1 "
+            f"ELSE l.{c['hold_count']} END",
+        }
+        released_columns = ", ".join(
+            f"{as_released.get(name, f'l.{column}')} AS {column}" for name, column in c.items()
+        )
         exclusive = (
-            f"exclusive AS (UPDATE {table} SET "  # noqa: S608
-            f"{c['owner']} = CASE WHEN {kept} THEN l.{c['owner']} ELSE '' END, "
-            f"{c['expires_at']} = CASE WHEN {kept} THEN l.{c['expires_at']} ELSE {now} END, "
-            f"{c['hold_count']} = CASE WHEN {kept} THEN l.{c['hold_count']} - 1 "
-            f"ELSE l.{c['hold_count']} END FROM locked l WHERE {table}.{pk} = l.{pk} "
+            f"exclusive AS (UPDATE {table} SET {granting(backend, as_released, 'l.')} "  # noqa: S608
+            f"FROM locked l LEFT JOIN handed {HANDED} ON TRUE WHERE {table}.{pk} = l.{pk} "
             f"AND {held} AND l.{c['owner']} = %(owner)s "
-            f"RETURNING {', '.join(f'{table}.{name}' for name in backend.columns)}, {now} AS db_now)"
+            f"RETURNING {released_columns}, {now} AS db_now)"
         )
         my_hold = (
             f"my_hold AS (SELECT {hold_columns} FROM {holds}, locked l WHERE {shared} "  # noqa: S608
@@ -178,25 +188,35 @@ class SharedStatements:
             f"RETURNING {hold_columns}, {now} AS db_now)"
         )
         last = f"{table}.{c['hold_count']} <= 1"
+        as_left = {
+            "hold_count": f"GREATEST({table}.{c['hold_count']} - 1, 0)",
+            "owner": f"CASE WHEN {last} THEN '' ELSE {table}.{c['owner']} END",
+            "expires_at": f"CASE WHEN {last} THEN {now} ELSE {table}.{c['expires_at']} END",
+            "limit": f"CASE WHEN {last} THEN NULL ELSE {table}.{c['limit']} END",
+        }
         shared_header = (
-            f"shared_header AS (UPDATE {table} SET "  # noqa: S608
-            f"{c['hold_count']} = GREATEST({table}.{c['hold_count']} - 1, 0), "
-            f"{c['owner']} = CASE WHEN {last} THEN '' ELSE {table}.{c['owner']} END, "
-            f"{c['expires_at']} = CASE WHEN {last} THEN {now} ELSE {table}.{c['expires_at']} END, "
-            f"{c['limit']} = CASE WHEN {last} THEN NULL ELSE {table}.{c['limit']} END "
-            f"FROM locked l WHERE {table}.{pk} = l.{pk} AND EXISTS (SELECT FROM gone) "
+            f"shared_header AS (UPDATE {table} SET {granting(backend, as_left, table + '.')} "  # noqa: S608
+            f"FROM locked l LEFT JOIN handed {HANDED} ON TRUE "
+            f"WHERE {table}.{pk} = l.{pk} AND EXISTS (SELECT FROM gone) "
             f"RETURNING {table}.{c['owner']} AS left_owner, {table}.{c['limit']} AS left_limit)"
+        )
+        # The head takes the lock from a release that leaves nobody holding it:
+        # the exclusive holder's last hold, or the last shared hold (its count
+        # never smaller than the valid holds, so none is left).
+        frees = (
+            f"EXISTS (SELECT FROM locked l WHERE l.{c['hold_count']} <= 1 AND "  # noqa: S608
+            f"(({held} AND l.{c['owner']} = %(owner)s) "
+            f"OR ({shared} AND EXISTS (SELECT FROM gone))))"
         )
         # Released, or a permit freed: the head of the queue looks.
         freed = (
             f"(SELECT {c['owner']} AS left_owner, {c['limit']} AS left_limit FROM exclusive "  # noqa: S608
             "UNION ALL SELECT left_owner, left_limit FROM shared_header)"
         )
-        release_head = head_sql(backend, resource="%(resource)s", ticket="0")
         release_woken = WAKE_HEAD.replace(
             "WHERE channel <> ''",
-            "WHERE channel <> '' AND EXISTS (SELECT FROM "
-            f"{freed} f WHERE f.left_owner = '' OR f.left_limit IS NOT NULL)",
+            "WHERE channel <> '' AND (EXISTS (SELECT FROM handed) OR EXISTS (SELECT FROM "  # noqa: S608
+            f"{freed} f WHERE f.left_owner = '' OR f.left_limit IS NOT NULL))",
         )
         outcome = (
             f"CASE WHEN NOT {held} OR l.{c['owner']} IS NULL THEN '{NOT_FOUND}' "  # noqa: S608
@@ -208,8 +228,8 @@ class SharedStatements:
             f"WHEN {shared} THEN '{PORTABLE}' ELSE '{FORBIDDEN}' END"
         )
         release = (
-            f"{locked}, {exclusive}, {my_hold}, {one_less}, {gone}, {shared_header}, "  # noqa: S608
-            f"head AS ({release_head}) "
+            f"{locked}, {my_hold}, {gone}, head AS ({locked_head_sql(backend)}), "  # noqa: S608
+            f"{handed_sql(backend, frees)}, {exclusive}, {one_less}, {shared_header} "
             f"SELECT {outcome}, l.{c['owner']}, ({release_woken}), e.*, w.* "
             "FROM (SELECT) one LEFT JOIN locked l ON TRUE LEFT JOIN exclusive e ON TRUE "
             "LEFT JOIN (SELECT * FROM one_less UNION ALL SELECT * FROM gone) w ON TRUE"

@@ -147,15 +147,6 @@ class SQLiteBackend(LockBackend):
         qn = self.qn
         return f"(SELECT w.{qn(column)} FROM {self.waiters_table} w WHERE w.{qn('id')} = %s)"  # noqa: S608
 
-    def granted(self, resource: str, owner: str, ticket: int) -> LockRow | None:
-        qn = self.qn
-        sql = (
-            f"{self._read_sql} AND {qn('owner')} = %s AND NOT EXISTS "  # noqa: S608
-            f"(SELECT 1 FROM {self.waiters_table} w WHERE w.{qn('id')} = %s)"
-        )
-        row = self._fetch_row(sql, [resource, owner, ticket])
-        return row if row is not None and row.held else None
-
     def wake_head(self, resource: str) -> None:
         head = self._head(resource)
         if head is not None:

@@ -1,0 +1,81 @@
+"""The hand-over on release: the statement that frees a resource makes the
+head of its queue the holder, when the head listens and wants it exclusively.
+
+The head then only confirms (``LockBackend.granted``) instead of sending an
+acquisition of its own after its wake-up: under load, a hand-over was the
+release, the NOTIFY, and the head's acquire, one round trip after the other
+while nobody held the lock. As on SQLite, the grant is the head's claim as
+its ticket says it (owner, ttl, label), with the next fencing token; the
+waiter's ticket is deleted in the same statement, and a wait that ends
+meanwhile gives the lock back (``Wait.finish``).
+
+The head is locked (``FOR UPDATE``) as it is read: a waiter that leaves the
+queue while the release runs (its ``DELETE`` committed after the release's
+snapshot was taken) is skipped, and the next live waiter is the head. So the
+lock never goes to a waiter that left, and a release never names one that
+will not look. A head whose listener's server process is gone is not live
+(``live_waiter_sql``): a waiter killed while queued is passed over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from django_dlock.backends.base import LockBackend
+from django_dlock.backends.clock import DatabaseNow
+from django_dlock.django_private import compile_expression
+from django_dlock.rules import EXCLUSIVE
+
+# The alias of the ``handed`` CTE in a header's UPDATE (``FROM ... LEFT JOIN handed g``).
+HANDED = "g"
+
+
+def locked_head_sql(backend: LockBackend, resource: str = "%(resource)s") -> str:
+    """SQL: the live waiter first in line for ``resource`` (a placeholder),
+    locked, with what it wants; the columns of ``head_sql`` and more."""
+    qn = backend.qn
+    return (
+        f"SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel, "  # noqa: S608
+        f"w.{qn('owner')} AS owner, w.{qn('ttl')} AS ttl, w.{qn('label')} AS label, "
+        f"w.{qn('mode')} AS mode FROM {backend.waiters_table} w "
+        f"WHERE w.{qn('resource')} = {resource} AND {backend.live_waiter_sql('w.')} "
+        f"ORDER BY w.{qn('id')} LIMIT 1 FOR UPDATE OF w"
+    )
+
+
+def handed_sql(backend: LockBackend, frees: str) -> str:
+    """SQL: the CTE ``handed``: the ticket of the head (the CTE ``head``,
+    ``locked_head_sql``) deleted, when ``frees`` (SQL: the statement leaves
+    the resource free) and the head can take the lock this way; its owner,
+    ttl and label."""
+    qn = backend.qn
+    return (
+        f"handed AS (DELETE FROM {backend.waiters_table} w USING head "  # noqa: S608
+        f"WHERE w.{qn('id')} = head.id AND head.channel <> '' AND head.ttl IS NOT NULL "
+        f"AND head.mode = '{EXCLUSIVE}' AND ({frees}) "
+        f"RETURNING w.{qn('owner')} AS owner, w.{qn('ttl')} AS ttl, w.{qn('label')} AS label)"
+    )
+
+
+def granting(backend: LockBackend, released: Mapping[str, str], row: str) -> str:
+    """SQL: the assignments of a header's UPDATE that joins ``handed`` as
+    ``g``: the head's grant where there is one, else ``released`` (attname:
+    SQL) and, for the other columns, the row (``row``, a table alias and dot)
+    as it is."""
+    c = backend.column_sql
+    now, _ = compile_expression(backend.using, DatabaseNow())
+    grant = {
+        "owner": f"{HANDED}.owner",
+        "label": f"{HANDED}.label",
+        "acquired_at": now,
+        "expires_at": f"{now} + {HANDED}.ttl",
+        "fencing_token": f"{row}{c['fencing_token']} + 1",
+        "hold_count": "1",
+        # Typed: a CASE of NULLs alone would be text.
+        "limit": f"CAST(NULL AS {backend.fields['limit'].db_type(backend.connection)})",
+    }
+    return ", ".join(
+        f"{c[name]} = CASE WHEN {HANDED}.owner IS NOT NULL THEN {value} "
+        f"ELSE {released.get(name, row + c[name])} END"
+        for name, value in grant.items()
+    )

@@ -1,0 +1,185 @@
+"""PostgreSQL's hand-over on release: the statement that frees a resource makes
+the listening head of its queue the holder, and NOTIFYs it (SQLite's release
+does the same: ``test_waiting``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import connection
+
+from django_dlock.backends import backend_for
+from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
+from tests.utils import wait_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.requires_postgres]
+
+Locks = DistributedLock.objects
+CHANNEL = "dlock_spy"
+
+
+@pytest.fixture
+def spy() -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    """A connection that LISTENs on the channel the test's tickets carry."""
+    with psycopg.connect(connection_string(), autocommit=True) as listening:
+        listening.execute(f"LISTEN {CHANNEL}")
+        yield listening
+
+
+def connection_string() -> str:
+    settings = connection.settings_dict
+    return (
+        f"host={settings['HOST']} port={settings['PORT']} dbname={settings['NAME']} "
+        f"user={settings['USER']} password={settings['PASSWORD'] or ''}"
+    )
+
+
+def notified(listening: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    """The tickets NOTIFYed on the channel within a second."""
+    return [note.payload for note in listening.notifies(timeout=1, stop_after=1)]
+
+
+def queue(
+    resource: str,
+    owner: str,
+    *,
+    channel: str = CHANNEL,
+    ttl: float | None = 30,
+    shared: bool = False,
+    pid: int | None = None,
+) -> int:
+    claim = Locks.claim(resource, owner, ttl or 30, shared=shared)
+    backend = backend_for("default")
+    ticket = backend.enqueue_waiter(claim, 60, channel=channel, listener_pid=pid)[0]
+    if ttl is None:  # a waiter of a version before the ttl column
+        LockWaiter.objects.filter(pk=ticket).update(ttl=None)
+    return ticket
+
+
+def holder(resource: str) -> tuple[str, int]:
+    lock = DistributedLock.objects.get(resource=resource)
+    return lock.owner, lock.fencing_token
+
+
+def test_a_release_hands_the_lock_to_the_listening_head(spy: psycopg.Connection) -> None:
+    held = Locks.acquire("hand:1", "holder", ttl=60, label="the holder's")
+    assert held is not None
+    head, behind = queue("hand:1", "head"), queue("hand:1", "behind")
+
+    assert Locks.release("hand:1", "holder") is ReleaseResult.RELEASED
+    assert notified(spy) == [str(head)]  # told once the hand-over committed
+
+    # The head holds it for its own ttl, with the next token, before it did
+    # anything; its ticket is gone, the one behind it still queued.
+    lock = DistributedLock.objects.get(resource="hand:1")
+    assert (lock.owner, lock.fencing_token) == ("head", held.fencing_token + 1)
+    assert lock.expires_at - lock.acquired_at == timedelta(seconds=30)
+    assert (lock.hold_count, lock.label) == (1, "")
+    assert list(LockWaiter.objects.values_list("pk", flat=True)) == [behind]
+    backend = backend_for("default")
+    granted = backend.granted("hand:1", "head", head)
+    assert granted is not None and granted.fencing_token == lock.fencing_token
+    assert backend.granted("hand:1", "behind", behind) is None
+
+    # The last reader's release hands it over too.
+    assert Locks.release("hand:1", "head") is ReleaseResult.RELEASED
+    assert holder("hand:1")[0] == "behind"
+    Locks.release("hand:1", "behind")
+    assert Locks.acquire("hand:1", "reader", ttl=60, shared=True) is not None
+    writer = queue("hand:1", "writer")
+    assert Locks.release("hand:1", "reader") is ReleaseResult.RELEASED
+    assert holder("hand:1")[0] == "writer"
+    assert not LockWaiter.objects.filter(pk=writer).exists()
+
+
+def test_a_reentrant_holder_hands_over_only_with_its_last_hold() -> None:
+    assert Locks.acquire("hand:2", "holder", ttl=60, reentrant=True) is not None
+    assert Locks.acquire("hand:2", "holder", ttl=60, reentrant=True) is not None
+    head = queue("hand:2", "head")
+    assert Locks.release("hand:2", "holder") is ReleaseResult.DECREMENTED
+    assert holder("hand:2")[0] == "holder"
+    assert Locks.release("hand:2", "holder") is ReleaseResult.RELEASED
+    assert holder("hand:2")[0] == "head"
+    assert not LockWaiter.objects.filter(pk=head).exists()
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        {"channel": ""},  # it polls: nothing would tell it
+        {"ttl": None},  # its process predates the ttl column
+        {"shared": True},  # a reader is admitted by its own acquisition
+    ],
+    ids=["polling", "no-ttl", "reader"],
+)
+def test_a_head_that_cannot_be_handed_the_lock_takes_it_itself(head: dict[str, object]) -> None:
+    assert Locks.acquire("hand:3", "holder", ttl=60) is not None
+    ticket = queue("hand:3", "head", **head)  # type: ignore[arg-type]
+    assert Locks.release("hand:3", "holder") is ReleaseResult.RELEASED
+    assert holder("hand:3")[0] == ""
+    assert LockWaiter.objects.filter(pk=ticket).exists()
+
+
+def test_a_head_whose_process_is_gone_is_passed_over() -> None:
+    # A waiter killed while queued: its listener's server process is gone.
+    with psycopg.connect(connection_string()) as doomed:
+        gone_pid = doomed.info.backend_pid
+    wait_for(lambda: not pid_alive(gone_pid))
+    assert Locks.acquire("hand:4", "holder", ttl=60) is not None
+    queue("hand:4", "dead", pid=gone_pid)
+    alive = queue("hand:4", "alive", pid=connection_pid())
+    assert Locks.release("hand:4", "holder") is ReleaseResult.RELEASED
+    assert holder("hand:4")[0] == "alive"
+    assert not LockWaiter.objects.filter(pk=alive).exists()
+
+
+def test_a_head_that_leaves_during_the_release_is_passed_over() -> None:
+    # The head's DELETE of its ticket (it gave up) commits while the release
+    # runs, after the release's snapshot was taken: the release must neither
+    # hand the lock to it nor wake it, but the waiter behind it.
+    assert Locks.acquire("hand:5", "holder", ttl=60) is not None
+    leaving, behind = queue("hand:5", "leaving"), queue("hand:5", "behind")
+    answers: list[ReleaseResult] = []
+    with psycopg.connect(connection_string()) as head:
+        head.execute("DELETE FROM distributed_lock_waiters WHERE id = %s", [leaving])
+
+        def release() -> None:
+            try:
+                answers.append(Locks.release("hand:5", "holder"))
+            finally:
+                connection.close()
+
+        releasing = threading.Thread(target=release)
+        releasing.start()
+        wait_for(lambda: waiting_for_a_lock(head.info.backend_pid))
+        head.commit()
+    releasing.join(10)
+    assert answers == [ReleaseResult.RELEASED]
+    assert holder("hand:5")[0] == "behind"
+    assert not LockWaiter.objects.filter(pk=behind).exists()
+
+
+def connection_pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def pid_alive(pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXISTS (SELECT FROM pg_stat_get_activity(%s))", [pid])
+        return bool(cursor.fetchone()[0])
+
+
+def waiting_for_a_lock(blocker: int) -> bool:
+    """Whether some session waits for a lock that ``blocker``'s session holds."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid)))",
+            [blocker],
+        )
+        return bool(cursor.fetchone()[0])
