@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -35,9 +36,13 @@ from django.db import DatabaseError
 
 from django_dlock.backends.base import LockBackend, PurgedBatch
 from django_dlock.backends.clock import DatabaseNow
+from django_dlock.backends.mysql import statements
 from django_dlock.backends.mysql.checks import MySQLChecks
-from django_dlock.backends.results import LockRow
-from django_dlock.django_private import compile_expression
+from django_dlock.backends.mysql.statements import OneRowStatements
+from django_dlock.backends.results import Claim, LockRow, Released, Taken
+from django_dlock.django_private import atomic_depth, compile_expression
+from django_dlock.rules import ReleaseResult
+from django_dlock.transactions import refuse_callers_transaction
 
 # InnoDB's "Deadlock found when trying to get lock; try restarting transaction".
 ER_LOCK_DEADLOCK = 1213
@@ -49,7 +54,74 @@ DEADLOCK_ATTEMPTS = 5
 
 
 class MySQLBackend(LockBackend):
+    """The exclusive lock's acquire and release are one ``UPDATE`` each, in
+    autocommit, and a read of what it decided (``statements``); the other
+    operations, and the cases the row alone cannot settle, are the portable
+    ones."""
+
     vendor = "mysql"
+
+    def __init__(self, using: str) -> None:
+        super().__init__(using)
+        self._one_row = OneRowStatements(self)
+
+    def take(self, claim: Claim) -> Taken:
+        if not claim.exclusive or claim.ticket is not None or not self._alone():
+            return super().take(claim)
+        params = {
+            "resource": claim.resource,
+            "owner": claim.owner,
+            "microseconds": claim.duration // timedelta(microseconds=1),
+            "reentrant": int(claim.adds_a_hold),
+            "label": claim.label,
+            "held": claim.held_token,
+        }
+        answer = self._update_one_row(self._one_row.take, params)
+        if answer is None or answer[0] == statements.PORTABLE:  # no row yet; shared holders
+            return super().take(claim)
+        action, before, values = answer
+        if action == statements.REFUSED:
+            return Taken(row=None, previous_owner=before, renewed=False)
+        return Taken(
+            row=self._row(values), previous_owner=before, renewed=action == statements.AGAIN
+        )
+
+    def give_up(self, resource: str, owner: str | None, *, forced: bool = False) -> Released:
+        if owner is None or forced or not self._alone():
+            return super().give_up(resource, owner, forced=forced)
+        answer = self._update_one_row(self._one_row.release, {"resource": resource, "owner": owner})
+        if answer is None or answer[0] == statements.NOT_FOUND:
+            return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
+        action, before, values = answer
+        if action == statements.FORBIDDEN:
+            return Released(row=None, owner=before, result=ReleaseResult.FORBIDDEN)
+        if action == statements.PORTABLE:  # a shared hold's
+            return super().give_up(resource, owner)
+        row = self._row(values)
+        if action == statements.DECREMENTED:
+            return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
+        held = replace(row, owner=before)  # as it was held, until now
+        return Released(row=row, owner=before, result=ReleaseResult.RELEASED, released=(held,))
+
+    def _alone(self) -> bool:
+        """Whether an operation's one ``UPDATE`` runs as a transaction of its
+        own (autocommit): not inside Django's TestCase transaction, where the
+        portable operation runs. Raises inside a transaction of the caller's."""
+        refuse_callers_transaction(self.using)
+        return not atomic_depth(self.connection)
+
+    def _update_one_row(
+        self, sql: str, params: dict[str, Any]
+    ) -> tuple[str, str, Sequence[Any]] | None:
+        """Run an operation's ``UPDATE`` and read what it kept; None where the
+        resource has no row."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            # Django connects with CLIENT.FOUND_ROWS: the rows matched, changed or not.
+            if cursor.rowcount != 1:
+                return None
+            cursor.execute(self._one_row.kept, {"resource": params["resource"]})
+            return statements.decided(cursor.fetchone())
 
     def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:
         # Django's error carries the driver's arguments: (code, message).

@@ -1,0 +1,172 @@
+"""MariaDB's exclusive acquire and release as one ``UPDATE`` each, and a read
+of what it decided.
+
+A lock transaction costs five round trips on MariaDB through mysqlclient:
+``SET autocommit=0`` (Django's ``atomic()``), ``SELECT ... FOR UPDATE``, the
+write, ``COMMIT`` and ``SET autocommit=1``; the floor, one statement, costs
+one. Here the decision is written in the ``UPDATE``, which InnoDB runs in
+autocommit as a transaction of its own, holding the row's lock while it reads
+and writes it (a locking read of the latest version, as ``FOR UPDATE`` is):
+one round trip. MariaDB has no ``UPDATE ... RETURNING``, so the statement keeps
+what it decided and the row as it left it in session variables, assigned as
+its assignments run (left to right, each one reading the columns as the ones
+before it left them), and a ``SELECT`` of those variables, which reads no
+table, answers: two round trips in all. (mysqlclient sends one statement at a
+time: Django does not turn on multi-statements.)
+
+The ``UPDATE`` decides only what the row alone settles, as PostgreSQL's
+statements do: a resource without a row yet, or held by shared holders, is
+the portable operation's (``PORTABLE``), as is a waiter's acquisition, which
+also leaves the queue in its transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django_dlock.backends.base import LockBackend
+from django_dlock.backends.clock import DatabaseNow
+from django_dlock.django_private import compile_expression
+from django_dlock.rules import SHARED_HOLDERS
+
+# The decisions (the variable @dlock_act).
+PORTABLE = "portable"
+REFUSED = "refused"
+NEW = "new"  # a new holder
+AGAIN = "again"  # the holder again
+RELEASED = "released"
+DECREMENTED = "decremented"
+FORBIDDEN = "forbidden"
+NOT_FOUND = "not_found"
+
+# The session variable that keeps the value a column was written with.
+_KEPT = "@dlock_{}"
+
+
+class OneRowStatements:
+    """``take`` and ``release`` of the exclusive lock on one alias: the
+    ``UPDATE`` and the ``SELECT`` of what it kept."""
+
+    def __init__(self, backend: LockBackend) -> None:
+        # Only quoted identifiers, constants and Django-compiled SQL are
+        # formatted in; values are parameters.
+        c, table = backend.column_sql, backend.table
+        now_sql, _ = compile_expression(backend.using, DatabaseNow())
+        self.attnames = list(c)
+        # The database's now: one value for the whole statement.
+        valid = f"{c['owner']} <> '' AND {c['expires_at']} > {now_sql}"
+        # The first assignment decides, on the row as it was; the id and the
+        # database's now are kept on the way.
+        first = (
+            f"WHEN (@dlock_id := {c['id']}) IS NULL OR (@dlock_now := {now_sql}) IS NULL THEN NULL"
+        )
+        shared = f"{c['owner']} = '{SHARED_HOLDERS}' AND {c['expires_at']} > {now_sql}"
+
+        def kept(name: str, value: str) -> str:
+            """An assignment of ``value`` to the column ``name`` that keeps it."""
+            return f"{c[name]} = ({_KEPT.format(name)} := {value})"
+
+        # Acquire: free, a new holder and the next token; the holder again, a
+        # later expiry (one hold more, reentrant); a re-entry (``held``) only
+        # of the grant of that token.
+        take_decision = (
+            f"CASE {first} WHEN {shared} THEN '{PORTABLE}' "
+            f"WHEN {valid} AND {c['owner']} <> %(owner)s THEN '{REFUSED}' "
+            f"WHEN {valid} THEN IF(%(held)s IS NULL OR {c['fencing_token']} = %(held)s, "
+            f"'{AGAIN}', '{REFUSED}') "
+            f"ELSE IF(%(held)s IS NULL, '{NEW}', '{REFUSED}') END"
+        )
+        acting = "@dlock_act = '{}'".format
+        self.take = (
+            f"UPDATE {table} SET "  # noqa: S608
+            + ", ".join(
+                [
+                    kept(
+                        "acquired_at",
+                        f"IF((@dlock_act := {take_decision}) = '{NEW}', {now_sql}, "
+                        f"{c['acquired_at']})",
+                    ),
+                    kept(
+                        "owner",
+                        f"IF((@dlock_before := {c['owner']}) IS NOT NULL AND {acting(NEW)}, "
+                        f"%(owner)s, {c['owner']})",
+                    ),
+                    kept(
+                        "expires_at",
+                        f"IF({acting(NEW)} OR {acting(AGAIN)}, {now_sql} + INTERVAL "
+                        f"%(microseconds)s MICROSECOND, {c['expires_at']})",
+                    ),
+                    kept(
+                        "fencing_token",
+                        f"IF({acting(NEW)}, {c['fencing_token']} + 1, {c['fencing_token']})",
+                    ),
+                    kept(
+                        "hold_count",
+                        f"CASE WHEN {acting(NEW)} THEN 1 WHEN {acting(AGAIN)} "
+                        f"THEN {c['hold_count']} + %(reentrant)s ELSE {c['hold_count']} END",
+                    ),
+                    kept("label", f"IF({acting(NEW)}, %(label)s, {c['label']})"),
+                    kept("limit", f"IF({acting(NEW)}, NULL, {c['limit']})"),
+                ]
+            )
+            + f" WHERE {c['resource']} = %(resource)s"
+        )
+
+        # Release: one hold of several goes; the last leaves the row expired
+        # and ownerless, to keep the fencing token counting.
+        release_decision = (
+            f"CASE {first} WHEN NOT ({valid}) THEN '{NOT_FOUND}' "
+            f"WHEN {c['owner']} = '{SHARED_HOLDERS}' THEN '{PORTABLE}' "
+            f"WHEN {c['owner']} <> %(owner)s THEN '{FORBIDDEN}' "
+            f"WHEN {c['hold_count']} > 1 THEN '{DECREMENTED}' ELSE '{RELEASED}' END"
+        )
+        self.release = (
+            f"UPDATE {table} SET "  # noqa: S608
+            + ", ".join(
+                [
+                    kept(
+                        "hold_count",
+                        f"IF((@dlock_act := {release_decision}) = '{DECREMENTED}', "
+                        f"{c['hold_count']} - 1, {c['hold_count']})",
+                    ),
+                    kept(
+                        "owner",
+                        f"IF((@dlock_before := {c['owner']}) IS NOT NULL AND {acting(RELEASED)}, "
+                        f"'', {c['owner']})",
+                    ),
+                    kept("expires_at", f"IF({acting(RELEASED)}, {now_sql}, {c['expires_at']})"),
+                    *(
+                        kept(name, c[name])
+                        for name in ("acquired_at", "fencing_token", "label", "limit")
+                    ),
+                ]
+            )
+            + f" WHERE {c['resource']} = %(resource)s"
+        )
+
+        # What the UPDATE kept: its decision, the owner before, and the row as
+        # written (typed again: a variable keeps a time as text).
+        def column(name: str) -> str:
+            if name == "id":
+                return "@dlock_id"
+            if name == "resource":
+                return "%(resource)s"
+            if name in ("acquired_at", "expires_at"):
+                return f"CAST({_KEPT.format(name)} AS DATETIME(6))"
+            return _KEPT.format(name)
+
+        self.kept = (
+            f"SELECT @dlock_act, @dlock_before, {', '.join(column(name) for name in c)}, "
+            "CAST(@dlock_now AS DATETIME(6))"
+        )
+
+
+def decided(answer: Sequence[Any]) -> tuple[str, str, Sequence[Any]]:
+    """The decision, the owner before, and the row's values from the ``SELECT``."""
+    action, before, *row = answer
+    return _text(action), _text(before), row
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
