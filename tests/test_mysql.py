@@ -15,7 +15,7 @@ from django.db import OperationalError, connection
 
 from django_dlock.backends import backend_for
 from django_dlock.backends.clock import database_now
-from django_dlock.models import DistributedLock, FencingFloor
+from django_dlock.models import DistributedLock, FencingFloor, ReleaseResult
 from tests import workers_mysql
 from tests.utils import database_settings, run_in_processes, run_in_thread, spawn
 
@@ -245,3 +245,27 @@ def test_purge_deletes_expired_ranges_and_keeps_the_floor() -> None:
     assert not Locks.filter(resource__in=expected).exists()
     assert Locks.count() == 26 - len(expected)
     assert FencingFloor.objects.get(pk=1).value == largest
+
+
+def test_the_one_row_update_keeps_what_it_read_not_what_the_session_had() -> None:
+    # The exclusive lock's UPDATE keeps the row's id, its owner before and the
+    # database's now in session variables: stale values there must not leak
+    # into an answer (the optimizer skips an assignment it can tell the value
+    # of without it).
+    held = Locks.acquire("fresh:1", owner="a", ttl=30)
+    assert held is not None
+    with connection.cursor() as cursor:
+        cursor.execute("SET @dlock_id = -1, @dlock_before = 'stale', @dlock_now = NULL")
+    assert Locks.release("fresh:1", owner="b") is ReleaseResult.FORBIDDEN
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT @dlock_id, @dlock_before, @dlock_now IS NOT NULL")
+        assert cursor.fetchone() == (held.pk, "a", 1)
+        cursor.execute("SET @dlock_id = -1, @dlock_before = 'stale', @dlock_now = NULL")
+    backend = backend_for("default")
+    taken = backend.take(Locks.claim("fresh:1", "b", 30))
+    assert taken.row is None and taken.previous_owner == "a"
+    Locks.release("fresh:1", owner="a")
+    taken = backend.take(Locks.claim("fresh:1", "b", 30))
+    assert taken.row is not None and taken.previous_owner == ""
+    assert (taken.row.pk, taken.row.fencing_token) == (held.pk, held.fencing_token + 1)
+    assert taken.row.now is not None and taken.row.expires_at > taken.row.now

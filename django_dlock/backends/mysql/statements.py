@@ -56,10 +56,14 @@ class OneRowStatements:
         self.attnames = list(c)
         # The database's now: one value for the whole statement.
         valid = f"{c['owner']} <> '' AND {c['expires_at']} > {now_sql}"
-        # The first assignment decides, on the row as it was; the id and the
-        # database's now are kept on the way.
+        # The first assignment decides, on the row as it was; the id, the owner
+        # and the database's now are kept on the way. (The optimizer drops an
+        # assignment whose value it can tell without it: "(@v := a NOT NULL
+        # expression) IS NULL" is false, and @v is left as it was. The length
+        # of their concatenation it must compute.)
         first = (
-            f"WHEN (@dlock_id := {c['id']}) IS NULL OR (@dlock_now := {now_sql}) IS NULL THEN NULL"
+            f"WHEN CHAR_LENGTH(CONCAT(@dlock_id := {c['id']}, @dlock_before := {c['owner']}, "
+            f"@dlock_now := {now_sql})) = 0 THEN NULL"
         )
         shared = f"{c['owner']} = '{SHARED_HOLDERS}' AND {c['expires_at']} > {now_sql}"
 
@@ -89,8 +93,7 @@ class OneRowStatements:
                     ),
                     kept(
                         "owner",
-                        f"IF((@dlock_before := {c['owner']}) IS NOT NULL AND {acting(NEW)}, "
-                        f"%(owner)s, {c['owner']})",
+                        f"IF({acting(NEW)}, %(owner)s, {c['owner']})",
                     ),
                     kept(
                         "expires_at",
@@ -132,8 +135,7 @@ class OneRowStatements:
                     ),
                     kept(
                         "owner",
-                        f"IF((@dlock_before := {c['owner']}) IS NOT NULL AND {acting(RELEASED)}, "
-                        f"'', {c['owner']})",
+                        f"IF({acting(RELEASED)}, '', {c['owner']})",
                     ),
                     kept("expires_at", f"IF({acting(RELEASED)}, {now_sql}, {c['expires_at']})"),
                     *(
@@ -146,15 +148,18 @@ class OneRowStatements:
         )
 
         # What the UPDATE kept: its decision, the owner before, and the row as
-        # written (typed again: a variable keeps a time as text).
+        # written, typed again (a variable keeps a time as text, and a sum as
+        # a decimal).
         def column(name: str) -> str:
-            if name == "id":
-                return "@dlock_id"
             if name == "resource":
                 return "%(resource)s"
-            if name in ("acquired_at", "expires_at"):
-                return f"CAST({_KEPT.format(name)} AS DATETIME(6))"
-            return _KEPT.format(name)
+            kept = "@dlock_id" if name == "id" else _KEPT.format(name)
+            kind = backend.fields[name].get_internal_type()
+            if kind == "DateTimeField":
+                return f"CAST({kept} AS DATETIME(6))"
+            if kind.endswith(("IntegerField", "AutoField")):
+                return f"CAST({kept} AS SIGNED)"
+            return kept
 
         self.kept = (
             f"SELECT @dlock_act, @dlock_before, {', '.join(column(name) for name in c)}, "
