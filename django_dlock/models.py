@@ -166,8 +166,8 @@ class LockWaiter(models.Model):
     # database default lets processes that predate the column queue meanwhile
     # (a rolling upgrade): they poll.
     channel = models.CharField(_("channel"), max_length=63, blank=True, default="", db_default="")
-    # How long the waiter takes the lock for. On SQLite a release hands the lock
-    # straight to a listening head with one (see ``SQLiteBackend.mark_released``);
+    # How long the waiter takes the lock for. On SQLite and PostgreSQL a release
+    # hands the lock straight to a listening head with one (``grants_on_release``);
     # null for processes that predate the column: they take it themselves.
     ttl = models.DurationField(_("ttl"), null=True, blank=True)
     # What the waiter asks for: "exclusive" or "shared", and a semaphore's limit

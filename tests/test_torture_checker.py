@@ -209,6 +209,32 @@ def test_a_lost_update_is_rejected() -> None:
     assert invariants(events) == [5]
 
 
+def test_updates_lost_in_an_allowed_overlap_are_not_charged_to_a_later_writer() -> None:
+    # a wrote 1 and 2; b, in an overlap a force-release allowed, had read 0 and
+    # wrote 1, which undid both of a's updates; c, alone after them, read b's 1
+    # and wrote 2: a value a wrote before, but no update of c's was lost (the
+    # SQLite long run of 2026-12-01 reported this as a lost update of c's).
+    a = holder(
+        "a", 1, 1, 7, writes=((1.1, True), (1.2, True), (6, False)), told=True, released="not_found"
+    )
+    force = {
+        "p": "op",
+        "op": "force_release",
+        "resource": "r",
+        "t0": 2,
+        "t1": 2.1,
+        "released": True,
+    }
+    b = holder("b", 2, 3, 8, writes=((3.1, True),))
+    c = holder("c", 3, 9, 10, writes=((9.1, True),))
+    log = [(1, 1, "a:1#1", 1), (2, 1, "a:1#2", 2), (3, 2, "b:2#1", 1), (4, 3, "c:3#1", 2)]
+    assert check(a + [force] + b + c + [store_final(2, log)]) == []
+    # Without the force-release, b's write is a lost update of a's, and c's is not.
+    violations = check(a + b + c + [store_final(2, log)])
+    assert 5 in [v.invariant for v in violations]
+    assert "c:3#1" not in " ".join(v.message for v in violations)
+
+
 def test_a_store_log_that_disagrees_with_the_writer_is_rejected() -> None:
     events = holder("a", 1, 1, 2, writes=((1.1, True),))
     events.append(store_final(0, []))

@@ -10,9 +10,10 @@ How the head learns that the lock came free:
 - Where the process has a listener (PostgreSQL connected directly; SQLite on
   Linux): a release of a resource with waiters sends the head's ticket to the
   channel its ticket carries (``NOTIFY``, or a datagram), and this process's
-  listener wakes that waiter alone. On SQLite the release has made it the
-  holder already (``grants_on_release``): it finds the lock its own
-  (``_granted``), and gives it back if its wait ended meanwhile. It still looks
+  listener wakes that waiter alone. Where the release has made it the holder
+  already (``grants_on_release``: SQLite, and PostgreSQL for a waiter that
+  wants the lock exclusively) it finds the lock its own (``_granted``), and
+  gives it back if its wait ended meanwhile. It still looks
   now and then (``LISTENING_LOOKS`` times the longest backoff), and at the
   holder's expiry, which no release announces. See
   ``django_dlock.listeners``.
@@ -119,8 +120,8 @@ class Wait:
             # release names it).
             state = self._enqueue()
         elif as_head and self._listening():
-            # A release named this ticket the head: it handed the lock over
-            # (SQLite), or the lock is free: take it at once, without looking.
+            # A release named this ticket the head: it handed the lock over,
+            # or the lock is free: take it at once, without looking.
             acquired = self._granted() or self._try(queued=True)
             if acquired is not None:
                 return acquired

@@ -31,16 +31,21 @@ def counter(history: History, allowed: set[tuple[str, str]]) -> Iterable[Violati
     for resource, state in history.store["resources"].items():
         rows = sorted(rows_by_resource.get(resource, []))
         excused, lost = 0, []
-        last_writer: dict[int, str] = {}  # counter value -> write id that wrote it
+        # The writes whose updates the counter holds now, by the value each
+        # wrote. A write of a value at or below the counter's (its read was
+        # stale) undoes the updates from that value up: each is lost to this
+        # write, and charged to this pair alone (the writes after it that
+        # count up from its value again lose nothing).
+        standing: list[tuple[int, str]] = []
         for _, _, _, write_id, value in rows:
-            previous = last_writer.get(value)
-            if previous is not None:
+            while standing and standing[-1][0] >= value:
+                _, previous = standing.pop()
                 pair = (previous.rpartition("#")[0], write_id.rpartition("#")[0])
                 if pair in allowed or pair[::-1] in allowed:
                     excused += 1
                 else:
                     lost.append((previous, write_id))
-            last_writer[value] = write_id
+            standing.append((value, write_id))
         if state["counter"] != len(rows) - excused or lost:
             yield Violation(
                 5,
