@@ -53,7 +53,6 @@ class OneRowStatements:
         # formatted in; values are parameters.
         c, table = backend.column_sql, backend.table
         now_sql, _ = compile_expression(backend.using, DatabaseNow())
-        self.attnames = list(c)
         # The database's now: one value for the whole statement.
         valid = f"{c['owner']} <> '' AND {c['expires_at']} > {now_sql}"
         # The first assignment decides, on the row as it was; the id, the owner

@@ -13,7 +13,7 @@ from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql import shared
 from django_dlock.backends.postgresql.checks import PostgreSQLChecks
-from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql, locked_head_sql
+from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.postgresql.purge import PostgreSQLPurge
 from django_dlock.backends.postgresql.shared import SharedStatements
@@ -285,7 +285,7 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         t = self.table
         as_released = {"owner": "%s", "expires_at": "%s", "limit": "NULL"}
         sql = (
-            f"WITH head AS ({locked_head_sql(self, '%s')}), "  # noqa: S608
+            f"WITH head AS ({head_sql(self, ticket=str(NO_TICKET_EXCLUDED), locked=True)}), "  # noqa: S608
             f"{handed_sql(self, 'TRUE')} UPDATE {t} "
             f"SET {granting(self, as_released, t + '.')} FROM (SELECT) one "
             f"LEFT JOIN handed {HANDED} ON TRUE WHERE {t}.{self.pk_column} = %s "

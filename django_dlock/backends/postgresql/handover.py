@@ -30,22 +30,9 @@ from django_dlock.rules import EXCLUSIVE
 HANDED = "g"
 
 
-def locked_head_sql(backend: LockBackend, resource: str = "%(resource)s") -> str:
-    """SQL: the live waiter first in line for ``resource`` (a placeholder),
-    locked, with what it wants; the columns of ``head_sql`` and more."""
-    qn = backend.qn
-    return (
-        f"SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel, "  # noqa: S608
-        f"w.{qn('owner')} AS owner, w.{qn('ttl')} AS ttl, w.{qn('label')} AS label, "
-        f"w.{qn('mode')} AS mode FROM {backend.waiters_table} w "
-        f"WHERE w.{qn('resource')} = {resource} AND {backend.live_waiter_sql('w.')} "
-        f"ORDER BY w.{qn('id')} LIMIT 1 FOR UPDATE OF w"
-    )
-
-
 def handed_sql(backend: LockBackend, frees: str) -> str:
     """SQL: the CTE ``handed``: the ticket of the head (the CTE ``head``,
-    ``locked_head_sql``) deleted, when ``frees`` (SQL: the statement leaves
+    ``head_sql(locked=True)``) deleted, when ``frees`` (SQL: the statement leaves
     the resource free) and the head can take the lock this way; its owner,
     ttl and label."""
     qn = backend.qn

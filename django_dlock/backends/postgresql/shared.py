@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
-from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql, locked_head_sql
+from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql
 from django_dlock.backends.postgresql.prepared import Statement
-from django_dlock.backends.postgresql.statements import WAKE_HEAD, head_sql
+from django_dlock.backends.postgresql.statements import NO_TICKET_EXCLUDED, WAKE_HEAD, head_sql
 from django_dlock.backends.queue import NO_TICKET
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE, SHARED_HOLDERS
@@ -227,8 +227,11 @@ class SharedStatements:
             f"WHEN {shared} AND NOT EXISTS (SELECT FROM my_hold) THEN '{FORBIDDEN}' "
             f"WHEN {shared} THEN '{PORTABLE}' ELSE '{FORBIDDEN}' END"
         )
+        release_head = head_sql(
+            backend, resource="%(resource)s", ticket=str(NO_TICKET_EXCLUDED), locked=True
+        )
         release = (
-            f"{locked}, {my_hold}, {gone}, head AS ({locked_head_sql(backend)}), "  # noqa: S608
+            f"{locked}, {my_hold}, {gone}, head AS ({release_head}), "  # noqa: S608
             f"{handed_sql(backend, frees)}, {exclusive}, {one_less}, {shared_header} "
             f"SELECT {outcome}, l.{c['owner']}, ({release_woken}), e.*, w.* "
             "FROM (SELECT) one LEFT JOIN locked l ON TRUE LEFT JOIN exclusive e ON TRUE "

@@ -150,19 +150,29 @@ class OperationStatements:
 
 
 def head_sql(
-    backend: LockBackend, condition: str = "", *, resource: str = "%s", ticket: str = "%s"
+    backend: LockBackend,
+    condition: str = "",
+    *,
+    resource: str = "%s",
+    ticket: str = "%s",
+    locked: bool = False,
 ) -> str:
     """The live waiter first in line for ``resource`` (a placeholder), other
-    than ``ticket`` (one), if ``condition`` (SQL) holds."""
+    than ``ticket`` (one), if ``condition`` (SQL) holds: its ticket, channel
+    and what it wants. ``locked``: read ``FOR UPDATE``, which skips a waiter
+    whose ticket went while the statement ran (``handover``)."""
     qn = backend.qn
-    now_sql, now_params = compile_expression(backend.using, DatabaseNow())
-    assert not now_params  # noqa: S101 - DatabaseNow() is plain SQL
+    columns = ", ".join(f"w.{qn(name)} AS {name}" for name in HEAD_COLUMNS)
     return (
-        f"SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel "  # noqa: S608
-        f"FROM {backend.waiters_table} w "
+        f"SELECT {columns} FROM {backend.waiters_table} w "  # noqa: S608
         f"WHERE w.{qn('resource')} = {resource} AND w.{qn('id')} <> {ticket} "
         f"AND {backend.live_waiter_sql('w.')} {condition} ORDER BY w.{qn('id')} LIMIT 1"
+        f"{' FOR UPDATE OF w' if locked else ''}"
     )
+
+
+# The columns of the CTE ``head``: who the head is, how to wake it, what it wants.
+HEAD_COLUMNS = ("id", "channel", "owner", "ttl", "label", "mode")
 
 
 # SQL: NOTIFY the head of the queue (the CTE ``head``) on its process's channel,
