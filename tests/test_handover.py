@@ -14,7 +14,7 @@ from django.db import connection
 
 from django_dlock.backends import backend_for
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
-from tests.utils import wait_for
+from tests.utils import postgres_dsn, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.requires_postgres]
 
@@ -25,17 +25,9 @@ CHANNEL = "dlock_spy"
 @pytest.fixture
 def spy() -> Iterator[psycopg.Connection[tuple[object, ...]]]:
     """A connection that LISTENs on the channel the test's tickets carry."""
-    with psycopg.connect(connection_string(), autocommit=True) as listening:
+    with psycopg.connect(postgres_dsn(), autocommit=True) as listening:
         listening.execute(f"LISTEN {CHANNEL}")
         yield listening
-
-
-def connection_string() -> str:
-    settings = connection.settings_dict
-    return (
-        f"host={settings['HOST']} port={settings['PORT']} dbname={settings['NAME']} "
-        f"user={settings['USER']} password={settings['PASSWORD'] or ''}"
-    )
 
 
 def notified(listening: psycopg.Connection[tuple[object, ...]]) -> list[str]:
@@ -126,7 +118,7 @@ def test_a_head_that_cannot_be_handed_the_lock_takes_it_itself(head: dict[str, o
 
 def test_a_head_whose_process_is_gone_is_passed_over() -> None:
     # A waiter killed while queued: its listener's server process is gone.
-    with psycopg.connect(connection_string()) as doomed:
+    with psycopg.connect(postgres_dsn()) as doomed:
         gone_pid = doomed.info.backend_pid
     wait_for(lambda: not pid_alive(gone_pid))
     assert Locks.acquire("hand:4", "holder", ttl=60) is not None
@@ -144,7 +136,7 @@ def test_a_head_that_leaves_during_the_release_is_passed_over() -> None:
     assert Locks.acquire("hand:5", "holder", ttl=60) is not None
     leaving, behind = queue("hand:5", "leaving"), queue("hand:5", "behind")
     answers: list[ReleaseResult] = []
-    with psycopg.connect(connection_string()) as head:
+    with psycopg.connect(postgres_dsn()) as head:
         head.execute("DELETE FROM distributed_lock_waiters WHERE id = %s", [leaving])
 
         def release() -> None:

@@ -9,6 +9,7 @@ from tests.torture.checker import check
 from tests.torture.synthetic import (
     at,
     fault,
+    force_release,
     holder,
     invariants,
     snapshot,
@@ -67,14 +68,7 @@ def test_a_write_that_reached_the_store_before_the_next_holders_is_not_late() ->
 
 def test_overlap_after_a_force_release_is_allowed_when_fencing_held() -> None:
     a = holder("a", 1, 1, 7, writes=((1.1, True), (6, False)), told=True, released="not_found")
-    force = {
-        "p": "op",
-        "op": "force_release",
-        "resource": "r",
-        "t0": 2,
-        "t1": 2.1,
-        "released": True,
-    }
+    force = force_release(2, 2.1)
     b = holder("b", 2, 3, 8, writes=((3.1, True),))
     assert check(a + [force] + b) == []
 
@@ -217,14 +211,7 @@ def test_updates_lost_in_an_allowed_overlap_are_not_charged_to_a_later_writer() 
     a = holder(
         "a", 1, 1, 7, writes=((1.1, True), (1.2, True), (6, False)), told=True, released="not_found"
     )
-    force = {
-        "p": "op",
-        "op": "force_release",
-        "resource": "r",
-        "t0": 2,
-        "t1": 2.1,
-        "released": True,
-    }
+    force = force_release(2, 2.1)
     b = holder("b", 2, 3, 8, writes=((3.1, True),))
     c = holder("c", 3, 9, 10, writes=((9.1, True),))
     log = [(1, 1, "a:1#1", 1), (2, 1, "a:1#2", 2), (3, 2, "b:2#1", 1), (4, 3, "c:3#1", 2)]

@@ -12,6 +12,7 @@ from tests.torture.sections import read
 from tests.torture.synthetic import (
     Events,
     at,
+    force_release,
     holder,
     invariants,
     permit,
@@ -59,8 +60,7 @@ def test_a_late_read_that_the_store_accepted_is_rejected() -> None:
 
 
 def test_forcing_one_readers_hold_out_leaves_the_others_valid() -> None:
-    force: dict[str, Any] = {"p": "op", "op": "force_release", "resource": "r", "owner": "a.1"}
-    force |= {"t0": 2, "t1": 2.1, "released": True}
+    force = force_release(2, 2.1, owner="a.1")
     a = reader("a", 1, 1, 7, told=True, released="not_found")
     b = reader("b", 2, 1.5, 7, released="forbidden")
     w = holder("w", 3, 4, 5, released="not_found")
@@ -313,11 +313,10 @@ def test_a_force_release_during_an_acquisition_in_flight_leaves_the_count_unknow
     # a waiter) or this one? The count goes no further.
     events = reentrant([1, 2], ["decremented", "released"])
     events[0] |= {"t0": 1, "t1": 2}
-    force = {"p": "op", "op": "force_release", "resource": "r", "owner": "a.1"}
     seen: dict[str, Any] = {"p": "a", "op": "holders", "cs": "a:1", "resource": "r"}
     seen |= {"owner": "a.1", "t0": 2.1, "t1": 2.2}
     seen["holds"] = [{"owner": "a.1", "token": 1, "hold_count": 2}]
-    assert check([*events, force | {"t0": 1.5, "t1": 1.6, "released": True}, seen]) == []
+    assert check([*events, force_release(1.5, 1.6, owner="a.1"), seen]) == []
 
 
 def test_a_reentry_that_took_a_new_grant_is_rejected() -> None:

@@ -104,6 +104,12 @@ def fault(**fields: Any) -> dict[str, Any]:
     } | fields
 
 
+def force_release(t0: float, t1: float, **fields: Any) -> dict[str, Any]:
+    """An operator's force-release of resource ``r`` that released something."""
+    event = {"p": "op", "op": "force_release", "resource": "r", "t0": t0, "t1": t1}
+    return event | {"released": True} | fields
+
+
 def store_final(counter: int, rows: list[tuple[int, int, str, int]]) -> dict[str, Any]:
     return {
         "p": "runner",
