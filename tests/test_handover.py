@@ -116,6 +116,60 @@ def test_a_head_that_cannot_be_handed_the_lock_takes_it_itself(head: dict[str, o
     assert LockWaiter.objects.filter(pk=ticket).exists()
 
 
+def all_notified(listening: psycopg.Connection[tuple[object, ...]]) -> list[str]:
+    """Every ticket NOTIFYed on the channel within half a second, in order."""
+    return [note.payload for note in listening.notifies(timeout=0.5)]
+
+
+def readers_behind_a_writer(resource: str) -> tuple[list[int], int]:
+    """A writer holding ``resource``; three listening readers queued, a polling
+    one among them, then a writer and a reader behind it. The readers that fit
+    once it is free (listening), and the writer's ticket."""
+    assert Locks.acquire(resource, "holder", ttl=60) is not None
+    first, second = queue(resource, "r1", shared=True), queue(resource, "r2", shared=True)
+    queue(resource, "polling", shared=True, channel="")
+    third = queue(resource, "r3", shared=True)
+    writer = queue(resource, "writer")
+    queue(resource, "late reader", shared=True)
+    return [first, second, third], writer
+
+
+@pytest.mark.parametrize("freed_by", ["release", "force_release"])
+def test_a_release_wakes_every_reader_that_fits_at_once(
+    spy: psycopg.Connection, freed_by: str
+) -> None:
+    # Not one by one, each waking the next after its own acquisition: every
+    # reader queued before the next writer is admitted now.
+    readers, _ = readers_behind_a_writer(f"hand:6:{freed_by}")
+    freed = getattr(Locks, freed_by)(
+        f"hand:6:{freed_by}", *(["holder"] if freed_by == "release" else [])
+    )
+    assert freed
+    assert all_notified(spy) == [str(ticket) for ticket in readers]
+    assert holder(f"hand:6:{freed_by}")[0] == ""  # readers take their holds themselves
+
+
+def test_a_writer_leaving_the_head_wakes_the_readers_behind_it(spy: psycopg.Connection) -> None:
+    assert Locks.acquire("hand:7", "holder", ttl=60) is not None
+    writer = queue("hand:7", "writer", channel="")  # it polls: not handed the lock
+    readers = [queue("hand:7", f"r{n}", shared=True) for n in range(3)]
+    queue("hand:7", "writer 2")
+    assert Locks.release("hand:7", "holder") is ReleaseResult.RELEASED
+    assert all_notified(spy) == []  # the head polls; the readers queue behind a writer
+    # The writer's wait ends before its next look: it leaves the queue.
+    assert backend_for("default").give_up_waiting("hand:7", writer)
+    assert all_notified(spy) == [str(ticket) for ticket in readers]
+
+
+def test_a_reader_at_the_head_wakes_no_reader_behind_a_writer(spy: psycopg.Connection) -> None:
+    assert Locks.acquire("hand:8", "holder", ttl=60) is not None
+    head = queue("hand:8", "r1", shared=True)
+    queue("hand:8", "writer", channel="")  # polling: not woken, but it still queues first
+    queue("hand:8", "r2", shared=True)
+    assert Locks.release("hand:8", "holder") is ReleaseResult.RELEASED
+    assert all_notified(spy) == [str(head)]
+
+
 def test_a_head_whose_process_is_gone_is_passed_over() -> None:
     # A waiter killed while queued: its listener's server process is gone.
     with psycopg.connect(postgres_dsn()) as doomed:

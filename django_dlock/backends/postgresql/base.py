@@ -23,7 +23,9 @@ from django_dlock.backends.postgresql.statements import (
     NO_TICKET_EXCLUDED,
     WAKE_HEAD,
     OperationStatements,
+    fitting_sql,
     head_sql,
+    wake_sql,
 )
 from django_dlock.backends.queue import NO_TICKET, WANTS, QueueRow
 from django_dlock.backends.results import Claim, LockRow, Released, Renewed, Taken
@@ -286,10 +288,10 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         as_released = {"owner": "%s", "expires_at": "%s", "limit": "NULL"}
         sql = (
             f"WITH head AS ({head_sql(self, ticket=str(NO_TICKET_EXCLUDED), locked=True)}), "  # noqa: S608
-            f"{handed_sql(self, 'TRUE')} UPDATE {t} "
+            f"{fitting_sql(self)}, {handed_sql(self, 'TRUE')} UPDATE {t} "
             f"SET {granting(self, as_released, t + '.')} FROM (SELECT) one "
             f"LEFT JOIN handed {HANDED} ON TRUE WHERE {t}.{self.pk_column} = %s "
-            f"RETURNING ({WAKE_HEAD})"
+            f"RETURNING ({wake_sql(readers=True)})"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [row.resource, *values, row.pk])
@@ -334,8 +336,8 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         sql = (
             f"WITH gone AS (DELETE FROM {self.waiters_table} WHERE {qn('id')} = %s "  # noqa: S608
             f"AND {ASYNC_COMMIT_CONDITION} RETURNING 1), "
-            f"head AS ({head_sql(self, f'AND NOT EXISTS ({held})')}) "
-            f"SELECT (SELECT COUNT(*) FROM gone), ({WAKE_HEAD})"
+            f"head AS ({head_sql(self, f'AND NOT EXISTS ({held})')}), {fitting_sql(self)} "
+            f"SELECT (SELECT COUNT(*) FROM gone), ({wake_sql(readers=True)})"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [ticket, resource, ticket, resource])

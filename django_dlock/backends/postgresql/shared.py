@@ -17,7 +17,12 @@ from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql
 from django_dlock.backends.postgresql.prepared import Statement
-from django_dlock.backends.postgresql.statements import NO_TICKET_EXCLUDED, WAKE_HEAD, head_sql
+from django_dlock.backends.postgresql.statements import (
+    NO_TICKET_EXCLUDED,
+    fitting_sql,
+    head_sql,
+    wake_sql,
+)
 from django_dlock.backends.queue import NO_TICKET
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE, SHARED_HOLDERS
@@ -135,10 +140,7 @@ class SharedStatements:
         )
         # Admitted beside others, a waiter wakes the next in line, who may fit too.
         head = head_sql(backend, resource="%(resource)s", ticket="%(ticket)s")
-        woken = WAKE_HEAD.replace(
-            "WHERE channel <> ''",
-            f"WHERE channel <> '' AND EXISTS (SELECT FROM joined) AND %(ticket)s < {NO_TICKET}",
-        )
+        woken = wake_sql(f"AND EXISTS (SELECT FROM joined) AND %(ticket)s < {NO_TICKET}")
         take_shared = (
             f"{locked}, {queued}, {mine}, {decided}, {joined_header}, {joined}, {tidy}, {again}, "  # noqa: S608
             "written AS (SELECT * FROM joined UNION ALL SELECT * FROM again), "
@@ -208,15 +210,16 @@ class SharedStatements:
             f"(({held} AND l.{c['owner']} = %(owner)s) "
             f"OR ({shared} AND EXISTS (SELECT FROM gone))))"
         )
-        # Released, or a permit freed: the head of the queue looks.
+        # Released, or a permit freed: the head of the queue looks, and the
+        # readers that fit beside it when it reads.
         freed = (
             f"(SELECT {c['owner']} AS left_owner, {c['limit']} AS left_limit FROM exclusive "  # noqa: S608
             "UNION ALL SELECT left_owner, left_limit FROM shared_header)"
         )
-        release_woken = WAKE_HEAD.replace(
-            "WHERE channel <> ''",
-            "WHERE channel <> '' AND (EXISTS (SELECT FROM handed) OR EXISTS (SELECT FROM "  # noqa: S608
+        release_woken = wake_sql(
+            "AND (EXISTS (SELECT FROM handed) OR EXISTS (SELECT FROM "  # noqa: S608
             f"{freed} f WHERE f.left_owner = '' OR f.left_limit IS NOT NULL))",
+            readers=True,
         )
         outcome = (
             f"CASE WHEN NOT {held} OR l.{c['owner']} IS NULL THEN '{NOT_FOUND}' "  # noqa: S608
@@ -232,7 +235,7 @@ class SharedStatements:
         )
         release = (
             f"{locked}, {my_hold}, {gone}, head AS ({release_head}), "  # noqa: S608
-            f"{handed_sql(backend, frees)}, {exclusive}, {one_less}, {shared_header} "
+            f"{fitting_sql(backend)}, {handed_sql(backend, frees)}, {exclusive}, {one_less}, {shared_header} "
             f"SELECT {outcome}, l.{c['owner']}, ({release_woken}), e.*, w.* "
             "FROM (SELECT) one LEFT JOIN locked l ON TRUE LEFT JOIN exclusive e ON TRUE "
             "LEFT JOIN (SELECT * FROM one_less UNION ALL SELECT * FROM gone) w ON TRUE"

@@ -16,7 +16,7 @@ from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql.prepared import Statement
 from django_dlock.django_private import compile_expression
-from django_dlock.rules import SHARED_HOLDERS
+from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS
 
 
 class OperationStatements:
@@ -116,24 +116,12 @@ class OperationStatements:
         )
 
         owned = f"{held} AND locked.{c['owner']} = %(owner)s"
-        # A release by a holder with several holds takes one away. The last
-        # leaves the row expired and ownerless, to keep the fencing token
-        # counting, and wakes the head of the resource's waiter queue, if any
-        # (mark_released). (A row held by shared holders is left to the
-        # portable operations: it is never owned, and no force-release here
-        # writes it.)
-        kept = f"locked.{c['hold_count']} > 1"
+        # (Releases are ``shared.SharedStatements.release``.) An operator's
+        # force-release leaves the row expired and ownerless, to keep the
+        # fencing token counting, and wakes the head of the resource's queue and
+        # the readers that fit beside it. A row held by shared holders is left
+        # to the portable operation: it is never owned.
         head = head_sql(backend, resource="%(resource)s", ticket=str(NO_TICKET_EXCLUDED))
-        release = {
-            "assignments": (
-                f"{c['owner']} = CASE WHEN {kept} THEN locked.{c['owner']} ELSE '' END, "
-                f"{c['expires_at']} = CASE WHEN {kept} THEN locked.{c['expires_at']} "
-                f"ELSE {now} END, {c['hold_count']} = CASE WHEN {kept} "
-                f"THEN locked.{c['hold_count']} - 1 ELSE locked.{c['hold_count']} END"
-            ),
-            "ctes": f", head AS ({head})",
-            "woken": f", (CASE WHEN {kept} THEN 0 ELSE ({WAKE_HEAD}) END)",
-        }
         not_shared = f"locked.{c['owner']} <> '{SHARED_HOLDERS}'"
         self.extend = Statement(
             "extend", decide_and_write(f"{c['expires_at']} = {now} + %(duration)s", owned)
@@ -143,8 +131,8 @@ class OperationStatements:
             decide_and_write(
                 f"{c['owner']} = '', {c['expires_at']} = {now}",
                 f"{held} AND {not_shared}",
-                ctes=release["ctes"],
-                woken=f", ({WAKE_HEAD})",
+                ctes=f", head AS ({head}), {fitting_sql(backend)}",
+                woken=f", ({wake_sql(readers=True)})",
             ),
         )
 
@@ -175,15 +163,51 @@ def head_sql(
 HEAD_COLUMNS = ("id", "channel", "owner", "ttl", "label", "mode")
 
 
-# SQL: NOTIFY the head of the queue (the CTE ``head``) on its process's channel,
-# with its ticket; a head that polls (no channel) is not notified. Its value:
-# how many were woken.
-# (OFFSET 0 keeps the filter in its subquery, ahead of the call: pg_notify()
-# refuses an empty channel.)
-WAKE_HEAD = (
-    "SELECT COUNT(*) FROM (SELECT id, channel FROM head WHERE channel <> '' OFFSET 0) h, "
-    "LATERAL pg_notify(h.channel, h.id::text)"
-)
+def wake_sql(condition: str = "", *, readers: bool = False) -> str:
+    """SQL: NOTIFY the head of the queue (the CTE ``head``) on its process's
+    channel, with its ticket, if ``condition`` (SQL, ``AND ...``) holds; with
+    ``readers``, also the readers that fit beside a head that reads (the CTE
+    ``fitting``, ``fitting_sql``). A waiter that polls (no channel) is not
+    notified. Its value: how many were woken."""
+    # (OFFSET 0 keeps the filter in its subquery, ahead of the call: pg_notify()
+    # refuses an empty channel.)
+    woken = f"SELECT id, channel FROM head WHERE channel <> '' {condition}"  # noqa: S608
+    if readers:
+        woken += f" UNION ALL SELECT id, channel FROM fitting WHERE TRUE {condition}"  # noqa: S608
+    return (
+        f"SELECT COUNT(*) FROM ({woken} OFFSET 0) h, "  # noqa: S608
+        "LATERAL pg_notify(h.channel, h.id::text)"
+    )
+
+
+WAKE_HEAD = wake_sql()
+
+
+def fitting_sql(backend: LockBackend) -> str:
+    """SQL: the CTE ``fitting``: when the head of the queue (the CTE ``head``)
+    is a reader, the listening readers queued behind it before the first
+    writer. A statement that leaves the resource free wakes them with the head
+    (``wake_sql(readers=True)``): each is admitted (no writer queued before
+    it), so they take their holds side by side instead of each waking the next
+    after its own acquisition. (The writers that count are those between the
+    head and the reader: one before the head is a ticket that the statement
+    deletes, or passes over.)"""
+    qn, waiters, live = backend.qn, backend.waiters_table, backend.live_waiter_sql
+
+    def reader(alias: str) -> str:
+        return f"{alias}{qn('mode')} = '{SHARED}' AND {alias}{qn('limit')} IS NULL"
+
+    return (
+        f"fitting AS (SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel "  # noqa: S608
+        f"FROM head JOIN {waiters} hw ON hw.{qn('id')} = head.id JOIN {waiters} w "
+        f"ON w.{qn('resource')} = hw.{qn('resource')} AND w.{qn('id')} > hw.{qn('id')} "
+        f"WHERE {reader('hw.')} AND {reader('w.')} AND w.{qn('channel')} <> '' "
+        f"AND {live('w.')} AND NOT EXISTS (SELECT FROM {waiters} x "
+        f"WHERE x.{qn('resource')} = hw.{qn('resource')} AND x.{qn('mode')} = '{EXCLUSIVE}' "
+        f"AND x.{qn('id')} > hw.{qn('id')} AND x.{qn('id')} < w.{qn('id')} AND {live('x.')}))"
+    )
+
+
 # No waiter has this ticket: mark_released() excludes none from the head.
 NO_TICKET_EXCLUDED = 0
 # A FROM item that makes the statement's own transaction (autocommit) commit
