@@ -3,8 +3,11 @@
 # locks, django-db-mutex, redis-py, python-redis-lock), on a throwaway
 # PostgreSQL cluster (fsync on, as in production), a SQLite file and a
 # redis-server that the benchmark starts and stops itself; then the waiting
-# figures, and the lock kinds on PostgreSQL, SQLite and a throwaway MariaDB.
-#   scripts/benchmark.sh            # the full run (~25 min): docs/benchmark.{json,png}, docs/kinds.png
+# figures, the lock kinds on PostgreSQL, SQLite and a throwaway MariaDB, MariaDB
+# beside its floor, and (the full run, as root) three kinds of host: app
+# processes in network namespaces, PgBouncer, a Patroni cluster.
+#   scripts/benchmark.sh            # the full run (~50 min): docs/benchmark.{json,png}, docs/kinds.png,
+#                                   # docs/capacity.png
 #   scripts/benchmark.sh --quick    # for development: artifacts/benchmark-quick.*, artifacts/kinds-quick.png
 # Other arguments go to `python -m benchmarks` (--only, --delay-ms, --purge-rows, --purge-from);
 # --quick and --json also to `python -m benchmarks.kinds`.
@@ -35,13 +38,30 @@ DATABASE_URL="sqlite:///$(mktemp -d)/bench-waiting.sqlite3" python -m benchmarks
 # The lock kinds (docs/performance.md "Lock kinds"): their cycles beside the exclusive one and
 # each database's floor, readers and a writer, a semaphore's crowd, a leader's hand-over.
 kinds_args=()
+quick=""
+json=docs/benchmark.json
 while (($#)); do
     case $1 in
-    --quick) kinds_args+=(--quick) ;;
-    --json) kinds_args+=(--json "$2") && shift ;;
-    --json=*) kinds_args+=("$1") ;;
+    --quick) kinds_args+=(--quick) && quick=1 ;;
+    --json) kinds_args+=(--json "$2") && json=$2 && shift ;;
+    --json=*) kinds_args+=("$1") && json=${1#--json=} ;;
     esac
     shift
 done
 mariadb_start # exports DLOCK_MYSQL_URL, as pg_cluster_start DLOCK_PG_URL: benchmarks.kinds reads both
 python -m benchmarks.kinds "${kinds_args[@]}"
+# MariaDB's waiters poll (no push): their wake-up and 8 blocking acquirers; then acquire + release
+# beside its raw floor through the same cursor, and 8 processes polling for one resource.
+DATABASE_URL="$DLOCK_MYSQL_URL" BENCH_SECTIONS=wake,fair python -m benchmarks.waiting
+DATABASE_URL="$DLOCK_MYSQL_URL" BENCH_PURGE_ROWS=${BENCH_PURGE_ROWS:-100000} python -m benchmarks.mariadb
+# Three kinds of host (docs/scale.md "Capacity"): client processes in 4 network namespaces, through
+# PgBouncer, to the leader of a Patroni cluster of three; the full run only, as root (namespaces).
+if [ -n "$quick" ]; then
+    dlock_say "capacity through PgBouncer and Patroni: not in the quick run"
+elif [ "$(id -u)" != 0 ]; then
+    dlock_say "capacity through PgBouncer and Patroni: skipped (network namespaces need root)"
+else
+    pg_cluster_stop
+    mariadb_stop
+    python -m tests.cluster.capacity --clients 8,32,64 --json "$json" --chart docs/capacity.png
+fi

@@ -2,11 +2,14 @@
 with client processes spread over the app hosts, and the CPU it takes.
 
     python -m tests.cluster.capacity [--clients 8,32,64] [--seconds 10] [--chart docs/capacity.png]
+                                     [--json docs/benchmark.json]
 
 Each client loops acquire + release: on its own resource ("own"), or on one of
 16 resources all clients share ("shared", where most acquires are refused).
 Prints a table: operations/s (calls answered), acquisitions/s, and the CPU the
 leader's PostgreSQL, the replicas and PgBouncer used, in cores of this machine.
+``--json`` puts the rows into the benchmark JSON under "capacity" (the last
+part of ``scripts/benchmark.sh``), keeping the rest of the file.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tests.cluster import processes
@@ -28,6 +31,7 @@ from tests.cluster.processes import say
 
 TICKS = os.sysconf("SC_CLK_TCK")
 SHARED_RESOURCES = 16
+APP_HOSTS = 4  # network namespaces, each reaching PgBouncer through its own link
 
 
 @dataclass
@@ -153,6 +157,21 @@ def _cpu(cluster: Cluster) -> dict[str, float]:
     }
 
 
+def save(rows: list[Row], seconds: float, path: Path) -> None:
+    """Put ``rows`` into the benchmark JSON at ``path`` under "capacity", with
+    the machine's load; the other parts of the file are kept."""
+    document = json.loads(path.read_text()) if path.exists() else {}
+    document["capacity"] = {
+        "app_hosts": APP_HOSTS,
+        "seconds": seconds,
+        "cores": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "rows": [asdict(row) for row in rows],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
 def table(rows: list[Row]) -> str:
     lines = [
         "| clients | resources | lock ops/s | acquisitions/s | leader PostgreSQL CPU "
@@ -206,10 +225,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--clients", default="8,32,64")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--chart", type=Path, help="write a PNG chart there (needs matplotlib)")
+    parser.add_argument("--json", type=Path, help="the benchmark JSON to add the rows to")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="dlock-capacity.") as work:
-        cluster = Cluster.up(app_hosts=4)
+        cluster = Cluster.up(app_hosts=APP_HOSTS)
         try:
             migrate(cluster)
             for shared in (False, True):
@@ -219,6 +239,9 @@ def main(argv: list[str]) -> int:
         finally:
             cluster.down()
     say(table(rows))
+    if args.json:
+        save(rows, args.seconds, args.json)
+        say(f'JSON: {args.json} ("capacity")')
     if args.chart:
         chart(rows, args.chart)
         say(f"chart: {args.chart}")
