@@ -173,11 +173,18 @@ class Listener(Generic[_C]):
             self._lost(connection)
 
     def _done(self) -> bool:
-        """Whether the thread should end: stopping, or idle past the linger."""
+        """Whether the thread should end: stopping, or idle past the linger.
+
+        An ending thread stops counting as listening here, in the same hold of
+        the lock that lets ``watch()`` start its successor: a waiter that comes
+        meanwhile waits for the successor's ``LISTEN`` rather than queue with a
+        channel that the closing connection no longer hears (or with its
+        server process, which is about to end, as its ticket's listener)."""
         with self._lock:
             idle = not self._watches and time.monotonic() - self._last_used > LINGER
             if self._stopping or idle:
                 self._thread = None
+                self._not_listening()
                 return True
             return False
 
@@ -197,14 +204,21 @@ class Listener(Generic[_C]):
 
     def _lost(self, connection: _C | None) -> None:
         """The connection is gone: waiters poll, and all look once (a release may
-        have been missed while it was down)."""
+        have been missed while it was down). A thread that ended (``_done``)
+        may have a successor already, listening: its state is not this one's."""
         if connection is not None:
             with contextlib.suppress(Exception):
                 self._close(connection)
         with self._lock:
-            self._listening = False
-            self._lock.notify_all()
-            self._wake_all()
+            if self._thread is None or self._thread is threading.current_thread():
+                self._not_listening()
+
+    def _not_listening(self) -> None:
+        """(With ``_lock`` held.) Nothing listens: waiters poll, and all look once."""
+        self._listening = False
+        self.backend_pid = None
+        self._lock.notify_all()
+        self._wake_all()
 
     def _wake_all(self) -> None:
         for watch in self._watches:

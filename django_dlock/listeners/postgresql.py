@@ -96,5 +96,4 @@ class PostgresListener(Listener["psycopg.Connection[Any]"]):
                 self._dispatch(notify.extra.decode())
 
     def _close(self, connection: psycopg.Connection[Any]) -> None:
-        self.backend_pid = None
         connection.close()
