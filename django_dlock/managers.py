@@ -171,8 +171,7 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
         validate_owner(owner)
         released = self._backend().give_up(resource, owner)
         if released.result is ReleaseResult.RELEASED and released.row is not None:
-            hold = self._instance(released.row)
-            signals.lock_released.send(sender=self.model, lock=hold, owner=owner, forced=False)
+            self._announce_released(released.row, owner, forced=False)
         return released.result
 
     def force_release(self, resource: str, *, owner: str | None = None) -> bool:
@@ -187,8 +186,9 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
             validate_owner(owner)
         released = self._backend().give_up(resource, owner, forced=True)
         for held in released.released:  # each as it was held
-            hold = self._instance(replace(held, owner="", expires_at=held.now))
-            signals.lock_released.send(sender=self.model, lock=hold, owner=held.owner, forced=True)
+            self._announce_released(
+                replace(held, owner="", expires_at=held.now), held.owner, forced=True
+            )
         return bool(released.released)
 
     def holders(self, resource: str) -> list[Hold]:
@@ -227,8 +227,7 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
         outcomes = self._backend().give_up_all(list(resources), owner)
         for released in outcomes:
             if released.result is ReleaseResult.RELEASED and released.row is not None:
-                hold = self._instance(released.row)
-                signals.lock_released.send(sender=self.model, lock=hold, owner=owner, forced=False)
+                self._announce_released(released.row, owner, forced=False)
         return [released.result for released in outcomes]
 
     def purge_expired(

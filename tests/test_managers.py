@@ -263,6 +263,40 @@ class TestRelease:
         assert Locks.force_release("job:42") is False
         assert Locks.acquire("job:42", owner="worker-2", ttl=30) is not None
 
+    def test_a_release_builds_no_lock_instance_for_nobody(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # It returns none; lock_released carries one only to a receiver.
+        built: list[object] = []
+        from_db = DistributedLock.from_db.__func__  # type: ignore[attr-defined]
+
+        def counting(cls: type[DistributedLock], *args: object) -> DistributedLock:
+            built.append(args)
+            return from_db(cls, *args)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(DistributedLock, "from_db", classmethod(counting))
+        for release in (
+            lambda: Locks.release("job:1", owner="w"),
+            lambda: Locks.force_release("job:1"),
+            lambda: Locks.release_all(["job:1"], owner="w"),
+        ):
+            assert Locks.acquire("job:1", owner="w", ttl=30) is not None
+            built.clear()
+            assert release()
+            assert built == []
+        seen: list[object] = []
+
+        def receiver(sender: object, lock: DistributedLock, **kwargs: object) -> None:
+            seen.append((lock.resource, lock.owner, kwargs["owner"]))
+
+        signals.lock_released.connect(receiver)
+        try:
+            Locks.acquire("job:1", owner="w", ttl=30)
+            Locks.release("job:1", owner="w")
+        finally:
+            signals.lock_released.disconnect(receiver)
+        assert seen == [("job:1", "", "w")]
+
 
 class TestExpiredCountsAsAbsent:
     def test_querysets_use_the_database_clock(self) -> None:
