@@ -246,18 +246,25 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
         ``DELETE`` checks expiry again, so a lock renewed or taken meanwhile
         survives, and memory and table locks stay bounded. Each batch's largest
         fencing token is kept (``FencingFloor``) so a purged resource that is
-        locked again gets a larger token than any it had. ``on_batch(count)`` is
+        locked again gets a larger token than any it had. A lock that a lock
+        operation holds locked at that moment (``acquire_all()`` taking it, a
+        renewal) is skipped, and left for a later purge. ``on_batch(count)`` is
         called after each batch that deleted something.
         """
         backend = self._backend()
         deleted = 0
         while True:
             batch = backend.purge_batch(older_than=older_than, batch_size=batch_size, prefix=prefix)
-            if batch.chosen == 0:  # (a batch renewed meanwhile deletes none: look again)
-                return deleted
             deleted += batch.deleted
             if batch.deleted and on_batch is not None:
                 on_batch(batch.deleted)
+            # Done when the batch took every expired lock there was, or deleted
+            # none of those it chose (each was held by a lock operation or
+            # renewed meanwhile: choosing again would find them again). Not
+            # "until none is expired": locks that a busy resource's holders
+            # release while the purge runs would keep it going.
+            if batch.chosen < batch_size or not batch.deleted:
+                return deleted
 
     # -- async twins -----------------------------------------------------------
     # Each runs the sync operation in a thread of django-dlock's own (not the

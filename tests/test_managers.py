@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 
@@ -379,6 +380,47 @@ class TestFencing:
         assert Locks.purge_expired(batch_size=3, prefix="a:", on_batch=batches.append) == 0
         assert batches == [3, 3, 1]
         assert list(DistributedLock.objects.values_list("resource", flat=True)) == ["b:1"]
+
+    def test_purge_ends_while_an_operation_holds_an_expired_lock(self) -> None:
+        """A lock that an operation holds locked is skipped, and the purge
+        deletes the others and returns: it used to choose that lock again and
+        again until the operation let go."""
+        if connection.vendor == "sqlite":
+            pytest.skip("SQLite locks the whole database, not rows: the purge waits for the writer")
+        for n in range(5):
+            Locks.acquire(f"held:{n}", owner="w", ttl=30)
+            Locks.release(f"held:{n}", owner="w")
+        holding, let_go = threading.Event(), threading.Event()
+
+        def hold_a_row() -> None:
+            try:
+                with transaction.atomic():
+                    DistributedLock.objects.select_for_update().get(resource="held:2")
+                    holding.set()
+                    let_go.wait(30)
+            finally:
+                connection.close()
+
+        def purge() -> None:
+            try:
+                purged.append(Locks.purge_expired(batch_size=2))
+            finally:
+                connection.close()
+
+        holder = threading.Thread(target=hold_a_row)
+        holder.start()
+        purged: list[int] = []
+        try:
+            assert holding.wait(10)
+            purger = threading.Thread(target=purge, daemon=True)
+            purger.start()
+            purger.join(10)
+            assert not purger.is_alive(), "the purge did not end while a lock was held"
+        finally:
+            let_go.set()
+            holder.join()
+        assert purged == [4]
+        assert list(DistributedLock.objects.values_list("resource", flat=True)) == ["held:2"]
 
 
 class TestStatements:

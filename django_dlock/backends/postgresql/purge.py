@@ -27,44 +27,47 @@ class PostgreSQLPurge(Purge):
         return f"SELECT {qn('value')} FROM {self.floor_table} WHERE {qn('id')} = 1 FOR SHARE"  # noqa: S608
 
     def _purge_batch(self, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
-        # First the floor, raised to the largest token of the batch as read
-        # without locks, then the deletion of the batch's rows whose token is at
-        # most that (a row released since is expired with a larger token, and
-        # stays): every deleted token is below a floor raised before it went
-        # (see ``_floor_sql``). The rows are chosen again by physical address
-        # (ctid: a TID scan reaches each without an index lookup), skipping
-        # those a lock operation holds locked: the purge waits for no lock
-        # row, and so never deadlocks with operations that lock several in
-        # their own order (``acquire_all()``). The database counts the batch.
-        candidates = self._purge_candidates(older_than, prefix)
+        # One statement, one scan of the table:
+        # - ``chosen``: the batch, read without locks, each row by its physical
+        #   address (ctid: a TID scan reaches it without an index lookup) and
+        #   token. Read once: the table is scanned where the last scan left off
+        #   (synchronized scans), so a second scan for the same rows would start
+        #   past them, where every token is larger, and go round the table.
+        # - ``raised``: the floor raised to the largest token of the batch (its
+        #   row created if missing), before any row is locked: the deletion
+        #   waits for it (see ``_floor_sql``).
+        # - ``purged``: the chosen rows deleted, skipping those a lock
+        #   operation holds locked (the purge waits for no lock row, and so
+        #   never deadlocks with operations that lock several in their own
+        #   order: ``acquire_all()``). A row renewed, taken or released since it
+        #   was chosen has a new address and stays; so does one that is no
+        #   longer expired. Every deleted token is at most the raised floor.
+        qn = self.qn
+        token, value, pk = qn("fencing_token"), qn("value"), qn("id")
         chosen_sql, chosen_params = (
-            candidates.values("fencing_token")[:batch_size]
+            self._purge_candidates(older_than, prefix)
+            .annotate(row=RawSQL("ctid", ()))
+            .values("row", "fencing_token")[:batch_size]
             .query.get_compiler(using=self.using)
             .as_sql()
         )
-        token = self.qn("fencing_token")
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT COUNT(*), MAX({token}) FROM ({chosen_sql}) chosen",  # noqa: S608
-                chosen_params,
-            )
-            chosen, largest = cursor.fetchone()
-        if not chosen:
-            return PurgedBatch(chosen=0, deleted=0)
-        self._raise_fencing_floor(largest)
-        rows = (
-            candidates.filter(fencing_token__lte=largest)
-            .annotate(row=RawSQL("ctid", ()))
-            .values("row")[:batch_size]
-        )
-        rows_sql, rows_params = rows.query.get_compiler(using=self.using).as_sql()
+        still_sql, still_params = self._still_expired_sql(older_than)
         sql = (
-            f"DELETE FROM {self.table} WHERE ctid = ANY(ARRAY({rows_sql} "  # noqa: S608
-            "FOR UPDATE SKIP LOCKED))"
+            f"WITH chosen AS MATERIALIZED ({chosen_sql}), "  # noqa: S608 - only compiled SQL and identifiers
+            f"raised AS (INSERT INTO {self.floor_table} AS floor ({pk}, {value}) "
+            f"SELECT 1, MAX({token}) FROM chosen HAVING COUNT(*) > 0 "
+            f"ON CONFLICT ({pk}) DO UPDATE SET {value} = GREATEST(floor.{value}, EXCLUDED.{value}) "
+            f"RETURNING {value}), "
+            f"purged AS (DELETE FROM {self.table} WHERE ctid = ANY(ARRAY("
+            f"SELECT ctid FROM {self.table} WHERE ctid = ANY(ARRAY(SELECT {qn('row')} FROM chosen)) "
+            f"AND {still_sql} AND {token} <= (SELECT {value} FROM raised) "
+            "FOR UPDATE SKIP LOCKED)) RETURNING 1) "
+            "SELECT (SELECT COUNT(*) FROM chosen), (SELECT COUNT(*) FROM purged)"
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, rows_params)
-            return PurgedBatch(chosen=int(chosen), deleted=cursor.rowcount)
+            cursor.execute(sql, [*chosen_params, *still_params])
+            chosen, deleted = cursor.fetchone()
+        return PurgedBatch(chosen=int(chosen), deleted=int(deleted))
 
     def _delete_expired_holds(self, where: str, params: list[Any]) -> None:
         table, _, column = self._hold_names
