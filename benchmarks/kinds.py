@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import platform
 import sys
@@ -28,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import kinds_cycles, kinds_report, kinds_setup
+from benchmarks import document, kinds_cycles, kinds_report, kinds_setup
 from benchmarks.plan import ROOT
 from benchmarks.proxy import DelayProxy
 from benchmarks.setup import cpu_model
@@ -215,12 +214,10 @@ def save(results: dict[str, Any], path: Path, *, partial: bool) -> dict[str, Any
     other parts of the file are kept); what is there now. A ``partial`` run
     (some sections or databases: a part measured again) replaces only what it
     measured, and is listed under "reruns" with its machine's load."""
-    document = json.loads(path.read_text()) if path.exists() else {}
-    earlier = document.get("kinds")
-    document["kinds"] = merge(earlier, results) if partial and earlier else results
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1, default=str) + "\n")
-    return document["kinds"]  # type: ignore[no-any-return]
+    earlier = document.read(path).get("kinds")
+    kinds = merge(earlier, results) if partial and earlier else results
+    document.put(path, "kinds", kinds)
+    return kinds
 
 
 def merge(earlier: dict[str, Any], again: dict[str, Any]) -> dict[str, Any]:

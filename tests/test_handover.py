@@ -30,8 +30,13 @@ def spy() -> Iterator[psycopg.Connection[tuple[object, ...]]]:
         yield listening
 
 
-def notified(listening: psycopg.Connection[tuple[object, ...]]) -> list[str]:
-    """The tickets NOTIFYed on the channel within a second."""
+def notified(
+    listening: psycopg.Connection[tuple[object, ...]], *, every: bool = False
+) -> list[str]:
+    """The first ticket NOTIFYed on the channel within a second; ``every``:
+    each one NOTIFYed within half a second, in order."""
+    if every:
+        return [note.payload for note in listening.notifies(timeout=0.5)]
     return [note.payload for note in listening.notifies(timeout=1, stop_after=1)]
 
 
@@ -116,11 +121,6 @@ def test_a_head_that_cannot_be_handed_the_lock_takes_it_itself(head: dict[str, o
     assert LockWaiter.objects.filter(pk=ticket).exists()
 
 
-def all_notified(listening: psycopg.Connection[tuple[object, ...]]) -> list[str]:
-    """Every ticket NOTIFYed on the channel within half a second, in order."""
-    return [note.payload for note in listening.notifies(timeout=0.5)]
-
-
 def readers_behind_a_writer(resource: str) -> tuple[list[int], int]:
     """A writer holding ``resource``; three listening readers queued, a polling
     one among them, then a writer and a reader behind it. The readers that fit
@@ -145,7 +145,7 @@ def test_a_release_wakes_every_reader_that_fits_at_once(
         f"hand:6:{freed_by}", *(["holder"] if freed_by == "release" else [])
     )
     assert freed
-    assert all_notified(spy) == [str(ticket) for ticket in readers]
+    assert notified(spy, every=True) == [str(ticket) for ticket in readers]
     assert holder(f"hand:6:{freed_by}")[0] == ""  # readers take their holds themselves
 
 
@@ -155,10 +155,10 @@ def test_a_writer_leaving_the_head_wakes_the_readers_behind_it(spy: psycopg.Conn
     readers = [queue("hand:7", f"r{n}", shared=True) for n in range(3)]
     queue("hand:7", "writer 2")
     assert Locks.release("hand:7", "holder") is ReleaseResult.RELEASED
-    assert all_notified(spy) == []  # the head polls; the readers queue behind a writer
+    assert notified(spy, every=True) == []  # the head polls; the readers queue behind a writer
     # The writer's wait ends before its next look: it leaves the queue.
     assert backend_for("default").give_up_waiting("hand:7", writer)
-    assert all_notified(spy) == [str(ticket) for ticket in readers]
+    assert notified(spy, every=True) == [str(ticket) for ticket in readers]
 
 
 def test_a_reader_at_the_head_wakes_no_reader_behind_a_writer(spy: psycopg.Connection) -> None:
@@ -167,7 +167,7 @@ def test_a_reader_at_the_head_wakes_no_reader_behind_a_writer(spy: psycopg.Conne
     queue("hand:8", "writer", channel="")  # polling: not woken, but it still queues first
     queue("hand:8", "r2", shared=True)
     assert Locks.release("hand:8", "holder") is ReleaseResult.RELEASED
-    assert all_notified(spy) == [str(head)]
+    assert notified(spy, every=True) == [str(head)]
 
 
 def test_a_head_whose_process_is_gone_is_passed_over() -> None:

@@ -90,11 +90,31 @@ class WaiterQueue:
         # Table and column names only; the values are parameters.
         return (
             f"SELECT l.{qn('owner')}, l.{qn('expires_at')}, {now_sql}, q.n, q.x, "  # noqa: S608
-            f"l.{qn('limit')}, ({self.holders_sql()}) FROM "
-            f"(SELECT COUNT(*) AS n, SUM(CASE WHEN w.{qn('mode')} = '{EXCLUSIVE}' THEN 1 "
-            f"ELSE 0 END) AS x FROM {self.waiters_table} w WHERE w.{qn('resource')} = %s "
-            f"AND w.{qn('id')} < %s AND {self.live_waiter_sql('w.')}) q "
+            f"l.{qn('limit')}, ({self.holders_sql()}) FROM ({self.queued_counts_sql('%s', '%s')}) q "
             f"LEFT JOIN {self.table} l ON l.{qn('resource')} = %s"
+        )
+
+    def queued_counts_sql(self, resource: str, ticket: str) -> str:
+        """SQL: one row, how many live waiters of ``resource`` queue before
+        ``ticket`` (``n``) and how many of those want the lock exclusively
+        (``x``, NULL for none); both SQL (a placeholder, a column)."""
+        qn = self.qn
+        return (
+            f"SELECT COUNT(*) AS n, SUM(CASE WHEN w.{qn('mode')} = '{EXCLUSIVE}' THEN 1 "
+            f"ELSE 0 END) AS x {self.queued_before_sql(resource, ticket)}"
+        )
+
+    def queued_before_sql(
+        self, resource: str, ticket: str, *, after: str = "", alias: str = "w"
+    ) -> str:
+        """SQL: FROM and WHERE of the live waiters (table alias ``alias``) of
+        ``resource`` that queue before ``ticket`` (and after the ticket
+        ``after``); each SQL (a placeholder, a column)."""
+        qn = self.qn
+        after_sql = f"AND {alias}.{qn('id')} > {after} " if after else ""
+        return (
+            f"FROM {self.waiters_table} {alias} WHERE {alias}.{qn('resource')} = {resource} "
+            f"AND {alias}.{qn('id')} < {ticket} {after_sql}AND {self.live_waiter_sql(alias + '.')}"
         )
 
     def live_waiter_sql(self, alias: str = "") -> str:

@@ -24,6 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks import document
 from tests.cluster import processes
 from tests.cluster.apps import REPOSITORY, app_env, migrate
 from tests.cluster.cluster import Cluster
@@ -160,16 +161,14 @@ def _cpu(cluster: Cluster) -> dict[str, float]:
 def save(rows: list[Row], seconds: float, path: Path) -> None:
     """Put ``rows`` into the benchmark JSON at ``path`` under "capacity", with
     the machine's load; the other parts of the file are kept."""
-    document = json.loads(path.read_text()) if path.exists() else {}
-    document["capacity"] = {
+    capacity = {
         "app_hosts": APP_HOSTS,
         "seconds": seconds,
         "cores": os.cpu_count(),
         "load_average": os.getloadavg(),
         "rows": [asdict(row) for row in rows],
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1) + "\n")
+    document.put(path, "capacity", capacity)
 
 
 def table(rows: list[Row]) -> str:

@@ -25,7 +25,7 @@ from django_dlock.backends.postgresql.statements import (
 )
 from django_dlock.backends.queue import NO_TICKET
 from django_dlock.django_private import compile_expression
-from django_dlock.rules import EXCLUSIVE, SHARED_HOLDERS
+from django_dlock.rules import SHARED_HOLDERS
 
 # The answers' first column.
 PORTABLE = "portable"  # the portable operation decides
@@ -58,11 +58,7 @@ class SharedStatements:
         shared = f"(l.{c['owner']} = {m} AND l.{c['expires_at']} > {now})"
 
         # -- take: a reader (limit null) or a permit ------------------------------------
-        queued = (
-            f"queued AS (SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE w.{qn('mode')} = "  # noqa: S608
-            f"'{EXCLUSIVE}') AS x FROM {backend.waiters_table} w WHERE w.{qn('resource')} = "
-            f"%(resource)s AND w.{qn('id')} < %(ticket)s AND {backend.live_waiter_sql('w.')})"
-        )
+        queued = f"queued AS ({backend.queued_counts_sql('%(resource)s', '%(ticket)s')})"
         mine = (
             f"mine AS (SELECT {holds}.{h['id']} AS id FROM {holds} "  # noqa: S608
             f"WHERE {holds}.{h['resource']} = %(resource)s AND {holds}.{h['owner']} = %(owner)s "

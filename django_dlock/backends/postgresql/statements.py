@@ -150,7 +150,7 @@ def head_sql(
     and what it wants. ``locked``: read ``FOR UPDATE``, which skips a waiter
     whose ticket went while the statement ran (``handover``)."""
     qn = backend.qn
-    columns = ", ".join(f"w.{qn(name)} AS {name}" for name in HEAD_COLUMNS)
+    columns = ", ".join(f"w.{qn(name)} AS {qn(name)}" for name in HEAD_COLUMNS)
     return (
         f"SELECT {columns} FROM {backend.waiters_table} w "  # noqa: S608
         f"WHERE w.{qn('resource')} = {resource} AND w.{qn('id')} <> {ticket} "
@@ -159,8 +159,9 @@ def head_sql(
     )
 
 
-# The columns of the CTE ``head``: who the head is, how to wake it, what it wants.
-HEAD_COLUMNS = ("id", "channel", "owner", "ttl", "label", "mode")
+# The columns of the CTE ``head``: who the head is, how to wake it, what it
+# wants, and of which resource ("limit", a reserved word, is read quoted).
+HEAD_COLUMNS = ("id", "channel", "owner", "ttl", "label", "mode", "resource", "limit")
 
 
 def wake_sql(condition: str = "", *, readers: bool = False) -> str:
@@ -192,19 +193,20 @@ def fitting_sql(backend: LockBackend) -> str:
     after its own acquisition. (The writers that count are those between the
     head and the reader: one before the head is a ticket that the statement
     deletes, or passes over.)"""
-    qn, waiters, live = backend.qn, backend.waiters_table, backend.live_waiter_sql
+    qn = backend.qn
 
     def reader(alias: str) -> str:
         return f"{alias}{qn('mode')} = '{SHARED}' AND {alias}{qn('limit')} IS NULL"
 
+    writer_between = backend.queued_before_sql(
+        "head.resource", f"w.{qn('id')}", after="head.id", alias="x"
+    )
     return (
         f"fitting AS (SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel "  # noqa: S608
-        f"FROM head JOIN {waiters} hw ON hw.{qn('id')} = head.id JOIN {waiters} w "
-        f"ON w.{qn('resource')} = hw.{qn('resource')} AND w.{qn('id')} > hw.{qn('id')} "
-        f"WHERE {reader('hw.')} AND {reader('w.')} AND w.{qn('channel')} <> '' "
-        f"AND {live('w.')} AND NOT EXISTS (SELECT FROM {waiters} x "
-        f"WHERE x.{qn('resource')} = hw.{qn('resource')} AND x.{qn('mode')} = '{EXCLUSIVE}' "
-        f"AND x.{qn('id')} > hw.{qn('id')} AND x.{qn('id')} < w.{qn('id')} AND {live('x.')}))"
+        f"FROM head JOIN {backend.waiters_table} w ON w.{qn('resource')} = head.resource "
+        f"AND w.{qn('id')} > head.id WHERE {reader('head.')} AND {reader('w.')} "
+        f"AND w.{qn('channel')} <> '' AND {backend.live_waiter_sql('w.')} "
+        f"AND NOT EXISTS (SELECT {writer_between} AND x.{qn('mode')} = '{EXCLUSIVE}'))"
     )
 
 
