@@ -63,6 +63,15 @@ def test_a_listening_head_sleeps_long_but_looks_once_more_soon_after_queuing() -
     assert second == third == LISTENING_LOOKS * 0.5
 
 
+def test_a_listening_waiter_queued_behind_others_also_looks_once_more_soon() -> None:
+    # Those ahead may leave while a release that did not see this ticket runs.
+    backoff = Backoff(rng=random.Random(8))
+    behind = QueueState(holder="other", free=False, holder_left=None, ahead=2)
+    first, second = sleeps(backoff, behind, 2, listening=True)
+    assert first == NEW_HEAD_LOOKS_AGAIN
+    assert second == LISTENING_LOOKS * 0.5
+
+
 def test_a_listening_head_sleeps_no_longer_than_its_ticket_lasts() -> None:
     backoff = Backoff(rng=random.Random(5), looked_again=True)
     assert sleeps(backoff, HELD, 1, listening=True, refresh_in=0.3) == [0.3]

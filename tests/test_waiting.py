@@ -162,6 +162,44 @@ def test_a_head_no_release_woke_looks_again_soon_after_queuing(
 
 
 @pytest.mark.requires_postgres
+def test_a_waiter_whose_waiters_ahead_left_unseen_looks_again_soon_after_queuing(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The benchmark's readers and a writer: the writer queued behind a reader
+    # that was being admitted, and the last reader's release, whose statement
+    # began before the writer's ticket was queued, freed the lock and woke
+    # nobody; the writer slept until its timed look (2 s). Here the waiter ahead
+    # leaves and the lock is released without a NOTIFY right after the waiter
+    # queued and saw both.
+    settings.DLOCK_BACKOFF_MAX = 5  # a timed look every 20 s
+    Locks.acquire("listen:10", "holder", ttl=60)
+    backend = backend_for("default")
+    ahead = backend.enqueue_waiter(Locks.claim("listen:10", "ahead", 60), 60)[0]
+    backend_class = type(backend)
+    enqueue = backend_class.enqueue_waiter
+    released: list[float] = []
+
+    def enqueue_then_free_silently(self: Any, *args: Any, **kwargs: Any) -> Any:
+        queued = enqueue(self, *args, **kwargs)
+        assert queued[1].ahead == 1  # behind the one ahead, which leaves now
+        LockWaiter.objects.filter(pk=ahead).delete()
+        DistributedLock.objects.filter(resource="listen:10").update(owner="")
+        released.append(time.monotonic())
+        return queued
+
+    monkeypatch.setattr(backend_class, "enqueue_waiter", enqueue_then_free_silently)
+    got: list[float] = []
+
+    def wait() -> None:
+        with lock("listen:10", timeout=15):
+            got.append(time.monotonic())
+
+    in_thread(wait).join(20)
+    assert released and got, "the waiter never got the lock"
+    assert got[0] - released[0] < 1.0, "the waiter slept until its timed look"
+
+
+@pytest.mark.requires_postgres
 def test_a_release_notifies_only_when_someone_waits() -> None:
     import psycopg
 

@@ -17,8 +17,8 @@ LISTENING_LOOKS = 4
 # The longest a listening head of a queue sleeps where waiters share the
 # database's host (SQLite), in seconds.
 SHARED_HOST_HEAD_LOOKS = 0.05
-# When a listening waiter that queued as the head looks a second time, in
-# seconds: after any release in flight as it queued has committed.
+# When a listening waiter that just queued looks a second time, in seconds:
+# after any release in flight as it queued has committed.
 NEW_HEAD_LOOKS_AGAIN = 0.05
 
 
@@ -97,10 +97,13 @@ class Backoff:
                 # A datagram does not cross network namespaces (containers that
                 # share the SQLite file): the head still looks now and then.
                 sleep = min(sleep, SHARED_HOST_HEAD_LOOKS)
-            elif state.ahead == 0 and not self.looked_again:
+            elif not self.looked_again:
                 # A release whose statement began before this ticket was queued
                 # does not see it (PostgreSQL: one snapshot per statement), and
-                # wakes nobody: the new head looks once more soon after.
+                # wakes nobody: neither a waiter that queued as the head nor one
+                # whose waiters ahead left while that release ran (a reader
+                # admitted meanwhile). So a waiter that just queued looks once
+                # more soon after.
                 self.looked_again = True
                 sleep = min(sleep, NEW_HEAD_LOOKS_AGAIN)
         elif state.ahead and self.turn is not None:
