@@ -130,6 +130,39 @@ def test_an_idle_waiter_makes_at_most_a_query_a_second() -> None:
     assert len(statements) <= 3 + seconds + 1, [sql[:40] for sql in statements]
 
 
+def free_silently_after_queuing(
+    monkeypatch: pytest.MonkeyPatch, free: Callable[[Any], object]
+) -> list[float]:
+    """Make each waiter's queuing run ``free(what it returned)`` right after its
+    ticket is in, as a release that woke nobody; when it did, in the list."""
+    backend_class = type(backend_for("default"))
+    enqueue = backend_class.enqueue_waiter
+    released: list[float] = []
+
+    def enqueue_then_free(self: Any, *args: Any, **kwargs: Any) -> Any:
+        queued = enqueue(self, *args, **kwargs)
+        free(queued)
+        released.append(time.monotonic())
+        return queued
+
+    monkeypatch.setattr(backend_class, "enqueue_waiter", enqueue_then_free)
+    return released
+
+
+def seconds_to_the_lock(resource: str, released: list[float]) -> float:
+    """Seconds from a release that woke nobody (its time, in ``released``) to a
+    ``lock()`` of ``resource`` in a thread getting the lock."""
+    got: list[float] = []
+
+    def wait() -> None:
+        with lock(resource, timeout=15):
+            got.append(time.monotonic())
+
+    in_thread(wait).join(20)
+    assert released and got, "the waiter never got the lock"
+    return got[0] - released[0]
+
+
 @pytest.mark.requires_postgres
 def test_a_head_no_release_woke_looks_again_soon_after_queuing(
     settings: Any, monkeypatch: pytest.MonkeyPatch
@@ -139,26 +172,11 @@ def test_a_head_no_release_woke_looks_again_soon_after_queuing(
     # NOTIFY right after the waiter queued and saw it held.
     settings.DLOCK_BACKOFF_MAX = 5  # a timed look every 20 s
     Locks.acquire("listen:9", "holder", ttl=60)
-    backend_class = type(backend_for("default"))
-    enqueue = backend_class.enqueue_waiter
-    released: list[float] = []
-
-    def enqueue_then_release_silently(self: Any, *args: Any, **kwargs: Any) -> Any:
-        queued = enqueue(self, *args, **kwargs)
-        DistributedLock.objects.filter(resource="listen:9").update(owner="")
-        released.append(time.monotonic())
-        return queued
-
-    monkeypatch.setattr(backend_class, "enqueue_waiter", enqueue_then_release_silently)
-    got: list[float] = []
-
-    def wait() -> None:
-        with lock("listen:9", timeout=15):
-            got.append(time.monotonic())
-
-    in_thread(wait).join(20)
-    assert released and got, "the waiter never got the lock"
-    assert got[0] - released[0] < 1.0, "the head slept until its timed look"
+    released = free_silently_after_queuing(
+        monkeypatch,
+        lambda queued: DistributedLock.objects.filter(resource="listen:9").update(owner=""),
+    )
+    assert seconds_to_the_lock("listen:9", released) < 1.0, "the head slept until its timed look"
 
 
 @pytest.mark.requires_postgres
@@ -173,30 +191,15 @@ def test_a_waiter_whose_waiters_ahead_left_unseen_looks_again_soon_after_queuing
     # queued and saw both.
     settings.DLOCK_BACKOFF_MAX = 5  # a timed look every 20 s
     Locks.acquire("listen:10", "holder", ttl=60)
-    backend = backend_for("default")
-    ahead = backend.enqueue_waiter(Locks.claim("listen:10", "ahead", 60), 60)[0]
-    backend_class = type(backend)
-    enqueue = backend_class.enqueue_waiter
-    released: list[float] = []
+    ahead = backend_for("default").enqueue_waiter(Locks.claim("listen:10", "ahead", 60), 60)[0]
 
-    def enqueue_then_free_silently(self: Any, *args: Any, **kwargs: Any) -> Any:
-        queued = enqueue(self, *args, **kwargs)
+    def leave_and_free(queued: Any) -> None:
         assert queued[1].ahead == 1  # behind the one ahead, which leaves now
         LockWaiter.objects.filter(pk=ahead).delete()
         DistributedLock.objects.filter(resource="listen:10").update(owner="")
-        released.append(time.monotonic())
-        return queued
 
-    monkeypatch.setattr(backend_class, "enqueue_waiter", enqueue_then_free_silently)
-    got: list[float] = []
-
-    def wait() -> None:
-        with lock("listen:10", timeout=15):
-            got.append(time.monotonic())
-
-    in_thread(wait).join(20)
-    assert released and got, "the waiter never got the lock"
-    assert got[0] - released[0] < 1.0, "the waiter slept until its timed look"
+    released = free_silently_after_queuing(monkeypatch, leave_and_free)
+    assert seconds_to_the_lock("listen:10", released) < 1.0, "the waiter slept until its timed look"
 
 
 @pytest.mark.requires_postgres
