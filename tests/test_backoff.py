@@ -9,7 +9,7 @@ import pytest
 
 from django_dlock.locking.backoff import (
     LISTENING_LOOKS,
-    NEW_HEAD_LOOKS_AGAIN,
+    NEW_WAITER_LOOKS_AGAIN,
     SHARED_HOST_HEAD_LOOKS,
     Backoff,
     QueueState,
@@ -59,7 +59,7 @@ def test_the_head_never_sleeps_past_the_holders_expiry() -> None:
 def test_a_listening_head_sleeps_long_but_looks_once_more_soon_after_queuing() -> None:
     backoff = Backoff(rng=random.Random(4))
     first, second, third = sleeps(backoff, HELD, 3, listening=True)
-    assert first == NEW_HEAD_LOOKS_AGAIN
+    assert first == NEW_WAITER_LOOKS_AGAIN
     assert second == third == LISTENING_LOOKS * 0.5
 
 
@@ -68,7 +68,7 @@ def test_a_listening_waiter_queued_behind_others_also_looks_once_more_soon() -> 
     backoff = Backoff(rng=random.Random(8))
     behind = QueueState(holder="other", free=False, holder_left=None, ahead=2)
     first, second = sleeps(backoff, behind, 2, listening=True)
-    assert first == NEW_HEAD_LOOKS_AGAIN
+    assert first == NEW_WAITER_LOOKS_AGAIN
     assert second == LISTENING_LOOKS * 0.5
 
 

@@ -19,7 +19,7 @@ LISTENING_LOOKS = 4
 SHARED_HOST_HEAD_LOOKS = 0.05
 # When a listening waiter that just queued looks a second time, in seconds:
 # after any release in flight as it queued has committed.
-NEW_HEAD_LOOKS_AGAIN = 0.05
+NEW_WAITER_LOOKS_AGAIN = 0.05
 
 
 @dataclass
@@ -105,7 +105,7 @@ class Backoff:
                 # admitted meanwhile). So a waiter that just queued looks once
                 # more soon after.
                 self.looked_again = True
-                sleep = min(sleep, NEW_HEAD_LOOKS_AGAIN)
+                sleep = min(sleep, NEW_WAITER_LOOKS_AGAIN)
         elif state.ahead and self.turn is not None:
             # Nothing to do before those ahead have had their turns: sleep a
             # quarter to half of that, so that looking costs little while the
