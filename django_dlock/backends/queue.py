@@ -41,6 +41,7 @@ class QueueRow:
     ahead_exclusive: int = 0  # of those, the ones that want the lock exclusively
     limit: int | None = None  # the semaphore's limit, while its permits hold the lock
     holders: int = 0  # valid shared holds (readers or permits)
+    queued: bool = True  # the ticket looked from is still in the queue
 
     @classmethod
     def of(
@@ -52,6 +53,7 @@ class QueueRow:
         ahead_exclusive: int | None = 0,
         limit: int | None = None,
         holders: int = 0,
+        queued: Any = True,
     ) -> QueueRow:
         """From a row's values, the times as the driver returned them."""
         return cls(
@@ -62,6 +64,7 @@ class QueueRow:
             ahead_exclusive=int(ahead_exclusive or 0),
             limit=limit,
             holders=int(holders),
+            queued=bool(queued),
         )
 
 
@@ -88,9 +91,15 @@ class WaiterQueue:
         # A one-row SELECT of the queue's counts, LEFT JOINed to the lock row (there
         # is none before the first acquisition of the resource).
         # Table and column names only; the values are parameters.
+        # Whether the ticket itself is still there: a waiter whose ticket was
+        # dropped meanwhile queues again (``Wait.step``). (One that only stopped
+        # counting for a while, its listener reconnecting, is named again by
+        # the listener: ``listeners.postgresql``.)
+        queued = f"EXISTS (SELECT 1 FROM {self.waiters_table} m WHERE m.{qn('id')} = %s)"  # noqa: S608
         return (
             f"SELECT l.{qn('owner')}, l.{qn('expires_at')}, {now_sql}, q.n, q.x, "  # noqa: S608
-            f"l.{qn('limit')}, ({self.holders_sql()}) FROM ({self.queued_counts_sql('%s', '%s')}) q "
+            f"l.{qn('limit')}, ({self.holders_sql()}), {queued} "
+            f"FROM ({self.queued_counts_sql('%s', '%s')}) q "
             f"LEFT JOIN {self.table} l ON l.{qn('resource')} = %s"
         )
 
@@ -135,12 +144,12 @@ class WaiterQueue:
         )
 
     def queue_state(self, resource: str, ticket: int | None) -> QueueRow:
-        """One statement, no transaction: the lock row and how many live waiters
-        are queued before ``ticket`` (all of them when ``ticket`` is None)."""
+        """One statement, no transaction: the lock row, how many live waiters
+        are queued before ``ticket`` (all of them when ``ticket`` is None), and
+        whether ``ticket`` is still queued."""
+        ticket = ticket or NO_TICKET
         with connections[self.using].cursor() as cursor:
-            cursor.execute(
-                self.queue_state_sql, [resource, resource, ticket or NO_TICKET, resource]
-            )
+            cursor.execute(self.queue_state_sql, [resource, ticket, resource, ticket, resource])
             return QueueRow.of(*cursor.fetchone())
 
     def enqueue_waiter(

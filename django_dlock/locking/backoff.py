@@ -31,6 +31,7 @@ class QueueState:
     holder_left: float | None  # seconds until the holder's lock expires
     ahead: int  # live waiters queued before the ticket (all of them without one)
     admissible: bool | None = None  # whether an acquisition would be admitted now
+    queued: bool = True  # the waiter's ticket is still in the queue (True without one)
 
     def __post_init__(self) -> None:
         if self.admissible is None:  # an exclusive waiter's

@@ -136,6 +136,8 @@ class Wait:
             acquired = self._granted()
             if acquired is not None:
                 return acquired
+        if self.ticket is not None and not state.queued:
+            state = self._enqueue_again()
         if state.free and state.ahead and self.ticket is not None:
             # Free, yet others ahead: dead waiters' tickets, where they can be told.
             backend_for(self.using).prune_ahead(self.resource, self.ticket)
@@ -262,6 +264,17 @@ class Wait:
         local_queues.join(self)
         return state_of(row, self.claim)
 
+    def _enqueue_again(self) -> QueueState:
+        """Queue again, at the back, a waiter whose ticket was dropped: a
+        release handed it the lock, which an operator force-released (or which
+        expired) before it looked; or it was dropped as a dead waiter's (it
+        expired while the process was paused, its listener's socket refused).
+        Without a ticket the others pass it unseen (a queued writer would no
+        longer keep later readers out), and no release names it."""
+        self.ticket = None
+        local_queues.leave(self)
+        return self._enqueue()
+
     def _refresh_tickets(self) -> None:
         """Keep this process's tickets for the resource alive: one statement for all."""
         if local_queues.refresh_in(self) <= 0:
@@ -326,4 +339,5 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
         holder_left=left,
         ahead=row.ahead,
         admissible=admissible or mismatch,
+        queued=row.queued,
     )

@@ -229,16 +229,19 @@ class Operations:
     def queue_watch(self, resource: str, owner: str, asked: Asked) -> Iterator[None]:
         """Record ``queued`` when this thread's waiter ticket of ``resource``
         entered the queue: the INSERT returned (autocommit: others see it)."""
-        table = LockWaiter._meta.db_table
+        # Only the ticket's INSERT: a waiter's take also names the waiters'
+        # table (it leaves the queue in its statement), and is no queuing.
+        connection = connections["default"]
+        insert = f"INSERT INTO {connection.ops.quote_name(LockWaiter._meta.db_table)}"
         mode = "shared" if asked.shared or asked.limit is not None else "exclusive"
 
         def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
             result = execute(sql, params, many, context)
-            if "INSERT INTO" in sql and table in sql:
+            if insert in sql:
                 self.recorder.write("queued", t=now(), resource=resource, owner=owner, mode=mode)
             return result
 
-        with connections["default"].execute_wrapper(watch):
+        with connection.execute_wrapper(watch):
             yield
 
     def leave_lock(
