@@ -522,7 +522,10 @@ def test_a_thousand_async_waiters_use_few_connections() -> None:
     assert sum(ends.values()) == 1000
     assert set(ends) <= {"acquired", "LockNotAcquired"}, ends
     assert ends.get("acquired", 0) >= 1
-    assert most_connections <= 5, most_connections
+    # Not one per waiter: the waiting thread's, the listener's, this test's
+    # thread's for its looks, and room for what earlier tests' threads still
+    # close on a loaded machine (6 was seen once under load; 3-5 is usual).
+    assert most_connections <= 8, most_connections
     assert most_threads <= threading.active_count() + 8
     assert not LockWaiter.objects.filter(resource="crowd:1").exists()
 
