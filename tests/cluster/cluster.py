@@ -67,7 +67,7 @@ class Cluster:
         return cluster
 
     def _start(self, app_hosts: int) -> None:
-        ports = iter(processes.free_port() for _ in range(6 + 3 * NODE_COUNT))
+        ports = iter(processes.free_ports(6 + 3 * NODE_COUNT))
         self.etcd_port, self.etcd_peer_port = next(ports), next(ports)
         self.primary_port, self.replica_port = next(ports), next(ports)
         self.pgbouncer_port = next(ports)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -14,10 +15,35 @@ from pathlib import Path
 SERVICE_USER = "postgres"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free to listen on, below the kernel's range of
+    ephemeral ports. (A port that ``bind`` to port 0 picks is in that range,
+    and the outgoing connection of a server started meanwhile may take it
+    before the server meant to listen on it starts: a Patroni node's
+    PostgreSQL once found its port in use for the whole two minutes of its
+    start.)"""
+    low = _ephemeral_low()
+    below = range(max(1024, low - 12000), low)
+    candidates = random.sample(below, min(1000, len(below)))
+    ports: list[int] = []
+    for port in candidates:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise RuntimeError(f"no {count} free ports below {low}")
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux: 32768 unless set)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def chown_to_service_user(path: Path) -> None:
