@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.formats import localize
 from django.utils.timezone import localtime
 
-from django_dlock.admin import duration_in_words, time_left_in_words
+from django_dlock.humanize import duration_in_words, time_left_in_words
 from django_dlock.models import DistributedLock, FencingFloor
 from tests.utils import make_lock
 

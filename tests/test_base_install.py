@@ -74,3 +74,58 @@ def test_core_works_without_drf_or_celery(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+# A lock for `dlock list`, `show` and `release` to find.
+HOLD = """
+import django
+
+django.setup()
+
+from django.core.management import call_command
+
+from django_dlock.models import DistributedLock
+
+call_command("migrate", verbosity=0)
+assert DistributedLock.objects.acquire("job:nightly", owner="o", ttl=300, label="web-1")
+"""
+
+
+def test_every_dlock_action_works_without_the_admin(tmp_path: Path) -> None:
+    """``manage.py dlock`` (cron's and leader election's entry point) in a project
+    whose INSTALLED_APPS are contenttypes, auth and django_dlock."""
+    database = tmp_path / "no-admin.sqlite3"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings_no_admin",
+        "DATABASE_URL": f"sqlite:///{database}",
+        "DLOCK_TEST_SQLITE_FILE": str(database),
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, *args],
+            cwd=Path(__file__).resolve().parent.parent,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    held = run("-c", HOLD)
+    assert held.returncode == 0, held.stderr
+    outputs = {}
+    for action in (
+        ["list"],
+        ["show", "job:nightly"],
+        ["release", "job:nightly", "--holder", "web-1", "--yes"],
+        ["run", "job:nightly", "--", sys.executable, "-c", "pass"],
+    ):
+        result = run("-m", "django", "dlock", *action)
+        assert result.returncode == 0, (action, result.stderr)
+        assert "Traceback" not in result.stderr, (action, result.stderr)
+        outputs[action[0]] = result.stdout
+    assert "job:nightly" in outputs["list"]
+    assert "web-1" in outputs["show"]
+    assert "Released the lock on 'job:nightly'" in outputs["release"]

@@ -32,3 +32,13 @@ def test_the_backends_import_neither_the_manager_nor_the_models() -> None:
     backends = [name for name in graph if name.startswith("django_dlock.backends")]
     for name in backends:
         assert not graph[name] & {"django_dlock.managers", "django_dlock.models"}, name
+
+
+def test_only_the_admin_imports_the_admin() -> None:
+    """Importing any module of ``django_dlock.admin`` runs its ``__init__``, which
+    registers the admin: a project without ``django.contrib.admin`` could then
+    not run ``manage.py dlock``."""
+    graph = import_graph(PACKAGE)
+    outside = [name for name in graph if not name.startswith("django_dlock.admin")]
+    for name in outside:
+        assert not {m for m in graph[name] if m.startswith("django_dlock.admin")}, name

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 from django_dlock.admin.locks import LockAdmin, StatusFilter
-from django_dlock.admin.words import duration_in_words, time_left_in_words
+
+# Where they lived before django_dlock.humanize.
+from django_dlock.humanize import duration_in_words, time_left_in_words
 
 __all__ = ["LockAdmin", "StatusFilter", "duration_in_words", "time_left_in_words"]

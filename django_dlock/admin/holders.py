@@ -8,7 +8,7 @@ from datetime import datetime
 
 from django.utils.translation import gettext_lazy
 
-from django_dlock.admin.words import ACTIVE, kind_in_words, time_left_in_words
+from django_dlock.humanize import ACTIVE, kind_in_words, time_left_in_words
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold
 

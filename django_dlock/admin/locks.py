@@ -41,15 +41,15 @@ from django.utils.translation import gettext_lazy as _
 from django_dlock.admin.holders import holder_table
 from django_dlock.admin.purge import PurgeAdmin, non_atomic
 from django_dlock.admin.waiters import waiter_count, waiter_table
-from django_dlock.admin.words import (
+from django_dlock.backends.clock import DatabaseNow, database_now
+from django_dlock.conf import conf
+from django_dlock.humanize import (
     ACTIVE,
     EXPIRED,
     RELEASED,
     kind_in_words,
     time_left_in_words,
 )
-from django_dlock.backends.clock import DatabaseNow, database_now
-from django_dlock.conf import conf
 from django_dlock.models import DistributedLock
 from django_dlock.permissions import may_see_owners
 

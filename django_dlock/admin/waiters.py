@@ -16,13 +16,13 @@ from django.db.models.functions import Coalesce
 from django.utils.functional import Promise
 from django.utils.translation import gettext, gettext_lazy
 
-from django_dlock.admin.words import (
+from django_dlock.backends.clock import DatabaseNow
+from django_dlock.humanize import (
     ACTIVE,
     duration_in_words,
     kind_in_words,
     time_left_in_words,
 )
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.models import LockWaiter
 
 # A lock's page lists at most this many waiters, and says how many more wait.

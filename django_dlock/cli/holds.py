@@ -15,9 +15,9 @@ from typing import Any
 
 from django.db.models import F
 
-from django_dlock.admin.words import ACTIVE, EXPIRED, RELEASED, kind_in_words
 from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
+from django_dlock.humanize import ACTIVE, EXPIRED, RELEASED, kind_in_words
 from django_dlock.models import DistributedLock, LockHold, LockWaiter
 from django_dlock.prefix import resource_prefix_q
 from django_dlock.rules import SHARED_HOLDERS

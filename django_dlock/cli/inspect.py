@@ -7,8 +7,8 @@ from datetime import UTC
 
 from django.core.management.base import CommandError
 
-from django_dlock.admin.words import time_left_in_words
 from django_dlock.cli.holds import Hold, free_row, holds_of, listed_holds, release_hold, waiters
+from django_dlock.humanize import time_left_in_words
 
 __all__ = ["list_holds", "release", "show"]
 

@@ -1,4 +1,8 @@
-"""Times as the admin shows them: one rounded-down unit a person reads."""
+"""Times and kinds of locks as people read them, in the admin and in
+``manage.py dlock``: one rounded-down unit a person reads.
+
+Outside ``django_dlock.admin``, whose import registers the admin: ``dlock`` runs
+in projects without ``django.contrib.admin`` (cron, leader election)."""
 
 from __future__ import annotations
 
