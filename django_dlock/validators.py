@@ -7,6 +7,7 @@ import math
 import re
 import sys
 import unicodedata
+from collections.abc import Callable
 from functools import cache
 
 from django.core.exceptions import ValidationError
@@ -55,11 +56,43 @@ _PLAIN_ASCII_NAME = re.compile(rf"[!-.0-~]{{1,{MAX_LENGTH}}}")
 # The subjects of the messages, translated only when a message is made.
 A_RESOURCE = gettext_lazy("A resource")
 A_PREFIX = gettext_lazy("A prefix")
+A_LABEL = gettext_lazy("A label")
 
 
 def _describe(char: str) -> str:
     """``U+200B ZERO WIDTH SPACE``: how a message names a character."""
     return f"U+{ord(char):04X} {unicodedata.name(char, 'unnamed character')}"
+
+
+def _check_visible(value: str, what: str | Promise) -> None:
+    """The rule of text that people read and tell apart (a resource name, a
+    holder's label): no control or invisible formatting characters (bidirectional
+    overrides, zero-width spaces), no line or paragraph separators, and Unicode
+    normal form NFC. ``what`` is the subject of the messages ("A resource")."""
+    # Printable ASCII has none of those characters and is NFC: the common case.
+    if value.isascii() and value.isprintable():
+        return
+    for char in value:
+        kind = FORBIDDEN_CATEGORIES.get(unicodedata.category(char))
+        if kind is not None:
+            raise ValidationError(
+                _(
+                    "%(what)s may not contain %(kind)s (%(char)s): names that differ only "
+                    "by them look the same."
+                ),
+                code="invisible_characters",
+                params={"what": what, "kind": _(kind), "char": _describe(char)},
+            )
+    if not unicodedata.is_normalized("NFC", value):
+        raise ValidationError(
+            _(
+                "%(what)s must be in Unicode normal form NFC (for example 'é' as one "
+                "character, not 'e' and a combining accent), so that names that look the "
+                "same are the same name: pass unicodedata.normalize('NFC', name)."
+            ),
+            code="not_nfc",
+            params={"what": what},
+        )
 
 
 def _check_name(value: object, what: str | Promise) -> str:
@@ -80,17 +113,8 @@ def _check_name(value: object, what: str | Promise) -> str:
             code="length",
             params={"what": what, "max": MAX_LENGTH},
         )
+    _check_visible(value, what)
     for char in value:
-        kind = FORBIDDEN_CATEGORIES.get(unicodedata.category(char))
-        if kind is not None:
-            raise ValidationError(
-                _(
-                    "%(what)s may not contain %(kind)s (%(char)s): names that differ only "
-                    "by them look the same."
-                ),
-                code="invisible_characters",
-                params={"what": what, "kind": _(kind), "char": _describe(char)},
-            )
         if char.isspace():
             raise ValidationError(
                 _("%(what)s may not contain whitespace (%(char)s)."),
@@ -103,16 +127,6 @@ def _check_name(value: object, what: str | Promise) -> str:
                 code="slash",
                 params={"what": what},
             )
-    if not unicodedata.is_normalized("NFC", value):
-        raise ValidationError(
-            _(
-                "%(what)s must be in Unicode normal form NFC (for example 'é' as one "
-                "character, not 'e' and a combining accent), so that names that look the "
-                "same are the same name: pass unicodedata.normalize('NFC', name)."
-            ),
-            code="not_nfc",
-            params={"what": what},
-        )
     return value
 
 
@@ -135,18 +149,28 @@ def validate_resource_prefix(value: object) -> str:
 @cache
 def resource_character_class() -> str:
     """A regular expression class (``[^...]``) of the characters a resource may
-    contain, for the OpenAPI schema: Python's ``re``, ECMAScript and Rust's
-    ``regex`` read it alike (astral characters are written as themselves;
-    surrogates, which no valid UTF-8 carries, are left out because an escaped
-    one is an error to Rust). NFC is a rule about whole names, which no
-    character class can express."""
-    refused = [
-        code
-        for code in range(sys.maxunicode + 1)
-        if unicodedata.category(chr(code)) in FORBIDDEN_CATEGORIES
-        or chr(code).isspace()
-        or chr(code) == "/"
-    ]
+    contain, for the OpenAPI schema (see ``_character_class``)."""
+    return _character_class(
+        lambda char: (
+            unicodedata.category(char) in FORBIDDEN_CATEGORIES or char.isspace() or char == "/"
+        )
+    )
+
+
+@cache
+def label_character_class() -> str:
+    """A regular expression class (``[^...]``) of the characters a label may
+    contain, for the OpenAPI schema (see ``_character_class``)."""
+    return _character_class(lambda char: unicodedata.category(char) in FORBIDDEN_CATEGORIES)
+
+
+def _character_class(refuses: Callable[[str], bool]) -> str:
+    """A regular expression class (``[^...]``) of the characters that ``refuses``
+    does not refuse: Python's ``re``, ECMAScript and Rust's ``regex`` read it alike
+    (astral characters are written as themselves; surrogates, which no valid
+    UTF-8 carries, are left out because an escaped one is an error to Rust). NFC
+    is a rule about whole names, which no character class can express."""
+    refused = [code for code in range(sys.maxunicode + 1) if refuses(chr(code))]
     ranges: list[tuple[int, int]] = []
     for code in refused:
         if ranges and ranges[-1][1] == code - 1:
@@ -182,21 +206,24 @@ def validate_owner(value: object) -> str:
 
 
 def validate_label(value: object) -> str:
-    """Return ``value`` if it is a valid label (a holder's public name: 0 to 255
-    characters, no control characters), else raise ``ValidationError``."""
+    """Return ``value`` if it is a valid label, else raise ``ValidationError``.
+
+    A label is a holder's public name ("web-3 pid 4121") that operators read in
+    the admin and ``manage.py dlock`` and type to ``dlock release --holder``:
+    0 to 255 characters, spaces allowed, and the rule of resource names about
+    what people cannot see (no control or invisible formatting characters, no
+    line or paragraph separators, Unicode normal form NFC).
+    """
     if not isinstance(value, str):
         raise ValidationError(_("A label must be a string."), code="invalid")
-    _storable(value, _("A label"))
+    _storable(value, A_LABEL)
     if len(value) > MAX_LENGTH:
         raise ValidationError(
             _("A label must be at most %(max)d characters long."),
             code="length",
             params={"max": MAX_LENGTH},
         )
-    if any(unicodedata.category(char) in ("Cc", "Zl", "Zp") for char in value):
-        raise ValidationError(
-            _("A label may not contain control characters or line breaks."), code="control"
-        )
+    _check_visible(value, A_LABEL)
     return value
 
 

@@ -15,8 +15,9 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.test import override_settings
 
-from django_dlock.models import DistributedLock
-from django_dlock.validators import validate_resource
+from django_dlock import lock
+from django_dlock.models import DistributedLock, ReleaseResult
+from django_dlock.validators import validate_label, validate_resource
 from tests.api_utils import CheckedClient, client_for, delete, post, problem, send
 
 pytestmark = pytest.mark.django_db
@@ -257,6 +258,49 @@ def test_the_nfc_form_and_other_scripts_are_fine(api: CheckedClient) -> None:
         assert DistributedLock.objects.acquire(resource, owner="o") is not None
         path = "/api/locks/%" + resource.encode().hex("%")
         assert api.get(path).json()["resource"] == resource
+
+
+# -- 8b. look-alike labels: the label is what operators read --------------------------
+
+# A label may hold spaces ("web-3 pid 4121"), so the no-break space is no look-alike here.
+LABEL_LOOK_ALIKES = {name: text for name, text in LOOK_ALIKES.items() if name != "no-break space"}
+
+
+@pytest.mark.parametrize("name", list(LABEL_LOOK_ALIKES))
+def test_look_alike_labels_are_refused_everywhere(api: CheckedClient, name: str) -> None:
+    label = LABEL_LOOK_ALIKES[name]
+    with pytest.raises(ValidationError) as python_error:
+        DistributedLock.objects.acquire("job", owner="o", label=label)
+    message = python_error.value.messages[0]
+    assert message.startswith("A label")
+    with pytest.raises(ValidationError) as lock_error:
+        lock("job", label=label)
+    assert lock_error.value.messages == [message]
+    body = invalid(post(api, "/api/locks/job", {"owner": "o", "label": label}), "label")
+    assert body["errors"]["label"] == [message]
+    assert not DistributedLock.objects.exists()
+
+
+def test_a_label_is_checked_by_the_rule_of_names() -> None:
+    for text in ("\u202eevil", "job\u200b", unicodedata.normalize("NFD", "café")):
+        with pytest.raises(ValidationError) as name_error:
+            validate_resource(text)
+        with pytest.raises(ValidationError) as label_error:
+            validate_label(text)
+        assert label_error.value.code == name_error.value.code
+        assert label_error.value.messages[0].removeprefix("A label") == (
+            name_error.value.messages[0].removeprefix("A resource")
+        )
+
+
+def test_spaces_and_other_scripts_are_fine_in_a_label(api: CheckedClient) -> None:
+    # Other scripts are fine, also mixed with Latin ("w\u0435b-1" has a Cyrillic
+    # "е"), as in names: docs/usage.md says why.
+    for label in ("web-3 pid 4121", "café", "日本語 ジョブ", "w\u0435b-1", "web\u00a01"):
+        answer = post(api, "/api/locks/job", {"owner": "o", "label": label})
+        assert answer.status_code == 200, answer.content
+        assert answer.json()["label"] == label
+        assert DistributedLock.objects.release("job", owner="o") == ReleaseResult.RELEASED
 
 
 # -- 10. page_size: one rule; prefix errors name the prefix ----------------------------

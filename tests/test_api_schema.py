@@ -4,6 +4,7 @@ with a Swagger UI page whose assets ship with the install."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,15 @@ def test_bodies_and_parameters_are_documented() -> None:
     assert listing == {"prefix", "cursor", "page_size"}
     ttl = components["AcquireRequest"]["properties"]["ttl"]
     assert ttl["type"] == "number" and ttl["maximum"] == 86400
+
+
+def test_the_label_pattern_refuses_what_the_label_rule_refuses() -> None:
+    label = served_schema()["components"]["schemas"]["AcquireRequest"]["properties"]["label"]
+    pattern = re.compile(label["pattern"])
+    assert pattern.fullmatch("web-3 pid 4121") and pattern.fullmatch("")
+    assert pattern.fullmatch("x" * 255) and not pattern.fullmatch("x" * 256)
+    for refused in ("\u202eevil", "job\u200b", "a\nb", "a\u2028b"):
+        assert not pattern.fullmatch(refused), refused
 
 
 def test_acquire_and_renew_link_to_the_calls_that_use_the_lock() -> None:

@@ -260,6 +260,10 @@ BAD_ARGUMENTS = [
         ["release", "job:42", "--holder", "a\x1bb"],
         "argument --holder: A label may not contain control",
     ),
+    (
+        ["run", "job:42", "--label", "\u202eevil", "--", "true"],
+        "argument --label: A label may not contain invisible formatting characters",
+    ),
     (["run", "job:42"], "give the command to run after --"),
     (["run", "job:42", "--"], "the command to run is missing after --"),
     (["run", "--", "true"], "the following arguments are required: RESOURCE"),

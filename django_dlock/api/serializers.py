@@ -84,7 +84,9 @@ class LabelField(serializers.CharField):
     """A holder's public name, checked by ``validate_label``."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(max_length=MAX_LENGTH, trim_whitespace=False, **kwargs)
+        # No max_length: validate_label checks the length, and the schema says it
+        # in the pattern (see LabelFieldExtension).
+        super().__init__(trim_whitespace=False, **kwargs)
 
     def run_validation(self, data: Any = serializers.empty) -> Any:
         # "" is a label (none). Taken here rather than with allow_blank, which
@@ -131,7 +133,8 @@ class AcquireRequestSerializer(serializers.Serializer[Any]):
     label = LabelField(  # type: ignore[assignment]
         required=False,
         help_text="A public name for the holder (shown to everyone who may read the lock; "
-        "unlike the owner, not a secret).",
+        "unlike the owner, not a secret): no control or invisible formatting characters, "
+        "in Unicode normal form NFC, as resource names.",
     )
 
 
