@@ -3,18 +3,22 @@ with a confirmation page, and purge of expired locks."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.templatetags.admin_list import result_headers
+from django.contrib.admin.templatetags.admin_list import results as admin_list_results
 from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils.formats import localize
+from django.utils.html import strip_tags
 from django.utils.timezone import localtime
 
 from django_dlock.humanize import duration_in_words, time_left_in_words
@@ -55,6 +59,25 @@ def viewer(client: Client) -> Client:
 # -- the list -----------------------------------------------------------------
 
 
+def cell_text(cell: str) -> str:
+    """A rendered cell's text (a line break as a space); an icon's alt text
+    ("True", "False")."""
+    if icon := re.search(r'<img [^>]*alt="([^"]*)"', cell):
+        return icon.group(1)
+    return strip_tags(cell.replace("<br>", " ")).strip()
+
+
+def cells(response: Any) -> dict[str, dict[str, str]]:
+    """{resource: {column header: the cell's text}} as the changelist renders them."""
+    cl = response.context["cl"]
+    headers = [str(header["text"]) for header in result_headers(cl)][1:]  # after the checkbox
+    rows = {}
+    for row in admin_list_results(cl):
+        texts = [cell_text(cell) for cell in row][1:]
+        rows[texts[0]] = dict(zip(headers, texts, strict=True))
+    return rows
+
+
 def test_changelist_shows_each_column_in_words(admin_client: Client) -> None:
     make_lock("job:active", "worker-a", expires_in=42.5)
     make_lock("job:expired", "worker-b", expires_in=-(3 * 60 + 5))
@@ -64,27 +87,60 @@ def test_changelist_shows_each_column_in_words(admin_client: Client) -> None:
     response = admin_client.get(CHANGELIST)
 
     assert response.status_code == 200
-    assert list(response.context["cl"].list_display) == [
-        "action_checkbox",
+    # CONTRACT.md's columns, in its order, and the queued waiters (the admin's
+    # template capitalizes each header).
+    assert [header["text"] for header in result_headers(response.context["cl"])][1:] == [
         "resource",
-        "owner_token",
-        "time_left",
-        "fencing_token",
+        "owner",
+        "active",
+        "acquired at",
+        "expires at",
+        "time left",
+        "fencing token",
         "waiters",
     ]
-    rows = {lock.resource: lock for lock in results(response)}
-    assert {name: lock.lock_status for name, lock in rows.items()} == {
+    locks = {lock.resource: lock for lock in results(response)}
+    assert {name: lock.lock_status for name, lock in locks.items()} == {
         "job:active": "active",
         "job:expired": "expired",
         "job:released": "released",
     }
+    rows = cells(response)
+    for name, left in [("job:active", "in 42 s"), ("job:expired", "expired 3 min ago")]:
+        lock = locks[name]
+        assert rows[name] == {
+            "resource": name,
+            "owner": lock.owner,
+            "active": "True" if name == "job:active" else "False",  # an icon's alt text
+            "acquired at": f"{localtime(lock.acquired_at):%Y-%m-%d %H:%M:%S}",
+            "expires at": f"{localtime(lock.expires_at):%Y-%m-%d %H:%M:%S}",
+            "time left": left,
+            "fencing token": str(lock.fencing_token),
+            "waiters": "0",
+        }
+    assert rows["job:released"]["active"] == "False"
+    assert rows["job:released"]["time left"] == "released just now"
     html = response.content.decode()
     assert '<span class="dlock-owner" title="worker-a">worker-a</span>' in html
-    assert "in 42 s" in html
-    expiry = localize(localtime(rows["job:active"].expires_at))
+    expiry = localize(localtime(locks["job:active"].expires_at))
     assert f'<span title="{expiry}">in 42 s</span>' in html  # the exact time as its tooltip
-    assert "expired 3 min ago" in html
-    assert "released just now" in html
+    # A time is its date over its time of day, the localized whole in its tooltip.
+    iso = locks["job:active"].expires_at.isoformat()
+    assert f'<time datetime="{iso}" title="{expiry}">' in html
+
+
+def test_the_active_column_sorts_active_locks_first(admin_client: Client) -> None:
+    make_lock("job:expired", expires_in=-30)
+    make_lock("job:active", expires_in=30)
+    make_lock("job:released")
+    DistributedLock.objects.release("job:released", owner="worker-1")
+
+    index = column(admin_client.get(CHANGELIST), "is_active")
+
+    ascending = resources(admin_client.get(CHANGELIST, {"o": f"{index}"}))
+    assert ascending[0] == "job:active"
+    descending = resources(admin_client.get(CHANGELIST, {"o": f"-{index}"}))
+    assert descending[-1] == "job:active"
 
 
 def test_status_and_time_left_follow_the_database_clock_not_the_servers(

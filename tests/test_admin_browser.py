@@ -37,6 +37,10 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 ARTIFACTS = Path(os.environ.get("DLOCK_ARTIFACTS_DIR", Path(__file__).parent.parent / "artifacts"))
+# A 1680 x 1050 screen (the list needs more than 1400 px since it shows
+# CONTRACT.md's columns again: acquired at, expires at and active beside the
+# time left).
+SCREEN_WIDTH = 1680
 PASSWORD = "correct horse battery staple"  # noqa: S105 - a throwaway test user
 
 
@@ -58,7 +62,7 @@ def browser_page(tmp_path: Path) -> Any:
             executable_path=CHROMIUM,
             headless=True,
             args=CHROMIUM_FLAGS,
-            viewport={"width": 1400, "height": 560},
+            viewport={"width": SCREEN_WIDTH, "height": 560},
         )
         try:
             page = context.pages[0] if context.pages else context.new_page()
@@ -142,8 +146,9 @@ def log_in(page: Any, live_server: Any) -> str:
 
 
 def assert_fits_the_screen(page: Any) -> None:
-    """Every column of the list is on the 1400 px screen, the admin's sidebar
-    open: the list does not scroll sideways, and no header ends past the edge."""
+    """Every column of the list is on the screen (SCREEN_WIDTH), the admin's
+    sidebar open: the list does not scroll sideways, and no header ends past
+    the edge."""
     assert page.is_visible("#nav-sidebar")
     overflow = page.evaluate(
         "() => { const r = document.querySelector('.results');"
