@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
+from weakref import WeakKeyDictionary
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -72,6 +73,10 @@ _ListedLock: TypeAlias = "WithAnnotations[DistributedLock, _ListAnnotations]"
 
 # The list's default order: the locks held now first.
 STATUS_RANK = {ACTIVE: 0, EXPIRED: 1, RELEASED: 2}
+
+# The database's time of each request the admin is answering (see
+# LockAdmin.get_queryset); gone with the request.
+_REQUEST_NOW: WeakKeyDictionary[HttpRequest, datetime] = WeakKeyDictionary()
 
 OWNER = "owner"
 # The list's owner column: shortened to fit, whole in its tooltip.
@@ -202,10 +207,9 @@ class LockAdmin(PurgeAdmin):
         # The database time is read once per request, before the list's query, so
         # that a lock the query finds active has time left by it too.
         queryset = super().get_queryset(request)
-        now = getattr(request, "_dlock_database_now", None)
+        now = _REQUEST_NOW.get(request)
         if now is None:
-            now = database_now(queryset.db)
-            request._dlock_database_now = now  # type: ignore[attr-defined]
+            now = _REQUEST_NOW[request] = database_now(queryset.db)
         return queryset.annotate(
             lock_status=by_status({status: status for status in STATUS_RANK}, CharField()),
             # Cast: MySQL sends a bare parameter back as text, not as a datetime.

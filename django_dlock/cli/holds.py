@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.db.models import F
 
+from django_dlock import rules
 from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
 from django_dlock.humanize import ACTIVE, EXPIRED, RELEASED, kind_in_words
@@ -39,7 +39,7 @@ class Hold:
     now: datetime  # the database's time of the read
 
     @classmethod
-    def of(cls, hold: Any, now: datetime) -> Hold:
+    def of(cls, hold: rules.Hold, now: datetime) -> Hold:
         """From a ``DistributedLock`` or ``LockHold``, read at the database time ``now``."""
         return cls(
             resource=hold.resource,
@@ -89,7 +89,10 @@ def listed_holds(*, prefix: str = "", include_free: bool = False) -> list[Hold]:
     if prefix:
         rows = rows.filter(resource_prefix_q(prefix))
         shared = shared.filter(resource_prefix_q(prefix))
-    holds = [Hold.of(hold, hold.db_now) for hold in [*rows, *shared]]  # type: ignore[attr-defined]
+    # One comprehension per query: a list of both kinds would be typed as their
+    # common base, which has no db_now.
+    holds = [Hold.of(row, row.db_now) for row in rows]
+    holds += [Hold.of(hold, hold.db_now) for hold in shared]
     return sorted(holds, key=lambda hold: (hold.resource, hold.acquired_at))
 
 
