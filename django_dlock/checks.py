@@ -60,6 +60,7 @@ def check_settings(
         )
     errors.extend(_check_backoff())
     errors.extend(_check_resource_group())
+    errors.extend(_check_resource_groups())
     known = {
         f"DLOCK_{name}" for name, value in vars(Settings).items() if isinstance(value, property)
     }
@@ -135,6 +136,26 @@ def _check_resource_group() -> list[CheckMessage]:
             hint="Name a function that takes a resource name and returns its group, e.g. "
             '"myproject.locks.resource_group", or leave it unset (the part before the first ":").',
             id="django_dlock.E501",
+        )
+    ]
+
+
+def _check_resource_groups() -> list[CheckMessage]:
+    """The groups that metrics and traces tell apart by default."""
+    setting = conf.RESOURCE_GROUPS
+    if isinstance(setting, list | tuple | set | frozenset):
+        wrong = [name for name in setting if not isinstance(name, str) or not name or ":" in name]
+        if not wrong:
+            return []
+        problem = f"must list group names (non-empty, without ':'), not {wrong[0]!r}"
+    else:
+        problem = f"must be a list of group names, not {setting!r}"
+    return [
+        Error(
+            f"DLOCK_RESOURCE_GROUPS {problem}.",
+            hint='List the parts before the first ":" of the resource names to tell apart, '
+            'e.g. ["job", "report"]; every other name is in the group "other".',
+            id="django_dlock.E502",
         )
     ]
 

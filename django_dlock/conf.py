@@ -58,6 +58,12 @@ class Settings:
         resource name, or its dotted path; None: the part before the first ":"."""
         return getattr(settings, "DLOCK_RESOURCE_GROUP", None)
 
+    @property
+    def RESOURCE_GROUPS(self) -> list[str] | tuple[str, ...] | set[str] | frozenset[str]:
+        """The resource groups the metrics and traces tell apart by default: a
+        name's part before its first ":" when listed here; any other is "other"."""
+        return getattr(settings, "DLOCK_RESOURCE_GROUPS", [])
+
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"django-dlock has no setting DLOCK_{name}")
 

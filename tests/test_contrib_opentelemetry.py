@@ -22,6 +22,11 @@ from django_dlock.models import DistributedLock
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def declared_groups(settings: Any) -> None:
+    settings.DLOCK_RESOURCE_GROUPS = ["job"]
+
+
 @pytest.fixture
 def provider() -> TracerProvider:
     return TracerProvider()
@@ -148,3 +153,13 @@ def test_the_kind_of_a_shared_hold_and_a_permit(exporter: InMemorySpanExporter) 
         "shared",
         "semaphore",
     ]
+
+
+def test_the_group_attribute_is_bounded(exporter: InMemorySpanExporter) -> None:
+    # The same groups as the metrics' (issue 33): undeclared prefixes are "other".
+    for i in range(200):
+        DistributedLock.objects.acquire(f"tenant-secret-{i}:job", owner="w1")
+    DistributedLock.objects.acquire("job:1", owner="w1")
+
+    groups = [attributes["dlock.resource_group"] for _, attributes in spans(exporter)]
+    assert groups == ["other"] * 200 + ["job"]

@@ -16,13 +16,24 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from django_dlock import LockExpired, LockNotAcquired, lock
 from django_dlock.checks import check_settings
-from django_dlock.contrib import prometheus
-from django_dlock.contrib.labels import resource_group
+from django_dlock.contrib import labels, prometheus
+from django_dlock.contrib.labels import GROUP_LIMIT, OTHER, resource_group
 from django_dlock.contrib.prometheus import LockMetrics
 from django_dlock.models import DistributedLock
 from tests.test_command_dlock import queue_waiter
 
 pytestmark = pytest.mark.django_db
+
+# The groups these tests tell apart: every other prefix is "other".
+GROUPS = ["job", "report", "doc", "gpu", "order"]
+
+
+@pytest.fixture(autouse=True)
+def declared_groups(settings: Any) -> Iterator[None]:
+    settings.DLOCK_RESOURCE_GROUPS = GROUPS
+    labels._seen.clear()  # the groups a DLOCK_RESOURCE_GROUP function gave earlier tests
+    yield
+    labels._seen.clear()
 
 
 @pytest.fixture
@@ -125,6 +136,99 @@ def test_never_whole_resource_names_nor_owners(registry: CollectorRegistry) -> N
     assert value(registry, "dlock_attempts_total", group="order", outcome="acquired") == 1
     # A name without ":" has no group: its series is the ungrouped one.
     assert value(registry, "dlock_attempts_total", group="", outcome="acquired") == 1
+
+
+def group_values(registry: CollectorRegistry) -> set[str]:
+    """Every ``group`` label value of every series in ``registry``."""
+    return {
+        sample.labels["group"]
+        for metric in registry.collect()
+        for sample in metric.samples
+        if "group" in sample.labels
+    }
+
+
+def test_names_that_clients_choose_make_a_bounded_number_of_groups(
+    registry: CollectorRegistry,
+) -> None:
+    # Issue 33: 40 POSTs of "tenant-secret-$i:job" made 43 groups, with the tenants' names in them.
+    manager = DistributedLock.objects
+    for i in range(200):
+        assert manager.acquire(f"tenant-secret-{i}:job", owner="w1") is not None
+    manager.acquire("job:1", owner="w1")  # a declared group keeps its name
+    manager.acquire("report:may", owner="w1")
+    manager.release("tenant-secret-7:job", owner="w1")
+
+    text = scrape(registry)
+
+    assert "tenant" not in text and "secret" not in text
+    assert group_values(registry) == {"", "job", "report", OTHER}
+    assert value(registry, "dlock_attempts_total", group=OTHER, outcome="acquired") == 200
+    assert value(registry, "dlock_attempts_total", group="job", outcome="acquired") == 1
+    assert value(registry, "dlock_releases_total", group=OTHER, outcome="released") == 1
+    assert value(registry, "dlock_holders", group=OTHER) == 199
+    assert value(registry, "dlock_holders", group="job") == 1
+
+
+def test_without_declared_groups_every_prefix_is_other(
+    registry: CollectorRegistry, settings: Any
+) -> None:
+    del settings.DLOCK_RESOURCE_GROUPS
+    DistributedLock.objects.acquire("job:1", owner="w1")
+    DistributedLock.objects.acquire("nightly", owner="w1")
+
+    assert resource_group("job:1") == OTHER
+    assert value(registry, "dlock_attempts_total", group=OTHER, outcome="acquired") == 1
+    assert value(registry, "dlock_attempts_total", group="", outcome="acquired") == 1
+
+
+def whole_name(resource: str) -> str:
+    return resource  # unbounded: what GROUP_LIMIT is for
+
+
+def test_a_group_function_is_capped_with_one_warning(
+    registry: CollectorRegistry, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.DLOCK_RESOURCE_GROUP = whole_name
+
+    for i in range(GROUP_LIMIT + 50):
+        DistributedLock.objects.acquire(f"tenant-secret-{i}:job", owner="w1")
+    DistributedLock.objects.acquire("tenant-secret-0:job", owner="w2")  # seen: keeps its group
+
+    groups = group_values(registry)
+    assert len(groups - {"", OTHER}) == GROUP_LIMIT
+    assert "tenant-secret-0:job" in groups and f"tenant-secret-{GROUP_LIMIT}:job" not in groups
+    assert value(registry, "dlock_attempts_total", group=OTHER, outcome="acquired") == 50
+    refused = value(
+        registry, "dlock_attempts_total", group="tenant-secret-0:job", outcome="refused"
+    )
+    assert refused == 1
+    warnings = [r for r in caplog.records if "resource groups in this process" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("job", "must be a list of group names"),
+        (["job", ""], "must list group names"),
+        (["job:42"], "must list group names"),
+        ([42], "must list group names"),
+    ],
+)
+def test_a_wrong_groups_setting_is_e502(settings: Any, setting: object, message: str) -> None:
+    settings.DLOCK_RESOURCE_GROUPS = setting
+
+    [error] = check_settings()
+
+    assert error.id == "django_dlock.E502"
+    assert message in error.msg
+
+
+def test_declared_groups_pass_the_checks(settings: Any) -> None:
+    for setting in (["job"], ("job", "report"), {"job"}, []):
+        settings.DLOCK_RESOURCE_GROUPS = setting
+        assert check_settings() == []
 
 
 def first_two_characters(resource: str) -> str:

@@ -1,11 +1,18 @@
 """The labels that metrics and traces give a lock: its kind and its resource
 group. Never its whole resource name (Prometheus keeps a time series per label
 value, and names like ``order:1234`` are unbounded) and never its owner (a
-secret: knowing it is the right to release)."""
+secret: knowing it is the right to release).
+
+Groups are bounded: by default only the groups that ``DLOCK_RESOURCE_GROUPS``
+declares are told apart, and every other prefix is ``other``; whatever the
+groups come from, a process labels with at most ``GROUP_LIMIT`` of them. A
+client of the HTTP API chooses resource names, so without a bound it would
+choose how many series the metrics store keeps, and copy its words into it."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from functools import cache
 from typing import Any
@@ -14,21 +21,39 @@ from django.utils.module_loading import import_string
 
 from django_dlock.conf import conf
 
-__all__ = ["group_function", "lock_kind", "resource_group"]
+__all__ = [
+    "GROUP_LIMIT",
+    "OTHER",
+    "declared_groups",
+    "group_function",
+    "lock_kind",
+    "resource_group",
+]
 
 logger = logging.getLogger("django_dlock")
 
 EXCLUSIVE, SHARED, SEMAPHORE = "exclusive", "shared", "semaphore"
 
+#: The group of a resource whose prefix is not declared, and of every new
+#: group once a process has labelled with ``GROUP_LIMIT`` of them.
+OTHER = "other"
+#: How many distinct groups one process labels with (besides "" and ``OTHER``).
+GROUP_LIMIT = 100
+
 
 def resource_group(resource: str) -> str:
-    """``DLOCK_RESOURCE_GROUP(resource)``; by default the part of the name before
-    its first ":" (``job:42`` is in group ``job``), and "" for a name without
-    one. A function that fails or answers something else than a string gives ""."""
+    """The group metrics and traces label ``resource`` with: ``DLOCK_RESOURCE_GROUP(resource)``
+    when that is set; by default the part of the name before its first ":" when
+    ``DLOCK_RESOURCE_GROUPS`` declares it (``job:42`` is in group ``job``),
+    ``OTHER`` when it does not, and "" for a name without ":". A function that
+    fails or answers something else than a string gives "". Past ``GROUP_LIMIT``
+    distinct groups in this process, a new one is ``OTHER``."""
     setting = conf.RESOURCE_GROUP
     if setting is None:
         head, colon, _ = resource.partition(":")
-        return head if colon else ""
+        if not colon:
+            return ""
+        return head if head in declared_groups() else OTHER
     try:
         group = group_function(setting)(resource)
     except Exception:
@@ -36,7 +61,55 @@ def resource_group(resource: str) -> str:
         # its caller's thread: a broken label function must not make it fail.
         logger.exception("DLOCK_RESOURCE_GROUP failed for a resource; its group is ''")
         return ""
-    return group if isinstance(group, str) else ""
+    if not isinstance(group, str):
+        return ""
+    return _seen.admit(group)
+
+
+def declared_groups() -> frozenset[str]:
+    """The group names ``DLOCK_RESOURCE_GROUPS`` declares (check E502 reports a
+    wrong value; here a value that is not a list of names declares none)."""
+    setting = conf.RESOURCE_GROUPS
+    if isinstance(setting, str | bytes) or not isinstance(setting, list | tuple | set | frozenset):
+        return frozenset()
+    return frozenset(name for name in setting if isinstance(name, str))
+
+
+class _SeenGroups:
+    """The groups this process has labelled with, up to ``GROUP_LIMIT``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._groups: set[str] = set()
+        self._warned = False
+
+    def admit(self, group: str) -> str:
+        """``group``, or ``OTHER`` when it would be one group too many."""
+        if group in ("", OTHER) or group in self._groups:
+            return group
+        with self._lock:
+            if group in self._groups or len(self._groups) < GROUP_LIMIT:
+                self._groups.add(group)
+                return group
+            warn, self._warned = not self._warned, True
+        if warn:
+            logger.warning(
+                "django-dlock has labelled metrics and traces with %d resource groups in this "
+                "process; further new groups are labelled %r. Make DLOCK_RESOURCE_GROUP "
+                "return fewer distinct values.",
+                GROUP_LIMIT,
+                OTHER,
+            )
+        return OTHER
+
+    def clear(self) -> None:
+        """Forget every group (for tests)."""
+        with self._lock:
+            self._groups.clear()
+            self._warned = False
+
+
+_seen = _SeenGroups()
 
 
 def group_function(setting: str | Callable[[str], str]) -> Callable[[str], str]:
