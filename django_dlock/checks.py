@@ -143,18 +143,21 @@ def _check_resource_group() -> list[CheckMessage]:
 def _check_resource_groups() -> list[CheckMessage]:
     """The groups that metrics and traces tell apart by default."""
     setting = conf.RESOURCE_GROUPS
+    if setting is None:
+        return []
     if isinstance(setting, list | tuple | set | frozenset):
         wrong = [name for name in setting if not isinstance(name, str) or not name or ":" in name]
         if not wrong:
             return []
         problem = f"must list group names (non-empty, without ':'), not {wrong[0]!r}"
     else:
-        problem = f"must be a list of group names, not {setting!r}"
+        problem = f"must be None or a list of group names, not {setting!r}"
     return [
         Error(
             f"DLOCK_RESOURCE_GROUPS {problem}.",
             hint='List the parts before the first ":" of the resource names to tell apart, '
-            'e.g. ["job", "report"]; every other name is in the group "other".',
+            'e.g. ["job", "report"] (every other name is in the group "other"), or leave it '
+            'unset (the part before the first ":", at most 100 groups a process).',
             id="django_dlock.E502",
         )
     ]

@@ -59,10 +59,11 @@ class Settings:
         return getattr(settings, "DLOCK_RESOURCE_GROUP", None)
 
     @property
-    def RESOURCE_GROUPS(self) -> list[str] | tuple[str, ...] | set[str] | frozenset[str]:
+    def RESOURCE_GROUPS(self) -> list[str] | tuple[str, ...] | set[str] | frozenset[str] | None:
         """The resource groups the metrics and traces tell apart by default: a
-        name's part before its first ":" when listed here; any other is "other"."""
-        return getattr(settings, "DLOCK_RESOURCE_GROUPS", [])
+        name's part before its first ":" when listed here, any other "other";
+        None: every such part (up to a per-process cap)."""
+        return getattr(settings, "DLOCK_RESOURCE_GROUPS", None)
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"django-dlock has no setting DLOCK_{name}")

@@ -81,8 +81,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 DLOCK_DEFAULT_TTL = 60
 DLOCK_MAX_TTL = 86400
-# The resource groups the metrics (/metrics) tell apart; every other prefix is "other".
-DLOCK_RESOURCE_GROUPS = ["report", "job", "cleanup", "export"]
 
 # The lock API (mounted at /api/ in urls.py): `manage.py drf_create_token USER`
 # gives a token for "Authorization: Token ..."; a logged-in admin session works too.

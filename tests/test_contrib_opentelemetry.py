@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from django_dlock import LockExpired, LockNotAcquired, lock
-from django_dlock.contrib import opentelemetry
+from django_dlock.contrib import labels, opentelemetry
 from django_dlock.contrib.opentelemetry import LockTracing
 from django_dlock.models import DistributedLock
 
@@ -23,8 +23,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def declared_groups(settings: Any) -> None:
+def declared_groups(settings: Any) -> Iterator[None]:
     settings.DLOCK_RESOURCE_GROUPS = ["job"]
+    labels._seen.clear()  # the groups that earlier tests labelled with count towards the cap
+    yield
+    labels._seen.clear()
 
 
 @pytest.fixture
@@ -156,10 +159,24 @@ def test_the_kind_of_a_shared_hold_and_a_permit(exporter: InMemorySpanExporter) 
 
 
 def test_the_group_attribute_is_bounded(exporter: InMemorySpanExporter) -> None:
-    # The same groups as the metrics' (issue 33): undeclared prefixes are "other".
+    # The same groups as the metrics' (issue 33): with DLOCK_RESOURCE_GROUPS declared (the
+    # fixture), undeclared prefixes are "other".
     for i in range(200):
         DistributedLock.objects.acquire(f"tenant-secret-{i}:job", owner="w1")
     DistributedLock.objects.acquire("job:1", owner="w1")
 
     groups = [attributes["dlock.resource_group"] for _, attributes in spans(exporter)]
     assert groups == ["other"] * 200 + ["job"]
+
+
+def test_without_declared_groups_the_attribute_is_the_prefix_up_to_the_cap(
+    exporter: InMemorySpanExporter, settings: Any
+) -> None:
+    del settings.DLOCK_RESOURCE_GROUPS
+    for i in range(labels.GROUP_LIMIT + 20):
+        DistributedLock.objects.acquire(f"tenant-{i}:job", owner="w1")
+    DistributedLock.objects.acquire("tenant-0:job", owner="w2")  # seen: keeps its group
+
+    groups = [attributes["dlock.resource_group"] for _, attributes in spans(exporter)]
+    assert groups[: labels.GROUP_LIMIT] == [f"tenant-{i}" for i in range(labels.GROUP_LIMIT)]
+    assert groups[labels.GROUP_LIMIT :] == ["other"] * 20 + ["tenant-0"]

@@ -24,14 +24,15 @@ from tests.test_command_dlock import queue_waiter
 
 pytestmark = pytest.mark.django_db
 
-# The groups these tests tell apart: every other prefix is "other".
+# The groups these tests tell apart: every other prefix is "other" (without the setting, every
+# prefix is a group, up to GROUP_LIMIT a process).
 GROUPS = ["job", "report", "doc", "gpu", "order"]
 
 
 @pytest.fixture(autouse=True)
 def declared_groups(settings: Any) -> Iterator[None]:
     settings.DLOCK_RESOURCE_GROUPS = GROUPS
-    labels._seen.clear()  # the groups a DLOCK_RESOURCE_GROUP function gave earlier tests
+    labels._seen.clear()  # the groups the default or a DLOCK_RESOURCE_GROUP gave earlier tests
     yield
     labels._seen.clear()
 
@@ -170,16 +171,33 @@ def test_names_that_clients_choose_make_a_bounded_number_of_groups(
     assert value(registry, "dlock_holders", group="job") == 1
 
 
-def test_without_declared_groups_every_prefix_is_other(
-    registry: CollectorRegistry, settings: Any
+def test_without_declared_groups_the_group_is_the_prefix_up_to_the_cap(
+    registry: CollectorRegistry, settings: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # The contract: by default the group is the part before the first ":".
     del settings.DLOCK_RESOURCE_GROUPS
     DistributedLock.objects.acquire("job:1", owner="w1")
     DistributedLock.objects.acquire("nightly", owner="w1")
 
-    assert resource_group("job:1") == OTHER
-    assert value(registry, "dlock_attempts_total", group=OTHER, outcome="acquired") == 1
+    assert resource_group("job:1") == "job"
+    assert value(registry, "dlock_attempts_total", group="job", outcome="acquired") == 1
     assert value(registry, "dlock_attempts_total", group="", outcome="acquired") == 1
+
+    # Bounded all the same (issue 33): names that clients choose give at most GROUP_LIMIT groups.
+    for i in range(150):
+        DistributedLock.objects.acquire(f"tenant-secret-{i}:job", owner="w1")
+
+    groups = group_values(registry)
+    assert len(groups - {"", OTHER}) == GROUP_LIMIT
+    assert "job" in groups  # seen before the limit: keeps its name
+    assert "tenant-secret-0" in groups and f"tenant-secret-{GROUP_LIMIT}" not in groups
+    # "job" took one of the GROUP_LIMIT places: 99 tenants got their own group, 51 are "other".
+    assert value(registry, "dlock_attempts_total", group=OTHER, outcome="acquired") == 150 - (
+        GROUP_LIMIT - 1
+    )
+    assert resource_group("job:2") == "job"
+    warnings = [r for r in caplog.records if "resource groups in this process" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
 
 
 def whole_name(resource: str) -> str:
@@ -210,7 +228,7 @@ def test_a_group_function_is_capped_with_one_warning(
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("job", "must be a list of group names"),
+        ("job", "must be None or a list of group names"),
         (["job", ""], "must list group names"),
         (["job:42"], "must list group names"),
         ([42], "must list group names"),
@@ -226,7 +244,7 @@ def test_a_wrong_groups_setting_is_e502(settings: Any, setting: object, message:
 
 
 def test_declared_groups_pass_the_checks(settings: Any) -> None:
-    for setting in (["job"], ("job", "report"), {"job"}, []):
+    for setting in (["job"], ("job", "report"), {"job"}, [], None):
         settings.DLOCK_RESOURCE_GROUPS = setting
         assert check_settings() == []
 

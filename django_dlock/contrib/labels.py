@@ -3,11 +3,12 @@ group. Never its whole resource name (Prometheus keeps a time series per label
 value, and names like ``order:1234`` are unbounded) and never its owner (a
 secret: knowing it is the right to release).
 
-Groups are bounded: by default only the groups that ``DLOCK_RESOURCE_GROUPS``
-declares are told apart, and every other prefix is ``other``; whatever the
-groups come from, a process labels with at most ``GROUP_LIMIT`` of them. A
-client of the HTTP API chooses resource names, so without a bound it would
-choose how many series the metrics store keeps, and copy its words into it."""
+Groups are bounded. By default a group is the part of a name before its first
+":", and a process labels with at most ``GROUP_LIMIT`` distinct groups (the same
+cap as a ``DLOCK_RESOURCE_GROUP`` function's): further new ones are ``other``.
+``DLOCK_RESOURCE_GROUPS`` declares the groups instead, and every other prefix is
+``other``. A client of the HTTP API chooses resource names, so without a bound it
+would choose how many series the metrics store keeps, and copy its words into it."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ logger = logging.getLogger("django_dlock")
 
 EXCLUSIVE, SHARED, SEMAPHORE = "exclusive", "shared", "semaphore"
 
-#: The group of a resource whose prefix is not declared, and of every new
-#: group once a process has labelled with ``GROUP_LIMIT`` of them.
+#: The group of a resource whose prefix ``DLOCK_RESOURCE_GROUPS`` does not declare,
+#: and of every new group once a process has labelled with ``GROUP_LIMIT`` of them.
 OTHER = "other"
 #: How many distinct groups one process labels with (besides "" and ``OTHER``).
 GROUP_LIMIT = 100
@@ -43,17 +44,21 @@ GROUP_LIMIT = 100
 
 def resource_group(resource: str) -> str:
     """The group metrics and traces label ``resource`` with: ``DLOCK_RESOURCE_GROUP(resource)``
-    when that is set; by default the part of the name before its first ":" when
-    ``DLOCK_RESOURCE_GROUPS`` declares it (``job:42`` is in group ``job``),
-    ``OTHER`` when it does not, and "" for a name without ":". A function that
-    fails or answers something else than a string gives "". Past ``GROUP_LIMIT``
-    distinct groups in this process, a new one is ``OTHER``."""
+    when that is set; by default the part of the name before its first ":"
+    (``job:42`` is in group ``job``), and "" for a name without ":". When
+    ``DLOCK_RESOURCE_GROUPS`` lists groups, a prefix it does not list is
+    ``OTHER``. A function that fails or answers something else than a string
+    gives "". Past ``GROUP_LIMIT`` distinct groups of a function or of the
+    default in this process, a new one is ``OTHER``."""
     setting = conf.RESOURCE_GROUP
     if setting is None:
         head, colon, _ = resource.partition(":")
         if not colon:
             return ""
-        return head if head in declared_groups() else OTHER
+        declared = declared_groups()
+        if declared is None:
+            return _seen.admit(head)
+        return head if head in declared else OTHER
     try:
         group = group_function(setting)(resource)
     except Exception:
@@ -66,10 +71,13 @@ def resource_group(resource: str) -> str:
     return _seen.admit(group)
 
 
-def declared_groups() -> frozenset[str]:
-    """The group names ``DLOCK_RESOURCE_GROUPS`` declares (check E502 reports a
-    wrong value; here a value that is not a list of names declares none)."""
+def declared_groups() -> frozenset[str] | None:
+    """The group names ``DLOCK_RESOURCE_GROUPS`` declares, or None when it is not
+    set (check E502 reports a wrong value; here a value that is neither None nor
+    a list of names declares none)."""
     setting = conf.RESOURCE_GROUPS
+    if setting is None:
+        return None
     if isinstance(setting, str | bytes) or not isinstance(setting, list | tuple | set | frozenset):
         return frozenset()
     return frozenset(name for name in setting if isinstance(name, str))
@@ -95,8 +103,9 @@ class _SeenGroups:
         if warn:
             logger.warning(
                 "django-dlock has labelled metrics and traces with %d resource groups in this "
-                "process; further new groups are labelled %r. Make DLOCK_RESOURCE_GROUP "
-                "return fewer distinct values.",
+                "process; further new groups are labelled %r. List the groups to tell apart in "
+                "DLOCK_RESOURCE_GROUPS, or make DLOCK_RESOURCE_GROUP (when set) return fewer "
+                "distinct values.",
                 GROUP_LIMIT,
                 OTHER,
             )
