@@ -32,16 +32,30 @@ step_django() {
     python manage.py check --fail-level WARNING
 }
 
+# The database suites run on pytest-xdist's workers, each on a test database of its own
+# (DLOCK_PYTEST_WORKERS, default 2 for the two cores CI has; 0 runs them in one process).
+parallel=(-n "${DLOCK_PYTEST_WORKERS:-2}" --dist worksteal)
+
 step_sqlite() {
-    env -u DATABASE_URL python -m pytest "$@"
+    env -u DATABASE_URL python -m pytest "${parallel[@]}" "$@"
 }
 
+# The other databases' steps leave out the tests marked vendor_independent (no database, or a
+# SQLite file of their own): the SQLite step ran them.
 step_postgres() {
-    DATABASE_URL="$DLOCK_PG_URL" python -m pytest "$@"
+    DATABASE_URL="$DLOCK_PG_URL" DLOCK_SKIP_VENDOR_INDEPENDENT=1 python -m pytest "${parallel[@]}" "$@"
 }
 
 step_mariadb() {
-    DATABASE_URL="$DLOCK_MYSQL_URL" python -m pytest "$@"
+    DATABASE_URL="$DLOCK_MYSQL_URL" DLOCK_SKIP_VENDOR_INDEPENDENT=1 python -m pytest "${parallel[@]}" "$@"
+}
+
+step_portable() {
+    # PostgreSQL's portable operations: with server-side binding the backend's one-statement
+    # operations do not apply and the portable ones run, as with psycopg 2 (the nox session
+    # portable-postgres is the same on another Python).
+    DATABASE_URL="$DLOCK_PG_URL" DLOCK_PG_SERVER_SIDE_BINDING=1 DLOCK_SKIP_VENDOR_INDEPENDENT=1 \
+        python -m pytest "${parallel[@]}" "$@"
 }
 
 step_torture() {
@@ -89,21 +103,32 @@ step_base() {
 }
 
 step_corners() {
-    # The matrix's oldest and newest pairs (Python 3.11 + Django 5.2, Python 3.13 + Django 6.1),
-    # PostgreSQL's portable operations (portable-postgres, tagged oldest), and the suite against
-    # Django's next version, which may fail without failing the step (django-main).
-    # A Python this machine lacks is skipped (`nox -l` says which exist).
-    nox -t oldest newest -k "${DLOCK_CORNER_DATABASES:-sqlite}" ${1+-- "$@"}
-    nox -s django-main ${1+-- "$@"}
+    # The matrix's oldest and newest pairs (Python 3.11 + Django 5.2, Python 3.13 + Django 6.1)
+    # on the databases DLOCK_CORNER_DATABASES selects (default sqlite), less the pair that .venv
+    # is, which the steps above ran on every database (Debian 12's Python 3.11 gets Django 5.2:
+    # the oldest). Then the suite against Django's next version, which may fail without failing
+    # the step and is skipped while PyPI has nothing newer than the newest pair's Django
+    # (django-main). A Python this machine lacks is skipped (`nox -l` says which exist).
+    local ran sessions
+    ran=$(python -c 'import sys, django; print("%d.%d-django%d.%d" % (*sys.version_info[:2], *django.VERSION[:2]))')
+    mapfile -t sessions < <(
+        nox -l --json -t oldest newest -k "${DLOCK_CORNER_DATABASES:-sqlite}" 2>/dev/null |
+            python -c 'import json, sys; sys.stdout.writelines(s["session"] + "\n" for s in json.load(sys.stdin) if f"({sys.argv[1]}-" not in s["session"])' "$ran"
+    )
+    dlock_say "corners: ${sessions[*]} (.venv is $ran: the steps above ran it)"
+    if ((${#sessions[@]})); then
+        PYTEST_ADDOPTS="${parallel[*]}" nox -s "${sessions[@]}" ${1+-- "$@"}
+    fi
+    PYTEST_ADDOPTS="${parallel[*]}" nox -s django-main ${1+-- "$@"}
 }
 
-STEPS=(lint typing django sqlite postgres mariadb torture cluster docs wheel base corners)
+STEPS=(lint typing django sqlite postgres mariadb portable torture cluster docs wheel base corners)
 
 # -- setup ---------------------------------------------------------------------------------------
 
 # MariaDB's server, and what mysqlclient builds against, before the venv installs it.
 mariadb_install || dlock_say "could not install MariaDB: its suite fails"
-dlock_venv -e ".[api,celery,postgres,mysql]" --group test --group lint --group typing --group matrix
+dlock_venv "${DLOCK_VENV_ALL[@]}"
 
 # Debian packages the tests drive: PostgreSQL's server binaries for the throwaway cluster,
 # Chromium and a font for the admin's browser test (Playwright downloads no browser), Redis for
@@ -128,9 +153,30 @@ mariadb_start
 
 # -- run -----------------------------------------------------------------------------------------
 
+# "815 passed, 67 skipped" from the closing lines of every pytest run in a step's output, summed;
+# "-" for a step that ran no pytest.
+dlock_test_counts() {
+    python3 - "$1" <<'PY'
+import re
+import sys
+from collections import Counter
+
+counts: Counter[str] = Counter()
+closing = re.compile(r"^=* *((?:\d+ \w+(?:, )?)+) in [\d.]+s\b")
+for line in open(sys.argv[1], errors="replace"):
+    if match := closing.match(line.strip()):
+        for number, word in re.findall(r"(\d+) (\w+)", match.group(1)):
+            counts[{"error": "errors"}.get(word, word)] += int(number)
+order = ["passed", "failed", "errors", "skipped", "deselected", "xfailed", "xpassed"]
+print(", ".join(f"{counts[word]} {word}" for word in order if counts[word]) or "-")
+PY
+}
+
 read -ra selected <<<"${DLOCK_STEPS:-${STEPS[*]}}"
+logs=$(mktemp -d /tmp/dlock-test-logs.XXXXXX)
 summary=()
 failed=0
+run_started=$SECONDS
 for step in "${selected[@]}"; do
     echo "== $step"
     started=$SECONDS
@@ -138,13 +184,16 @@ for step in "${selected[@]}"; do
     (
         set -e
         "step_$step" "$@"
-    )
-    status=$?
+    ) 2>&1 | tee "$logs/$step.log"
+    status=${PIPESTATUS[0]}
     set -e
     if [ "$status" = 0 ]; then outcome=ok; else outcome="FAILED ($status)" failed=1; fi
-    summary+=("$(printf '%-10s %-12s %5ss' "$step" "$outcome" $((SECONDS - started)))")
+    summary+=("$(printf '%-10s %7ss  %-12s %s' "$step" $((SECONDS - started)) "$outcome" "$(dlock_test_counts "$logs/$step.log")")")
 done
 
-echo "== summary"
+echo "== summary (each step's wall seconds, result and tests; logs in $logs)"
+printf '  %-10s %8s  %-12s %s\n' step seconds result tests
+printf '  %-10s %7ss  %s\n' setup "$run_started" "(packages, .venv, servers)"
 printf '  %s\n' "${summary[@]}"
+printf '  %-10s %7ss\n' total "$SECONDS"
 exit "$failed"

@@ -9,6 +9,9 @@
 
 # pip learnt dependency groups (`pip install --group`) in 25.1.
 DLOCK_PIP_MIN=25.1
+# Everything any script installs: once these are in .venv (scripts/test.sh installs them), a
+# script asking for a part of them installs nothing.
+DLOCK_VENV_ALL=(-e ".[api,celery,postgres,mysql]" --group dev)
 
 dlock_say() {
     echo "${0##*/}: $*" >&2
@@ -74,6 +77,19 @@ dlock_venv_create() {
     return 1
 }
 
+# Whether .venv has DLOCK_VENV_ALL (since pyproject.toml last changed) and the arguments ask for
+# nothing beyond it: the project with any of its extras, and the groups that `dev` includes.
+dlock_venv_has_all() {
+    grep -qxF "$(cksum <pyproject.toml) ${DLOCK_VENV_ALL[*]}" .venv/.dlock-installed 2>/dev/null || return 1
+    local arg
+    for arg in "$@"; do
+        case "$arg" in
+        -e | --group | . | ".["*"]" | dev | test | test-base | lint | typing | matrix | release | docs | example) ;;
+        *) return 1 ;;
+        esac
+    done
+}
+
 # dlock_venv PIP_INSTALL_ARGS...: makes .venv (once), upgrades its pip to one that knows
 # dependency groups, installs the arguments (skipped when they were installed since
 # pyproject.toml last changed), and puts .venv/bin first on PATH.
@@ -96,7 +112,7 @@ EOF
     fi
     # One line per set of arguments installed since pyproject.toml last changed.
     stamp="$(cksum <pyproject.toml) $*"
-    if ! grep -qxF "$stamp" .venv/.dlock-installed 2>/dev/null; then
+    if ! grep -qxF "$stamp" .venv/.dlock-installed 2>/dev/null && ! dlock_venv_has_all "$@"; then
         dlock_say "installing into .venv: $*"
         .venv/bin/python -m pip install --quiet --disable-pip-version-check "$@" || return 1
         grep -sF "$(cksum <pyproject.toml) " .venv/.dlock-installed >.venv/.dlock-installed.new || true

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     on_postgres, on_sqlite = engine.endswith("postgresql"), engine.endswith("sqlite3")
     needs_postgres = pytest.mark.skip(reason="needs PostgreSQL (DATABASE_URL=postgres://...)")
     needs_sqlite = pytest.mark.skip(reason="needs SQLite (run without DATABASE_URL)")
+    # scripts/test.sh runs the tests that do not depend on the database once, on SQLite, and
+    # sets this for the other databases' steps.
+    skip_vendor_independent = os.environ.get("DLOCK_SKIP_VENDOR_INDEPENDENT") == "1"
+    ran_elsewhere = pytest.mark.skip(reason="vendor-independent: runs once, in the SQLite step")
     for item in items:
+        if skip_vendor_independent and "vendor_independent" in item.keywords:
+            item.add_marker(ran_elsewhere)
         if "requires_postgres" in item.keywords and not on_postgres:
             item.add_marker(needs_postgres)
         if "requires_sqlite" in item.keywords and not on_sqlite:

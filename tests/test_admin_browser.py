@@ -23,7 +23,7 @@ from django_dlock.backends.clock import DatabaseNow
 from django_dlock.models import DistributedLock, LockWaiter
 from tests.utils import make_lock
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vendor_independent]
 
 CHROMIUM = os.environ.get("DLOCK_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [

@@ -23,6 +23,8 @@ pytest.importorskip("rest_framework")
 from tests.api_servers import serving
 from tests.api_utils import run_in_example_project
 
+pytestmark = pytest.mark.vendor_independent
+
 PACKAGE = "dlock_generated_client"
 CONFIG = f"post_hooks: []\npackage_name_override: {PACKAGE}\n"
 

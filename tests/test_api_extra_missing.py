@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.vendor_independent
+
 ROOT = Path(__file__).resolve().parent.parent
 
 WITHOUT_DRF = """

@@ -16,6 +16,8 @@ pytest.importorskip("drf_spectacular")
 from tests.api_utils import run_in_example_project
 from tests.docs_utils import new_project, page, python_blocks, run_in_project, section
 
+pytestmark = pytest.mark.vendor_independent
+
 # Runs in the example project's own process (``client`` is its test client): it parses the
 # walkthrough's console block, sends each curl command through Django's test client and prints, per
 # command, the page's answer and the real one, as JSON.

@@ -15,6 +15,8 @@ from django_dlock.locking.backoff import (
     QueueState,
 )
 
+pytestmark = pytest.mark.vendor_independent
+
 HELD = QueueState(holder="other", free=False, holder_left=30.0, ahead=0)
 
 

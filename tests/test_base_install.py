@@ -12,6 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.vendor_independent
+
 OPTIONAL_MODULES = (
     "rest_framework",
     "drf_spectacular",

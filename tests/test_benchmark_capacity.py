@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.cluster.capacity import APP_HOSTS, Row, save
+
+pytestmark = pytest.mark.vendor_independent
 
 
 def test_the_rows_join_the_other_parts_of_the_benchmark_json(tmp_path: Path) -> None:

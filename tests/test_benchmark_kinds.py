@@ -8,9 +8,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from benchmarks.kinds import save
 from benchmarks.kinds_crowds import Turns, most_at_once, overtakers, percentile
 from benchmarks.kinds_report import goals, paired
+
+pytestmark = pytest.mark.vendor_independent
 
 
 def test_most_at_once_counts_overlapping_holds() -> None:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.cluster.refusals import false_refusals
+
+pytestmark = pytest.mark.vendor_independent
 
 AT = "2026-01-01T00:00:00+00:00"  # the database's clock plays no part here
 

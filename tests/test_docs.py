@@ -7,6 +7,8 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from django_dlock.conf import Settings
 from tests.docs_utils import (
     DOCS,
@@ -18,6 +20,8 @@ from tests.docs_utils import (
     run_in_project,
     section,
 )
+
+pytestmark = pytest.mark.vendor_independent
 
 README = page("README.md")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

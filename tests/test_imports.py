@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import django_dlock
 from tests.import_graph import cycles, import_graph
+
+pytestmark = pytest.mark.vendor_independent
 
 PACKAGE = Path(django_dlock.__file__).parent
 

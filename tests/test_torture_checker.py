@@ -5,6 +5,8 @@ breaks. Invariants 1-6 with exclusive holds; the lock kinds' are in
 
 from __future__ import annotations
 
+import pytest
+
 from tests.torture.checker import check
 from tests.torture.synthetic import (
     at,
@@ -15,6 +17,8 @@ from tests.torture.synthetic import (
     snapshot,
     store_final,
 )
+
+pytestmark = pytest.mark.vendor_independent
 
 
 def test_a_clean_history_passes() -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.torture.check_holds import reader_overlaps
 from tests.torture.checker import check
 from tests.torture.sections import read
@@ -19,6 +21,8 @@ from tests.torture.synthetic import (
     reader,
     snapshot,
 )
+
+pytestmark = pytest.mark.vendor_independent
 
 # -- 1: no exclusive hold beside another hold -----------------------------------------
 
