@@ -154,7 +154,7 @@ mariadb_start
 # -- run -----------------------------------------------------------------------------------------
 
 # "815 passed, 67 skipped" from the closing lines of every pytest run in a step's output, summed;
-# "-" for a step that ran no pytest.
+# for the torture, the databases run and the violations their tables count; else "-".
 dlock_test_counts() {
     python3 - "$1" <<'PY'
 import re
@@ -163,12 +163,20 @@ from collections import Counter
 
 counts: Counter[str] = Counter()
 closing = re.compile(r"^=* *((?:\d+ \w+(?:, )?)+) in [\d.]+s\b")
+databases, violations = 0, 0
 for line in open(sys.argv[1], errors="replace"):
     if match := closing.match(line.strip()):
         for number, word in re.findall(r"(\d+) (\w+)", match.group(1)):
             counts[{"error": "errors"}.get(word, word)] += int(number)
+    elif line.startswith("== torture ("):
+        databases += 1
+    elif match := re.match(r"\| violations of .*\| *(\d+) *\|", line):
+        violations += int(match.group(1))
 order = ["passed", "failed", "errors", "skipped", "deselected", "xfailed", "xpassed"]
-print(", ".join(f"{counts[word]} {word}" for word in order if counts[word]) or "-")
+found = [f"{counts[word]} {word}" for word in order if counts[word]]
+if databases:
+    found.append(f"{databases} databases, {violations} violations")
+print(", ".join(found) or "-")
 PY
 }
 
