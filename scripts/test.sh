@@ -34,7 +34,7 @@ step_django() {
 
 # The database suites run on pytest-xdist's workers, each on a test database of its own
 # (DLOCK_PYTEST_WORKERS, default 2 for the two cores CI has; 0 runs them in one process).
-parallel=(-n "${DLOCK_PYTEST_WORKERS:-2}" --dist worksteal)
+parallel=(-n "${DLOCK_PYTEST_WORKERS:-2}" --dist loadfile)
 
 step_sqlite() {
     env -u DATABASE_URL python -m pytest "${parallel[@]}" "$@"
