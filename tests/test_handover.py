@@ -47,9 +47,10 @@ def queue(
     channel: str = CHANNEL,
     ttl: float | None = 30,
     shared: bool = False,
+    limit: int | None = None,
     pid: int | None = None,
 ) -> int:
-    claim = Locks.claim(resource, owner, ttl or 30, shared=shared)
+    claim = Locks.claim(resource, owner, ttl or 30, shared=shared or limit is not None, limit=limit)
     backend = backend_for("default")
     ticket = backend.enqueue_waiter(claim, 60, channel=channel, listener_pid=pid)[0]
     if ttl is None:  # a waiter of a version before the ttl column
@@ -147,6 +148,24 @@ def test_a_release_wakes_every_reader_that_fits_at_once(
     assert freed
     assert notified(spy, every=True) == [str(ticket) for ticket in readers]
     assert holder(f"hand:6:{freed_by}")[0] == ""  # readers take their holds themselves
+
+
+@pytest.mark.parametrize("holding", [1, 2], ids=["last-permit", "one-of-two"])
+def test_a_release_wakes_as_many_permit_waiters_as_it_leaves_permits(
+    spy: psycopg.Connection, holding: int
+) -> None:
+    # A semaphore of 3: when its last holder leaves, the three permit waiters
+    # first in line are woken at once, not each by the one before it after its
+    # own acquisition; when another holder stays, one fewer.
+    resource = f"hand:permits:{holding}"
+    for index in range(holding):
+        assert Locks.acquire(resource, f"holder{index}", ttl=60, limit=3) is not None
+    waiters = [queue(resource, f"w{index}", limit=3) for index in range(4)]
+    assert notified(spy, every=True) == []  # queueing woke nobody
+
+    assert Locks.release(resource, "holder0") is ReleaseResult.RELEASED
+    free = 3 - (holding - 1)
+    assert notified(spy, every=True) == [str(ticket) for ticket in waiters[:free]]
 
 
 def test_a_writer_leaving_the_head_wakes_the_readers_behind_it(spy: psycopg.Connection) -> None:

@@ -130,6 +130,43 @@ def test_an_idle_waiter_makes_at_most_a_query_a_second() -> None:
     assert len(statements) <= 3 + seconds + 1, [sql[:40] for sql in statements]
 
 
+@pytest.mark.requires_postgres
+def test_a_listener_subscribes_in_one_transaction(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its keepalives, LISTEN and the re-pointing of its channel's tickets go in
+    # one query (it used to take five transactions, each counted by the server).
+    import psycopg
+
+    executed: list[str] = []
+    execute = psycopg.Connection.execute
+
+    def counted(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        executed.append(str(query))
+        return execute(self, query, *args, **kwargs)
+
+    listener = PostgresListener("default")
+    raw = listener._connect()
+    assert raw is not None
+    ticket = LockWaiter.objects.create(
+        resource="listen:sub",
+        owner="w",
+        channel=listener.channel,
+        listener_pid=1,
+        expires_at=timezone.now() + timedelta(seconds=60),
+    )
+    try:
+        monkeypatch.setattr(psycopg.Connection, "execute", counted)
+        listener._subscribe(raw)
+        monkeypatch.undo()
+        assert len(executed) == 1
+        ticket.refresh_from_db()
+        assert ticket.listener_pid == listener.backend_pid  # re-pointed to this connection
+        # ... and it listens on its channel, with its keepalives set.
+        assert raw.execute("SELECT pg_listening_channels()").fetchall() == [(listener.channel,)]
+        assert raw.execute("SHOW tcp_keepalives_idle").fetchone() == ("1",)
+    finally:
+        raw.close()
+
+
 def free_silently_after_queuing(
     monkeypatch: pytest.MonkeyPatch, free: Callable[[Any], object]
 ) -> list[float]:

@@ -31,7 +31,7 @@ def read_or_write(
 def use_permit(
     db: dict[str, Any], resource: str, limit: int, turns: int, start: Any
 ) -> list[tuple[float, float, int]]:
-    """Hold one of ``limit`` permits ``turns`` times, 5 ms each."""
+    """Hold one of ``limit`` permits ``turns`` times, 20 ms each."""
     setup_worker(db)
     from django_dlock import lock
 
@@ -40,7 +40,7 @@ def use_permit(
     for _ in range(turns):
         with lock(resource, limit=limit, timeout=60, ttl=30) as held:
             entered = time.monotonic()
-            time.sleep(0.005)
+            time.sleep(0.02)
             left = time.monotonic()
         spans.append((entered, left, held.fencing_token))
     return spans

@@ -64,20 +64,23 @@ class PostgresListener(Listener["psycopg.Connection[Any]"]):
         # The server probes an idle connection after a second and drops it when
         # its host does not answer: a waiter on a host that was lost stops
         # counting (its ticket's listener_pid) within a few seconds.
-        for setting, value in KEEPALIVES.items():
-            connection.execute(sql.SQL("SET {} = {}").format(sql.Identifier(setting), value))
-        connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+        settings = [
+            sql.SQL("SET {} = {}").format(sql.Identifier(setting), value)
+            for setting, value in KEEPALIVES.items()
+        ]
         # Tickets queued through an earlier connection (a reconnect) name its
         # server process, which is gone: they name this one from now on.
         meta = apps.get_model("django_dlock", "LockWaiter")._meta
-        connection.execute(
-            sql.SQL("UPDATE {} SET {} = pg_backend_pid() WHERE {} = %s").format(
-                sql.Identifier(meta.db_table),
-                sql.Identifier(str(meta.get_field("listener_pid").column)),
-                sql.Identifier(str(meta.get_field("channel").column)),
-            ),
-            [self.channel],
+        repoint = sql.SQL("UPDATE {} SET {} = pg_backend_pid() WHERE {} = {}").format(
+            sql.Identifier(meta.db_table),
+            sql.Identifier(str(meta.get_field("listener_pid").column)),
+            sql.Identifier(str(meta.get_field("channel").column)),
+            sql.Literal(self.channel),
         )
+        listen = sql.SQL("LISTEN {}").format(sql.Identifier(self.channel))
+        # One query of several statements, without parameters (the simple query
+        # protocol): one round trip and one transaction, not one for each.
+        connection.execute(sql.SQL("; ").join([*settings, listen, repoint]))
 
     def _receive(self, connection: psycopg.Connection[Any]) -> None:
         socket = connection.fileno()

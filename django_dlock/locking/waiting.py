@@ -204,8 +204,14 @@ class Wait:
         return acquired
 
     def _granted(self) -> Hold | None:
-        """The lock, if a release handed it to this waiter (``grants_on_release``)."""
-        if not backend_for(self.using).grants_on_release or self.ticket is None:
+        """The lock, if a release handed it to this waiter (``grants_on_release``).
+        Only an exclusive claim is ever handed over: a reader or a permit waiter
+        takes its hold itself, so it does not ask."""
+        if (
+            not backend_for(self.using).grants_on_release
+            or self.ticket is None
+            or not self.claim.exclusive
+        ):
             return None
         manager = DistributedLock.objects.db_manager(self.using)
         accepted = manager.accept_handover(self.resource, self.owner, self.ticket)

@@ -21,7 +21,6 @@ from django_dlock.backends.postgresql.statements import (
     ASYNC_COMMIT,
     ASYNC_COMMIT_CONDITION,
     NO_TICKET_EXCLUDED,
-    WAKE_HEAD,
     OperationStatements,
     fitting_sql,
     head_sql,
@@ -318,8 +317,9 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         return int(pid) if pid == reported else None
 
     def wake_head(self, resource: str) -> None:
-        # NOTIFY goes out when the transaction commits.
-        sql = f"WITH head AS ({head_sql(self)}) {WAKE_HEAD}"
+        # NOTIFY goes out when the transaction commits. The waiters that fit
+        # beside the head (readers, the permits left free) are woken with it.
+        sql = f"WITH head AS ({head_sql(self)}), {fitting_sql(self)} {wake_sql(readers=True)}"
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [resource, NO_TICKET_EXCLUDED])
 

@@ -231,7 +231,8 @@ class SharedStatements:
         )
         release = (
             f"{locked}, {my_hold}, {gone}, head AS ({release_head}), "  # noqa: S608
-            f"{fitting_sql(backend)}, {handed_sql(backend, frees)}, {exclusive}, {one_less}, {shared_header} "
+            f"{fitting_sql(backend, leaving='(SELECT COUNT(*) FROM gone)')}, "
+            f"{handed_sql(backend, frees)}, {exclusive}, {one_less}, {shared_header} "
             f"SELECT {outcome}, l.{c['owner']}, ({release_woken}), e.*, w.* "
             "FROM (SELECT) one LEFT JOIN locked l ON TRUE LEFT JOIN exclusive e ON TRUE "
             "LEFT JOIN (SELECT * FROM one_less UNION ALL SELECT * FROM gone) w ON TRUE"

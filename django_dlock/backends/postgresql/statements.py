@@ -181,32 +181,45 @@ def wake_sql(condition: str = "", *, readers: bool = False) -> str:
     )
 
 
-WAKE_HEAD = wake_sql()
-
-
-def fitting_sql(backend: LockBackend) -> str:
-    """SQL: the CTE ``fitting``: when the head of the queue (the CTE ``head``)
-    is a reader, the listening readers queued behind it before the first
-    writer. A statement that leaves the resource free wakes them with the head
-    (``wake_sql(readers=True)``): each is admitted (no writer queued before
-    it), so they take their holds side by side instead of each waking the next
-    after its own acquisition. (The writers that count are those between the
-    head and the reader: one before the head is a ticket that the statement
-    deletes, or passes over.)"""
+def fitting_sql(backend: LockBackend, *, leaving: str = "0") -> str:
+    """SQL: the CTE ``fitting``: the listening waiters behind the head of the
+    queue (the CTE ``head``) that may be admitted beside it. When the head is a
+    reader, the readers queued before the first writer; when it wants a permit,
+    the permit waiters of the same limit, as many as the permits the head leaves
+    free. A statement that frees the resource or a permit wakes them with the
+    head (``wake_sql(readers=True)``), so they take their holds side by side
+    instead of each waking the next after its own acquisition. A wake-up only
+    starts a take, which decides under the row lock: waking one too many costs
+    it a look, never a permit over the limit. (The writers that count are those
+    between the head and the reader: one before the head is a ticket that the
+    statement deletes, or passes over. The holds that count are the valid ones
+    the statement's snapshot sees less ``leaving``, SQL for how many of them the
+    statement itself deletes.)"""
     qn = backend.qn
 
     def reader(alias: str) -> str:
         return f"{alias}{qn('mode')} = '{SHARED}' AND {alias}{qn('limit')} IS NULL"
 
-    writer_between = backend.queued_before_sql(
-        "head.resource", f"w.{qn('id')}", after="head.id", alias="x"
+    def between(alias: str) -> str:
+        return backend.queued_before_sql(
+            "head.resource", f"w.{qn('id')}", after="head.id", alias=alias
+        )
+
+    holders = backend.holders_sql().replace("%s", "head.resource")
+    readers = (
+        f"{reader('head.')} AND {reader('w.')} "
+        f"AND NOT EXISTS (SELECT {between('x')} AND x.{qn('mode')} = '{EXCLUSIVE}')"
+    )
+    permits = (
+        f"head.{qn('limit')} IS NOT NULL AND w.{qn('limit')} = head.{qn('limit')} "
+        f"AND w.{qn('mode')} = '{SHARED}' "
+        f"AND (SELECT COUNT(*) {between('x')}) < head.{qn('limit')} - 1 - ({holders}) + {leaving}"
     )
     return (
         f"fitting AS (SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel "  # noqa: S608
         f"FROM head JOIN {backend.waiters_table} w ON w.{qn('resource')} = head.resource "
-        f"AND w.{qn('id')} > head.id WHERE {reader('head.')} AND {reader('w.')} "
-        f"AND w.{qn('channel')} <> '' AND {backend.live_waiter_sql('w.')} "
-        f"AND NOT EXISTS (SELECT {writer_between} AND x.{qn('mode')} = '{EXCLUSIVE}'))"
+        f"AND w.{qn('id')} > head.id WHERE (({readers}) OR ({permits})) "
+        f"AND w.{qn('channel')} <> '' AND {backend.live_waiter_sql('w.')})"
     )
 
 
