@@ -60,16 +60,16 @@ assert not imported, f"the core imported {{imported}}"
 """
 
 
-def test_core_works_without_drf_or_celery(tmp_path: Path) -> None:
-    database = tmp_path / "base.sqlite3"
+def run_python(settings: str, database: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in a new process with ``settings`` on the SQLite file ``database``."""
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings_base",
+        "DJANGO_SETTINGS_MODULE": settings,
         "DATABASE_URL": f"sqlite:///{database}",
         "DLOCK_TEST_SQLITE_FILE": str(database),
     }
-    result = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
+    return subprocess.run(
+        [sys.executable, *args],
         cwd=Path(__file__).resolve().parent.parent,
         env=env,
         capture_output=True,
@@ -77,6 +77,10 @@ def test_core_works_without_drf_or_celery(tmp_path: Path) -> None:
         timeout=120,
         check=False,
     )
+
+
+def test_core_works_without_drf_or_celery(tmp_path: Path) -> None:
+    result = run_python("tests.settings_base", tmp_path / "base.sqlite3", "-c", SCRIPT)
     assert result.returncode == 0, result.stderr
 
 
@@ -99,23 +103,9 @@ def test_every_dlock_action_works_without_the_admin(tmp_path: Path) -> None:
     """``manage.py dlock`` (cron's and leader election's entry point) in a project
     whose INSTALLED_APPS are contenttypes, auth and django_dlock."""
     database = tmp_path / "no-admin.sqlite3"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings_no_admin",
-        "DATABASE_URL": f"sqlite:///{database}",
-        "DLOCK_TEST_SQLITE_FILE": str(database),
-    }
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, *args],
-            cwd=Path(__file__).resolve().parent.parent,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        return run_python("tests.settings_no_admin", database, *args)
 
     held = run("-c", HOLD)
     assert held.returncode == 0, held.stderr
