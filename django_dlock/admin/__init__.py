@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from django_dlock.admin.locks import LockAdmin, StatusFilter
+from django_dlock.admin.locks import LockAdmin
+from django_dlock.admin.status import StatusFilter
 
 # Where they lived before django_dlock.humanize.
 from django_dlock.humanize import duration_in_words, time_left_in_words

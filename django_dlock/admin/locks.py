@@ -10,7 +10,7 @@ see them, or search and sort by them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
 from weakref import WeakKeyDictionary
@@ -20,14 +20,11 @@ from django.contrib.admin import helpers
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import (
-    Case,
     CharField,
     DateTimeField,
-    Field,
     IntegerField,
     QuerySet,
     Value,
-    When,
 )
 from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -41,8 +38,9 @@ from django.utils.translation import gettext_lazy as _
 
 from django_dlock.admin.holders import holder_table
 from django_dlock.admin.purge import PurgeAdmin, non_atomic
+from django_dlock.admin.status import STATUS_RANK, StatusFilter, by_status, moment
 from django_dlock.admin.waiters import waiter_count, waiter_table
-from django_dlock.backends.clock import DatabaseNow, database_now
+from django_dlock.backends.clock import database_now
 from django_dlock.conf import conf
 from django_dlock.humanize import (
     ACTIVE,
@@ -57,8 +55,6 @@ from django_dlock.permissions import may_see_owners
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
-    from django_dlock.managers import DistributedLockQuerySet
-
 
 class _ListAnnotations(TypedDict):
     """What ``LockAdmin.get_queryset`` adds to each lock."""
@@ -71,9 +67,6 @@ class _ListAnnotations(TypedDict):
 # A lock as the list shows it (annotated by ``LockAdmin.get_queryset``).
 _ListedLock: TypeAlias = "WithAnnotations[DistributedLock, _ListAnnotations]"
 
-# The list's default order: the locks held now first.
-STATUS_RANK = {ACTIVE: 0, EXPIRED: 1, RELEASED: 2}
-
 # The database's time of each request the admin is answering (see
 # LockAdmin.get_queryset); gone with the request.
 _REQUEST_NOW: WeakKeyDictionary[HttpRequest, datetime] = WeakKeyDictionary()
@@ -81,50 +74,6 @@ _REQUEST_NOW: WeakKeyDictionary[HttpRequest, datetime] = WeakKeyDictionary()
 OWNER = "owner"
 # The list's owner column: shortened to fit, whole in its tooltip.
 OWNER_COLUMN = "owner_token"
-
-
-def by_status(values: Mapping[str, Any], output_field: Field[Any, Any]) -> Case:
-    """``values[status]`` of each lock's status by the database's clock."""
-    return Case(
-        When(owner="", then=Value(values[RELEASED])),
-        When(expires_at__gt=DatabaseNow(), then=Value(values[ACTIVE])),
-        default=Value(values[EXPIRED]),
-        output_field=output_field,
-    )
-
-
-def moment(value: datetime) -> str:
-    """``value`` as a column of the list shows it: its ISO date over its time of
-    day, to the second, in the current time zone; the localized whole in its
-    tooltip."""
-    local = localtime(value)
-    return format_html(
-        '<time datetime="{}" title="{}">{}<br>{}</time>',
-        value.isoformat(),
-        localize(local),
-        f"{local:%Y-%m-%d}",
-        f"{local:%H:%M:%S}",
-    )
-
-
-class StatusFilter(admin.SimpleListFilter):
-    """Active or expired by the database's clock (a released lock is expired)."""
-
-    title = _("status")
-    parameter_name = "status"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [(ACTIVE, _("Active")), (EXPIRED, _("Expired or released"))]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
-        locks = cast(
-            "DistributedLockQuerySet[DistributedLock]", queryset
-        )  # LockAdmin's, from the manager
-        if self.value() == ACTIVE:
-            return locks.active()
-        if self.value() == EXPIRED:
-            return locks.expired()
-        return queryset
 
 
 @admin.register(DistributedLock)
