@@ -145,13 +145,14 @@ class WaiterQueue:
         now_sql, _ = compile_expression(self.using, DatabaseNow())
         return f"{alias}{self.qn('expires_at')} > {now_sql}"
 
-    def holders_sql(self) -> str:
-        """SQL: the number of valid shared holds of a resource (a placeholder)."""
+    def holders_sql(self, resource: str = "%s") -> str:
+        """SQL: the number of valid shared holds of ``resource`` (SQL: a
+        placeholder, or a column)."""
         qn = self.qn
         now_sql, _ = compile_expression(self.using, DatabaseNow())
         holds = self.qn(apps.get_model("django_dlock", "LockHold")._meta.db_table)
         return (
-            f"SELECT COUNT(*) FROM {holds} h WHERE h.{qn('resource')} = %s "  # noqa: S608
+            f"SELECT COUNT(*) FROM {holds} h WHERE h.{qn('resource')} = {resource} "  # noqa: S608
             f"AND h.{qn('expires_at')} > {now_sql}"
         )
 

@@ -205,7 +205,7 @@ def fitting_sql(backend: LockBackend, *, leaving: str = "0") -> str:
             "head.resource", f"w.{qn('id')}", after="head.id", alias=alias
         )
 
-    holders = backend.holders_sql().replace("%s", "head.resource")
+    holders = backend.holders_sql("head.resource")
     readers = (
         f"{reader('head.')} AND {reader('w.')} "
         f"AND NOT EXISTS (SELECT {between('x')} AND x.{qn('mode')} = '{EXCLUSIVE}')"
