@@ -79,7 +79,7 @@ OWNER_COLUMN = "owner_token"
 @admin.register(DistributedLock)
 class LockAdmin(PurgeAdmin):
     # The columns of CONTRACT.md's admin, in its order, and the queued waiters;
-    # narrow enough for a 1400 px screen with the admin's sidebar open: the
+    # narrow enough for a 1680 px screen with the admin's sidebar open: the
     # owner is cut short (whole in its tooltip), times are a date over a time of
     # day (the localized whole in their tooltip). A lock's page shows every field.
     list_display = (
