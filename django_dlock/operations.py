@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Generic, TypeVar, cast
 
 from django.apps import apps
@@ -117,16 +118,18 @@ class LockOperations(Generic[_Lock]):
             holds.append(hold)
         return holds
 
-    def accept_handover(self, resource: str, owner: str, ticket: int) -> tuple[Hold, float] | None:
-        """The lock, if a release handed it to the waiter of ``ticket``
-        (``LockBackend.grants_on_release``), announced as acquired, and how many
-        seconds ago (by the database's clock) the release made it the holder's."""
-        row = self._backend().granted(resource, owner, ticket)
+    def accept_handover(
+        self, resource: str, owner: str, ticket: int, duration: timedelta
+    ) -> Hold | None:
+        """The lock, for ``duration`` from now, if a release handed it to the
+        waiter of ``ticket`` (``LockBackend.grants_on_release``) and the offer
+        still stands; announced as acquired."""
+        row = self._backend().granted(resource, owner, ticket, duration)
         if row is None:
             return None
         hold = self._instance(row)
         self._announce(row, hold, previous_owner="", renewed=False)
-        return hold, max((row.now - row.acquired_at).total_seconds(), 0.0)
+        return hold
 
     def _announce(
         self, row: LockRow, hold: Hold, previous_owner: str | None, renewed: bool

@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 
 from django_dlock.backends import backend_for
+from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from tests.utils import postgres_dsn, wait_for
 
@@ -71,17 +72,19 @@ def test_a_release_hands_the_lock_to_the_listening_head(spy: psycopg.Connection)
     assert Locks.release("hand:1", "holder") is ReleaseResult.RELEASED
     assert notified(spy) == [str(head)]  # told once the hand-over committed
 
-    # The head holds it for its own ttl, with the next token, before it did
-    # anything; its ticket is gone, the one behind it still queued.
+    # The head holds it, offered for the hand-over's lease, with the next
+    # token, before it did anything; its ticket is gone, the one behind it still queued.
     lock = DistributedLock.objects.get(resource="hand:1")
     assert (lock.owner, lock.fencing_token) == ("head", held.fencing_token + 1)
-    assert lock.expires_at - lock.acquired_at == timedelta(seconds=30)
+    assert lock.expires_at - lock.acquired_at == timedelta(seconds=HANDOVER_LEASE)
     assert (lock.hold_count, lock.label) == (1, "")
     assert list(LockWaiter.objects.values_list("pk", flat=True)) == [behind]
     backend = backend_for("default")
-    granted = backend.granted("hand:1", "head", head)
+    # Taking the offer makes it the head's for its ttl.
+    granted = backend.granted("hand:1", "head", head, timedelta(seconds=30))
     assert granted is not None and granted.fencing_token == lock.fencing_token
-    assert backend.granted("hand:1", "behind", behind) is None
+    assert granted.expires_at - lock.acquired_at >= timedelta(seconds=30)
+    assert backend.granted("hand:1", "behind", behind, timedelta(seconds=30)) is None
 
     # The last reader's release hands it over too.
     assert Locks.release("hand:1", "head") is ReleaseResult.RELEASED

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from django_dlock import LockNotAcquired, lock
 from django_dlock.backends import backend_for, listener_for
+from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.checks import check_settings
 from django_dlock.listeners.postgresql import PostgresListener
 from django_dlock.listeners.sqlite import host_address
@@ -405,15 +406,17 @@ def test_on_sqlite_a_release_hands_the_lock_to_a_listening_head() -> None:
         assert Locks.release("host:4", "holder") is ReleaseResult.RELEASED
         assert ticket_from(spy) == str(head).encode()  # told once the hand-over committed
 
-    # The head holds it, for its own ttl and with a larger token, before it did
-    # anything; its ticket is gone, the one behind it still queued.
+    # The head holds it, offered for the hand-over's lease and with a larger
+    # token, before it did anything; its ticket is gone, the one behind it still queued.
     lock = DistributedLock.objects.get(resource="host:4")
     assert (lock.owner, lock.fencing_token) == ("head", held.fencing_token + 1)
-    assert lock.expires_at - lock.acquired_at == timedelta(seconds=30)
+    assert lock.expires_at - lock.acquired_at == timedelta(seconds=HANDOVER_LEASE)
     assert list(LockWaiter.objects.values_list("pk", flat=True)) == [behind]
-    granted = backend.granted("host:4", "head", head)
+    # Taking the offer makes it the head's for its ttl.
+    granted = backend.granted("host:4", "head", head, timedelta(seconds=30))
     assert granted is not None and granted.fencing_token == lock.fencing_token
-    assert backend.granted("host:4", "behind", behind) is None
+    assert granted.expires_at - lock.acquired_at >= timedelta(seconds=30)
+    assert backend.granted("host:4", "behind", behind, timedelta(seconds=30)) is None
 
     # A head that polls, or whose process predates the ttl, takes it itself.
     LockWaiter.objects.all().delete()

@@ -21,12 +21,14 @@ from django.core.checks import CheckMessage
 
 from django_dlock.backends.admission import Action, Admission, admit
 from django_dlock.backends.checks import BackendChecks
+from django_dlock.backends.clock import DatabaseNow, now_plus
 from django_dlock.backends.holds import HoldStatements
 from django_dlock.backends.purge import Purge, PurgedBatch, expired_q
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.renewals import Renewals
 from django_dlock.backends.results import Claim, LockRow, Released, Renewed, Taken
 from django_dlock.backends.statements import LockStatements
+from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner
 from django_dlock.transactions import in_lock_transaction
 
@@ -343,18 +345,30 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
         commits, to look at the lock now (a permit came free, or a waiter was
         admitted beside others). Waiters that nothing wakes poll."""
 
-    def granted(self, resource: str, owner: str, ticket: int) -> LockRow | None:
-        """The lock, if a release handed it to the waiter of ``ticket`` (one
-        ``SELECT``, no transaction): held by ``owner``, the ticket gone."""
+    def granted(
+        self, resource: str, owner: str, ticket: int, duration: timedelta
+    ) -> LockRow | None:
+        """The lock, if a release handed it to the waiter of ``ticket`` and its
+        offer still stands: held by ``owner`` for the hand-over's lease
+        (``HANDOVER_LEASE``), the ticket gone. One autocommit ``UPDATE`` takes
+        the offer: the lock is the waiter's for ``duration`` from now. An offer
+        that lapsed (the waiter was paused) was never the waiter's: its lease
+        ran out, and the next waiter took the lock or may."""
         if not self.grants_on_release:
             return None
         qn = self.qn
+        now_sql, now_params = compile_expression(self.using, DatabaseNow())
+        expires_sql, expires_params = compile_expression(self.using, now_plus(duration))
+        # Only quoted identifiers and Django-compiled SQL are formatted in.
         sql = (
-            f"{self._read_sql} AND {qn('owner')} = %s AND NOT EXISTS "  # noqa: S608
-            f"(SELECT 1 FROM {self.waiters_table} w WHERE w.{qn('id')} = %s)"
+            f"UPDATE {self.table} SET {qn('expires_at')} = {expires_sql} "  # noqa: S608
+            f"WHERE {qn('resource')} = %s AND {qn('owner')} = %s "
+            f"AND {qn('expires_at')} > {now_sql} AND NOT EXISTS "
+            f"(SELECT 1 FROM {self.waiters_table} w WHERE w.{qn('id')} = %s) "
+            f"RETURNING {', '.join(self.columns)}, {now_sql}"
         )
-        row = self._fetch_row(sql, [resource, owner, ticket])
-        return row if row is not None and row.held else None
+        params = [*expires_params, resource, owner, *now_params, ticket, *now_params]
+        return self._fetch_row(sql, params)
 
     # -- system checks -------------------------------------------------------------
 

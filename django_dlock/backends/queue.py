@@ -29,6 +29,12 @@ WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
 # "No ticket yet" for queue_state(): every queued waiter is ahead.
 NO_TICKET = 2**62
 
+# A release that hands the lock to the head of the queue (``grants_on_release``)
+# offers it for this long (seconds, or the head's ttl where shorter); the head
+# takes the offer (``granted``) for its ttl. So a head that stopped answering
+# (a paused process) holds the lock up for this long, not for its ttl.
+HANDOVER_LEASE = 1.0
+
 
 @dataclass(frozen=True)
 class QueueRow:
@@ -41,6 +47,7 @@ class QueueRow:
     ahead_exclusive: int = 0  # of those, the ones that want the lock exclusively
     limit: int | None = None  # the semaphore's limit, while its permits hold the lock
     holders: int = 0  # valid shared holds (readers or permits)
+    head: int | None = None  # the ticket of the first live waiter ahead
     queued: bool = True  # the ticket looked from is still in the queue
 
     @classmethod
@@ -53,6 +60,7 @@ class QueueRow:
         ahead_exclusive: int | None = 0,
         limit: int | None = None,
         holders: int = 0,
+        head: int | None = None,
         queued: Any = True,
     ) -> QueueRow:
         """From a row's values, the times as the driver returned them."""
@@ -64,6 +72,7 @@ class QueueRow:
             ahead_exclusive=int(ahead_exclusive or 0),
             limit=limit,
             holders=int(holders),
+            head=None if head is None else int(head),
             queued=bool(queued),
         )
 
@@ -110,19 +119,20 @@ class WaiterQueue:
         # Table and column names only; the values are parameters.
         return (
             f"SELECT l.{qn('owner')}, l.{qn('expires_at')}, {now_sql}, q.n, q.x, "  # noqa: S608
-            f"l.{qn('limit')}, ({self.holders_sql()}){ticket_queued} "
+            f"l.{qn('limit')}, ({self.holders_sql()}), q.h{ticket_queued} "
             f"FROM ({self.queued_counts_sql('%s', '%s')}) q "
             f"LEFT JOIN {self.table} l ON l.{qn('resource')} = %s"
         )
 
     def queued_counts_sql(self, resource: str, ticket: str) -> str:
         """SQL: one row, how many live waiters of ``resource`` queue before
-        ``ticket`` (``n``) and how many of those want the lock exclusively
-        (``x``, NULL for none); both SQL (a placeholder, a column)."""
+        ``ticket`` (``n``), how many of those want the lock exclusively (``x``,
+        NULL for none), and the first one's ticket (``h``); both SQL (a
+        placeholder, a column)."""
         qn = self.qn
         return (
             f"SELECT COUNT(*) AS n, SUM(CASE WHEN w.{qn('mode')} = '{EXCLUSIVE}' THEN 1 "
-            f"ELSE 0 END) AS x {self.queued_before_sql(resource, ticket)}"
+            f"ELSE 0 END) AS x, MIN(w.{qn('id')}) AS h {self.queued_before_sql(resource, ticket)}"
         )
 
     def queued_before_sql(

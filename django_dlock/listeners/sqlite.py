@@ -30,12 +30,12 @@ def alive(channel: str) -> bool:
     """Whether the listener of ``channel`` is there (its process lives): a
     datagram to a socket nobody has bound is refused at once. The probe's
     payload is no ticket, and the listener drops it."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+    with _sender() as sender:
         try:
             sender.sendto(b"?", host_address(channel))
         except (ConnectionRefusedError, FileNotFoundError):
             return False
-        except OSError:  # a full buffer, say: it is there
+        except OSError:  # a full buffer (a paused process), say: it is there
             return True
     return True
 
@@ -44,8 +44,17 @@ def wake(channel: str, ticket: int) -> None:
     """Tell the listener of ``channel`` that ``ticket`` heads its queue and the
     lock is free. A listener that is gone (its process ended) is not there to
     tell: its waiter's ticket lapses, and the next waiter looks by itself."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender, contextlib.suppress(OSError):
+    with _sender() as sender, contextlib.suppress(OSError):
         sender.sendto(str(ticket).encode(), host_address(channel))
+
+
+def _sender() -> socket.socket:
+    """A socket to send one datagram, which never blocks: a paused process
+    (SIGSTOP) stops reading its socket, and a send to its full buffer would
+    wait as long as it stays paused, inside a release or a look."""
+    sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sender.setblocking(False)
+    return sender
 
 
 class DatagramListener(Listener[socket.socket]):

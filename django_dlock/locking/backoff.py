@@ -32,6 +32,7 @@ class QueueState:
     ahead: int  # live waiters queued before the ticket (all of them without one)
     admissible: bool | None = None  # whether an acquisition would be admitted now
     queued: bool = True  # the waiter's ticket is still in the queue (True without one)
+    head: int | None = None  # the ticket of the first live waiter ahead, where known
 
     def __post_init__(self) -> None:
         if self.admissible is None:  # an exclusive waiter's

@@ -39,6 +39,7 @@ from django_dlock.backends import backend_for, listener_for
 from django_dlock.backends.clock import time_left
 from django_dlock.backends.queue import QueueRow
 from django_dlock.backends.results import Claim
+from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.listeners.base import Watch
 from django_dlock.locking.backoff import Backoff, QueueState
@@ -53,6 +54,9 @@ __all__ = ["WAITER_TTL", "Wait"]
 # A waiter's row counts for this long (seconds) unless refreshed, so a waiter
 # that crashed holds up the queue at most this long.
 WAITER_TTL = 10.0
+# The shortest time a head may leave the lock free before the waiters behind
+# it pass it, in seconds (``head_grace``).
+HEAD_GRACE = 1.0
 # How long a waiter waits for the listener to be there before it queues (its
 # first connection, a LISTEN), in seconds; past that it polls.
 LISTEN_WAIT = 2.0
@@ -82,6 +86,9 @@ class Wait:
     channel: str = ""  # the LISTEN channel the ticket carries ("" when it polls)
     began: float = 0.0  # monotonic time the wait began
     acquired: bool = False  # set by the loop that got the lock from step()
+    # The head seen ahead of this waiter while the lock was free: its ticket,
+    # and since when (monotonic), until the lock is taken or the head changes.
+    stalled_head: tuple[int, float] | None = None
 
     @property
     def resource(self) -> str:
@@ -139,8 +146,13 @@ class Wait:
         if self.ticket is not None and not state.queued:
             state = self._enqueue_again()
         if state.free and state.ahead and self.ticket is not None:
-            # Free, yet others ahead: dead waiters' tickets, where they can be told.
+            # Free, yet others ahead: dead waiters' tickets, where they can be
+            # told, or a head that stopped answering.
             backend_for(self.using).prune_ahead(self.resource, self.ticket)
+            if self._passed_stalled_head(state):
+                state = queue_state(self.using, self.claim, self.ticket)
+        else:
+            self.stalled_head = None
         if state.admissible:
             acquired = self._try(queued=True)
             if acquired is not None:
@@ -149,6 +161,26 @@ class Wait:
         self.backoff.learn(state)
         self._refresh_tickets()
         return self._sleep(state)
+
+    def _passed_stalled_head(self, state: QueueState) -> bool:
+        """Drop the head's ticket when the head has left the lock free for
+        ``HEAD_GRACE`` (seen from here): it stopped answering (a paused
+        process, which the database still sees connected), and the queue
+        behind it would otherwise wait for its ticket to lapse. Whether it was
+        dropped. A head that answers again finds its ticket gone and queues
+        again, at the back (``_enqueue_again``)."""
+        if state.head is None:
+            return False
+        now = time.monotonic()
+        if self.stalled_head is None or self.stalled_head[0] != state.head:
+            self.stalled_head = (state.head, now)
+            return False
+        if now - self.stalled_head[1] < head_grace():
+            return False
+        self.stalled_head = None
+        # As if it had left the queue: the next waiter is told where it is not this one.
+        backend_for(self.using).give_up_waiting(self.resource, state.head)
+        return True
 
     def timed_out(self) -> bool:
         return self.cancelled or time.monotonic() >= self.deadline
@@ -204,30 +236,39 @@ class Wait:
         return acquired
 
     def _granted(self) -> Hold | None:
-        """The lock, if a release handed it to this waiter (``grants_on_release``).
-        Only an exclusive claim is ever handed over: a reader or a permit waiter
-        takes its hold itself, so it does not ask."""
-        if (
-            not backend_for(self.using).grants_on_release
-            or self.ticket is None
-            or not self.claim.exclusive
-        ):
+        """The lock, if a release handed it to this waiter (``grants_on_release``)
+        and the offer still stands. Only an exclusive claim with a ttl is ever
+        handed over: a reader or a permit waiter takes its hold itself, so it
+        does not ask."""
+        if self.ticket is None or not self._offered_handovers():
             return None
+        assert self.claim.duration is not None  # noqa: S101 - _offered_handovers()
         manager = DistributedLock.objects.db_manager(self.using)
-        accepted = manager.accept_handover(self.resource, self.owner, self.ticket)
-        if accepted is None:
-            return None
-        lock, taken_ago = accepted
-        self.ticket = None  # the release dropped it
-        # The lock's time runs from the release that handed it over, not from now.
-        self.started = time.monotonic() - taken_ago
-        return lock
+        started = time.monotonic()
+        accepted = manager.accept_handover(
+            self.resource, self.owner, self.ticket, self.claim.duration
+        )
+        if accepted is not None:
+            self.ticket = None  # the release dropped it
+            self.started = started  # the lock's time runs from the offer's taking
+        return accepted
+
+    def _offered_handovers(self) -> bool:
+        return (
+            backend_for(self.using).grants_on_release
+            and self.claim.exclusive
+            and self.claim.duration is not None
+        )
 
     def _give_back(self, ticket: int) -> None:
         """Release a lock a release handed over as this wait ended without it
-        (timed out, cancelled): the next waiter gets it."""
+        (timed out, cancelled): the next waiter gets it at once, rather than
+        when the offer lapses."""
+        if not self._offered_handovers():
+            return
+        assert self.claim.duration is not None  # noqa: S101 - _offered_handovers()
         manager = DistributedLock.objects.db_manager(self.using)
-        if manager.accept_handover(self.resource, self.owner, ticket) is not None:
+        if manager.accept_handover(self.resource, self.owner, ticket, self.claim.duration):
             manager.release(self.resource, self.owner)
 
     def _watch(self) -> None:
@@ -311,6 +352,13 @@ class Wait:
         return min(WAITER_TTL, self._remaining() + 1.0)
 
 
+def head_grace() -> float:
+    """How long (seconds) a head may leave the lock free before the waiters
+    behind it pass it: twice the longest sleep of a head that polls, so that
+    a head that answers always looks within it."""
+    return max(HEAD_GRACE, 2 * conf.BACKOFF_MAX)
+
+
 def queue_state(using: str, claim: Claim, ticket: int | None) -> QueueState:
     """One statement, no transaction: whether the lock would admit ``claim``,
     and who is ahead."""
@@ -346,4 +394,5 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
         ahead=row.ahead,
         admissible=admissible or mismatch,
         queued=row.queued,
+        head=row.head,
     )

@@ -259,10 +259,10 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
             "FROM (SELECT COUNT(*) FROM held) "
             f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id), "
             f"ahead AS (SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE w.{qn('mode')} = '{EXCLUSIVE}') "
-            f"AS x FROM {waiters} w, queued WHERE w.{qn('resource')} = %s "
+            f"AS x, MIN(w.{qn('id')}) AS h FROM {waiters} w, queued WHERE w.{qn('resource')} = %s "
             f"AND w.{qn('id')} < queued.id AND {self.live_waiter_sql('w.')}) "
             f"SELECT queued.id, held.owner, held.expires_at, {now_sql}, ahead.n, ahead.x, "
-            f"held.lim, ({self.holders_sql()}) FROM queued CROSS JOIN ahead LEFT JOIN held ON TRUE"
+            f"held.lim, ({self.holders_sql()}), ahead.h FROM queued CROSS JOIN ahead LEFT JOIN held ON TRUE"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(

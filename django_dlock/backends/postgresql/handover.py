@@ -1,8 +1,9 @@
 """The hand-over on release: the statement that frees a resource makes the
 head of its queue the holder, when the head listens and wants it exclusively.
 
-The head then only confirms (``LockBackend.granted``) instead of sending an
-acquisition of its own after its wake-up: under load, a hand-over was the
+The head then only takes the offer (``LockBackend.granted``: the grant is for
+``HANDOVER_LEASE`` until it does) instead of sending an acquisition of its own
+after its wake-up: under load, a hand-over was the
 release, the NOTIFY, and the head's acquire, one round trip after the other
 while nobody held the lock. As on SQLite, the grant is the head's claim as
 its ticket says it (owner, ttl, label), with the next fencing token; the
@@ -23,6 +24,7 @@ from collections.abc import Mapping
 
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
+from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
 
@@ -55,7 +57,7 @@ def granting(backend: LockBackend, released: Mapping[str, str], row: str) -> str
         "owner": f"{HANDED}.owner",
         "label": f"{HANDED}.label",
         "acquired_at": now,
-        "expires_at": f"{now} + {HANDED}.ttl",
+        "expires_at": f"{now} + LEAST({HANDED}.ttl, make_interval(secs => {HANDOVER_LEASE}))",
         "fencing_token": f"{row}{c['fencing_token']} + 1",
         "hold_count": "1",
         # Typed: a CASE of NULLs alone would be text.

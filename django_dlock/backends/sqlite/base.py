@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import timedelta
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -16,7 +17,7 @@ from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend, PurgedBatch
 from django_dlock.backends.clock import DatabaseNow
-from django_dlock.backends.queue import QueueRow
+from django_dlock.backends.queue import HANDOVER_LEASE, QueueRow
 from django_dlock.backends.results import Claim, LockRow
 from django_dlock.backends.sqlite.checks import SQLiteChecks
 from django_dlock.django_private import atomic_depth, compile_expression, sqlite_begin_immediate
@@ -127,7 +128,9 @@ class SQLiteBackend(LockBackend):
         (five placeholders), if it has a ttl and wants it exclusively."""
         qn = self.qn
         # The ticket's placeholder inside the expression gets its value with the others.
-        ttl = RawSQL(self._of_waiter("ttl"), [], output_field=DurationField())  # noqa: S611 - identifiers only
+        # The offer's lease: the ttl (microseconds, as SQLite keeps a duration), at most HANDOVER_LEASE.
+        lease = f"MIN({self._of_waiter('ttl')}, {round(HANDOVER_LEASE * 1_000_000)})"
+        ttl = RawSQL(lease, [], output_field=DurationField())  # noqa: S611 - identifiers only
         now_sql, _ = compile_expression(self.using, DatabaseNow())
         expires_sql, expires_params = compile_expression(self.using, DatabaseNow() + ttl)
         assert not expires_params  # noqa: S101 - DatabaseNow() and a column are plain SQL
@@ -146,6 +149,14 @@ class SQLiteBackend(LockBackend):
         """SQL: ``column`` of the waiter whose ticket is a placeholder."""
         qn = self.qn
         return f"(SELECT w.{qn(column)} FROM {self.waiters_table} w WHERE w.{qn('id')} = %s)"  # noqa: S608
+
+    def granted(
+        self, resource: str, owner: str, ticket: int, duration: timedelta
+    ) -> LockRow | None:
+        # A write: in a lock transaction, as the queue's writes (below).
+        return self._queue_write(
+            lambda: super(SQLiteBackend, self).granted(resource, owner, ticket, duration)
+        )
 
     def wake_head(self, resource: str) -> None:
         head = self._head(resource)
