@@ -1,0 +1,703 @@
+"""Who may hold a resource now: one table of cases, and every path that decides.
+
+The rule (CONTRACT.md, "Lock kinds") is written more than once: in Python
+(``backends.admission.admit``, which the portable operations carry out), and in
+the SQL of PostgreSQL's one-statement operations and of MariaDB's one-row
+``UPDATE``, which decide the cases they can and hand the others to the portable
+operation. Each case below says what was held, what is asked, by whom and
+behind which queue, and what the answer must be. The pure rule is checked
+against every case without a database; then each case is built in the database
+under test and the claim made through every path that vendor has, so that no
+dialect can drift from the others unnoticed. The same test says which cases a
+vendor's statements hand to the portable operation (``HANDED_OVER``), and
+checks that a waiter's look at the queue (``locking.waiting.state_of``) tries
+exactly when the rule would admit a newcomer.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
+
+import pytest
+
+from django_dlock.backends import backend_for
+from django_dlock.backends.admission import Action, admit
+from django_dlock.backends.base import LockBackend
+from django_dlock.backends.clock import expired_before
+from django_dlock.backends.results import Claim, LockRow, Taken
+from django_dlock.conf import conf
+from django_dlock.locking.waiting import queue_state
+from django_dlock.models import DistributedLock, LockHold, LockWaiter
+from django_dlock.rules import SHARED_HOLDERS, kind_of
+
+Locks = DistributedLock.objects
+
+TTL = timedelta(seconds=60)
+
+
+# -- the table -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holder:
+    """One holder of the resource when the claim comes."""
+
+    owner: str
+    shared: bool = False  # a reader; with a limit, a semaphore's permit
+    limit: int | None = None
+    holds: int = 1  # how many times it entered (reentrant)
+    expired: bool = False  # its ttl ran out, and nobody released it
+
+    @property
+    def exclusive(self) -> bool:
+        return not self.shared and self.limit is None
+
+
+@dataclass(frozen=True)
+class Waiter:
+    """A waiter of ``lock()`` in the resource's queue."""
+
+    shared: bool = False
+    limit: int | None = None
+    live: bool = True  # False: its process is gone (the ticket no longer counts)
+
+
+WRITER = Waiter()
+READER = Waiter(shared=True)
+DEAD_WRITER = Waiter(live=False)
+
+
+def permit_waiter(limit: int) -> Waiter:
+    return Waiter(shared=True, limit=limit)
+
+
+class Token(enum.Enum):
+    """The fencing token a claim names as the grant it means to re-enter or
+    change (``Claim.held_token``), where it names one."""
+
+    ITS = "its grant's"  # lost, where that grant expired or was released
+    EARLIER = "an earlier grant's"  # a grant it lost before the one it holds now
+
+
+@dataclass(frozen=True)
+class Ask:
+    """The claim: who asks, and for what."""
+
+    owner: str
+    shared: bool = False
+    limit: int | None = None
+    reentrant: bool = False
+    token: Token | None = None
+
+    @property
+    def exclusive(self) -> bool:
+        return not self.shared and self.limit is None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the claim gets: a new grant (a token larger than every earlier
+    one), the grant it holds again (its token), nothing, or a mismatch that
+    names the kind the resource is. ``holds``: the hold count of the grant."""
+
+    answer: str
+    holds: int | None = None
+    kind: str | None = None
+
+    def __str__(self) -> str:
+        detail = self.kind if self.kind is not None else f"{self.holds} hold(s)"
+        return self.answer if self.answer == "refused" else f"{self.answer} ({detail})"
+
+
+NEW = Outcome("new token", holds=1)
+SAME = Outcome("same token", holds=1)
+REFUSED = Outcome("refused")
+
+
+def new(holds: int) -> Outcome:
+    return Outcome("new token", holds=holds)
+
+
+def same(holds: int) -> Outcome:
+    return Outcome("same token", holds=holds)
+
+
+def mismatch(limit: int | None) -> Outcome:
+    """The resource is a lock (``limit`` None) or a semaphore of ``limit`` permits."""
+    return Outcome("mismatch", kind=kind_of(limit))
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    held: tuple[Holder, ...]  # () and not released: there was never a row
+    asks: Ask
+    expected: Outcome
+    released: bool = False  # the holders released their holds (the row stays)
+    ahead: tuple[Waiter, ...] = ()  # queued before the claim
+    queued: bool = False  # the claim is a waiter's, its ticket behind ``ahead``
+    behind: tuple[Waiter, ...] = ()  # queued after the claimant's ticket
+
+
+def exclusive(owner: str = "a", *, holds: int = 1, expired: bool = False) -> Holder:
+    return Holder(owner, holds=holds, expired=expired)
+
+
+def reader(owner: str, *, holds: int = 1, expired: bool = False) -> Holder:
+    return Holder(owner, shared=True, holds=holds, expired=expired)
+
+
+def permit(owner: str, limit: int, *, expired: bool = False) -> Holder:
+    return Holder(owner, shared=True, limit=limit, expired=expired)
+
+
+def sem(
+    limit: int, owner: str = "new", *, reentrant: bool = False, token: Token | None = None
+) -> Ask:
+    """A semaphore's permit asked for."""
+    return Ask(owner, shared=True, limit=limit, reentrant=reentrant, token=token)
+
+
+A = exclusive("a")
+WRITE, READ = Ask("new"), Ask("new", shared=True)
+
+
+CASES = (
+    # -- nobody holds it ----------------------------------------------------------------
+    Case("never-held/writer", (), WRITE, NEW),
+    Case("never-held/reader", (), READ, NEW),
+    Case("never-held/permit", (), sem(2), NEW),
+    Case("purged/its-lost-token", (), Ask("a", token=Token.ITS), REFUSED),
+    Case("purged/reader-its-lost-token", (), Ask("a", shared=True, token=Token.ITS), REFUSED),
+    Case("released/writer", (A,), WRITE, NEW, released=True),
+    Case("released/reader", (A,), READ, NEW, released=True),
+    Case("released/permit", (A,), sem(2), NEW, released=True),
+    Case("released/former-holder", (A,), Ask("a"), NEW, released=True),
+    Case("released/its-lost-token", (A,), Ask("a", token=Token.ITS), REFUSED, released=True),
+    Case(
+        "released/downgrade-of-lost-grant",
+        (A,),
+        Ask("a", shared=True, token=Token.ITS),
+        REFUSED,
+        released=True,
+    ),
+    Case("expired-writer/writer", (exclusive(expired=True),), WRITE, NEW),
+    Case("expired-writer-entered-twice/writer", (exclusive(holds=2, expired=True),), WRITE, NEW),
+    Case("expired-writer/former-holder", (exclusive(expired=True),), Ask("a"), NEW),
+    Case(
+        "expired-writer/its-lost-token",
+        (exclusive(expired=True),),
+        Ask("a", token=Token.ITS),
+        REFUSED,
+    ),
+    Case("expired-writer/reader", (exclusive(expired=True),), READ, NEW),
+    Case("expired-writer/permit", (exclusive(expired=True),), sem(2), NEW),
+    Case("expired-reader/writer", (reader("a", expired=True),), WRITE, NEW),
+    Case("expired-reader/reader", (reader("a", expired=True),), READ, NEW),
+    Case(
+        "expired-reader/its-lost-token",
+        (reader("a", expired=True),),
+        Ask("a", shared=True, token=Token.ITS),
+        REFUSED,
+    ),
+    Case("expired-permit/other-limit", (permit("a", 2, expired=True),), sem(3), NEW),
+    # -- an exclusive holder ----------------------------------------------------------
+    Case("writer/writer", (A,), WRITE, REFUSED),
+    Case("writer/reader", (A,), READ, REFUSED),
+    Case("writer/again", (A,), Ask("a"), SAME),
+    Case("writer/again-reentrant", (A,), Ask("a", reentrant=True), same(2)),
+    Case("writer-entered-twice/again", (exclusive(holds=2),), Ask("a"), same(2)),
+    Case("writer/again-its-token", (A,), Ask("a", token=Token.ITS), SAME),
+    Case("writer/again-earlier-token", (A,), Ask("a", token=Token.EARLIER), REFUSED),
+    Case("writer/downgrade", (A,), Ask("a", shared=True), NEW),
+    Case("writer/downgrade-its-token", (A,), Ask("a", shared=True, token=Token.ITS), NEW),
+    Case(
+        "writer/downgrade-earlier-token",
+        (A,),
+        Ask("a", shared=True, token=Token.EARLIER),
+        REFUSED,
+    ),
+    Case("writer/permit", (A,), sem(2), mismatch(None)),
+    Case("writer/permit-by-holder", (A,), sem(2, owner="a"), mismatch(None)),
+    # -- readers ------------------------------------------------------------------------
+    Case("reader/reader", (reader("a"),), READ, NEW),
+    Case("readers/reader", (reader("a"), reader("b")), READ, NEW),
+    Case("reader/writer", (reader("a"),), WRITE, REFUSED),
+    Case("reader/again", (reader("a"),), Ask("a", shared=True), SAME),
+    Case("reader/again-reentrant", (reader("a"),), Ask("a", shared=True, reentrant=True), same(2)),
+    Case("reader/again-its-token", (reader("a"),), Ask("a", shared=True, token=Token.ITS), SAME),
+    Case(
+        "reader/again-earlier-token",
+        (reader("a"),),
+        Ask("a", shared=True, token=Token.EARLIER),
+        REFUSED,
+    ),
+    Case("reader/upgrade", (reader("a"),), Ask("a"), NEW),
+    Case("reader-entered-twice/upgrade", (reader("a", holds=2),), Ask("a"), new(2)),
+    Case("reader/upgrade-its-token", (reader("a"),), Ask("a", token=Token.ITS), NEW),
+    Case("readers/upgrade", (reader("a"), reader("b")), Ask("a"), REFUSED),
+    Case("reader/permit", (reader("a"),), sem(2), mismatch(None)),
+    Case("readers-one-expired/upgrade", (reader("a", expired=True), reader("b")), Ask("b"), NEW),
+    Case("readers-one-expired/writer", (reader("a", expired=True), reader("b")), WRITE, REFUSED),
+    Case(
+        "readers-one-expired/expired-one-again",
+        (reader("a", expired=True), reader("b")),
+        Ask("a", shared=True),
+        NEW,
+    ),
+    Case(
+        "readers-one-expired/its-lost-token",
+        (reader("a", expired=True), reader("b")),
+        Ask("a", shared=True, token=Token.ITS),
+        REFUSED,
+    ),
+    # -- a semaphore ----------------------------------------------------------------------
+    Case("semaphore-2-of-1/permit", (permit("a", 2),), sem(2), NEW),
+    Case("semaphore-2-of-2/permit", (permit("a", 2), permit("b", 2)), sem(2), REFUSED),
+    Case("semaphore-2-of-2/again", (permit("a", 2), permit("b", 2)), sem(2, "a"), SAME),
+    Case(
+        "semaphore-2-of-2/again-reentrant",
+        (permit("a", 2), permit("b", 2)),
+        sem(2, "a", reentrant=True),
+        same(2),
+    ),
+    Case("semaphore-2-of-1/again-its-token", (permit("a", 2),), sem(2, "a", token=Token.ITS), SAME),
+    Case(
+        "semaphore-2-of-2/again-earlier-token",
+        (permit("a", 2), permit("b", 2)),
+        sem(2, "a", token=Token.EARLIER),
+        REFUSED,
+    ),
+    Case(
+        "semaphore-2-of-2-one-expired/permit",
+        (permit("a", 2, expired=True), permit("b", 2)),
+        sem(2),
+        NEW,
+    ),
+    Case("semaphore-2/other-limit", (permit("a", 2),), sem(3), mismatch(2)),
+    Case("semaphore-2/writer", (permit("a", 2),), WRITE, mismatch(2)),
+    Case("semaphore-2/reader", (permit("a", 2),), READ, mismatch(2)),
+    Case("semaphore-2/writer-by-holder", (permit("a", 2),), Ask("a"), mismatch(2)),
+    # -- the queue ahead --------------------------------------------------------------------
+    # A writer queued ahead keeps later readers out, also non-blocking ones
+    # (writer preference); a re-entry is not a later reader.
+    Case("never-held/reader-behind-writer", (), READ, REFUSED, ahead=(WRITER,)),
+    Case("reader/reader-behind-writer", (reader("a"),), READ, REFUSED, ahead=(WRITER,)),
+    Case(
+        "reader/again-behind-writer", (reader("a"),), Ask("a", shared=True), SAME, ahead=(WRITER,)
+    ),
+    Case("reader/reader-behind-reader", (reader("a"),), READ, NEW, ahead=(READER,)),
+    Case("never-held/reader-behind-dead-writer", (), READ, NEW, ahead=(DEAD_WRITER,)),
+    Case("released/reader-behind-writer", (A,), READ, REFUSED, released=True, ahead=(WRITER,)),
+    Case(
+        "expired-writer/reader-behind-writer",
+        (exclusive(expired=True),),
+        READ,
+        REFUSED,
+        ahead=(WRITER,),
+    ),
+    # lock() makes a writer wait its turn; the manager's acquire does not queue.
+    Case("never-held/writer-beside-queue", (), WRITE, NEW, ahead=(WRITER, READER)),
+    Case("released/writer-beside-queue", (A,), WRITE, NEW, released=True, ahead=(WRITER,)),
+    # A waiter counts only those queued before its ticket.
+    Case(
+        "reader/queued-reader-writer-behind",
+        (reader("a"),),
+        READ,
+        NEW,
+        ahead=(READER,),
+        queued=True,
+        behind=(WRITER,),
+    ),
+    Case("never-held/queued-reader-behind-writer", (), READ, REFUSED, ahead=(WRITER,), queued=True),
+    Case("released/queued-writer", (A,), WRITE, NEW, released=True, queued=True, behind=(WRITER,)),
+    # A queued holder's re-entry adds no hold: the lock was handed to it.
+    Case("writer/queued-again-reentrant", (A,), Ask("a", reentrant=True), SAME, queued=True),
+    # A permit is left for a newcomer only after those queued before it.
+    Case("never-held/permit-behind-2", (), sem(2), REFUSED, ahead=(permit_waiter(2),) * 2),
+    Case("never-held/permit-behind-1", (), sem(2), NEW, ahead=(permit_waiter(2),)),
+    Case("released/permit-behind-2", (A,), sem(2), REFUSED, released=True, ahead=(READER, WRITER)),
+    Case("released/permit-behind-1", (A,), sem(2), NEW, released=True, ahead=(READER,)),
+    Case("semaphore-2-of-1/permit-behind-1", (permit("a", 2),), sem(2), REFUSED, ahead=(WRITER,)),
+    Case("semaphore-3-of-1/permit-behind-1", (permit("a", 3),), sem(3), NEW, ahead=(WRITER,)),
+    Case(
+        "semaphore-3-of-1/queued-permit-behind-1",
+        (permit("a", 3),),
+        sem(3),
+        NEW,
+        ahead=(permit_waiter(3),),
+        queued=True,
+        behind=(permit_waiter(3),) * 2,
+    ),
+    Case(
+        "semaphore-3-of-1/permit-behind-dead",
+        (permit("a", 3),),
+        sem(3),
+        NEW,
+        ahead=(Waiter(shared=True, limit=3, live=False),) * 3,
+    ),
+)
+
+
+def table(cases: tuple[Case, ...] = CASES) -> list[object]:
+    return [pytest.param(case, id=case.id) for case in cases]
+
+
+def test_the_case_ids_are_unique_and_those_named_exist() -> None:
+    ids = {case.id for case in CASES}
+    assert len(ids) == len(CASES)
+    assert HANDED_OVER["postgresql"] <= ids
+
+
+# -- the claim -------------------------------------------------------------------------
+
+
+CLAIMANT_LABEL = "claimant"
+
+
+def label_of(holder: str) -> str:
+    return f"held by {holder}"
+
+
+def the_claim(case: Case, resource: str, tokens: dict[str, int], ticket: int | None) -> Claim:
+    """The claim of ``case`` on ``resource``, whose holders' grants have ``tokens``."""
+    ask = case.asks
+    held_token = None
+    if ask.token is not None:
+        token = tokens.get(ask.owner, 1)  # no row: a grant that was purged
+        held_token = token - 1 if ask.token is Token.EARLIER else token
+    return Claim(
+        resource=resource,
+        owner=ask.owner,
+        duration=TTL,
+        shared=not ask.exclusive,
+        limit=ask.limit,
+        reentrant=ask.reentrant,
+        label=CLAIMANT_LABEL,
+        ticket=ticket,
+        held_token=held_token,
+    )
+
+
+# -- the rule in Python ----------------------------------------------------------------
+
+NOW = datetime(2026, 5, 1, 12, tzinfo=UTC)
+SOME_TICKET = 7  # the claimant's ticket, where it waits (admit() only sees its queue)
+
+
+def rows_of(case: Case) -> tuple[LockRow, list[LockRow], dict[str, int]]:
+    """The resource's row, its valid shared holds and the holders' tokens, as
+    an acquisition would find them under the row lock."""
+    tokens = {holder.owner: token for token, holder in enumerate(case.held, start=1)}
+
+    def row(
+        owner: str,
+        expires_at: datetime,
+        token: int,
+        *,
+        hold_count: int = 1,
+        limit: int | None = None,
+        shared: bool = False,
+    ) -> LockRow:
+        return LockRow(
+            pk=1,
+            resource="r",
+            owner=owner,
+            acquired_at=NOW - timedelta(seconds=30),
+            expires_at=expires_at,
+            fencing_token=token,
+            hold_count=hold_count,
+            label="",
+            limit=limit,
+            now=NOW,
+            shared=shared,
+        )
+
+    def expiry(holder: Holder) -> datetime:
+        return NOW - timedelta(seconds=1) if holder.expired else NOW + TTL
+
+    if not case.held or case.released:
+        # Never held: the portable operation inserts a released row and decides on it.
+        return row("", NOW, len(case.held)), [], tokens
+    first = case.held[0]
+    if first.exclusive:
+        return row(first.owner, expiry(first), 1, hold_count=first.holds), [], tokens
+    holds = [
+        row(h.owner, expiry(h), tokens[h.owner], hold_count=h.holds, limit=h.limit, shared=True)
+        for h in case.held
+    ]
+    header = row(
+        SHARED_HOLDERS,
+        max(hold.expires_at for hold in holds),
+        len(holds),
+        hold_count=len(holds),
+        limit=first.limit,
+    )
+    return header, [hold for hold in holds if hold.held], tokens
+
+
+def queued_ahead(case: Case) -> tuple[int, int]:
+    """The live waiters queued before the claim, and the writers among them."""
+    live = [waiter for waiter in case.ahead if waiter.live]
+    return len(live), sum(1 for waiter in live if not waiter.shared)
+
+
+ACQUIRED = {
+    Action.TAKE: "new token",
+    Action.UPGRADE: "new token",
+    Action.JOIN: "new token",
+    Action.DOWNGRADE: "new token",
+    Action.AGAIN: "same token",
+    Action.AGAIN_SHARED: "same token",
+}
+
+
+@pytest.mark.vendor_independent
+@pytest.mark.parametrize("case", table())
+def test_the_python_rule(case: Case) -> None:
+    header, holds, tokens = rows_of(case)
+    claim = the_claim(case, "r", tokens, SOME_TICKET if case.queued else None)
+    admission = admit(header, holds, claim, queued_ahead(case))
+    if admission.action is Action.REFUSE:
+        answer = REFUSED
+    elif admission.action is Action.MISMATCH:
+        answer = Outcome("mismatch", kind=admission.kind)
+    else:
+        # How many holds the grant has is the operation's to write, not the rule's.
+        answer = Outcome(ACQUIRED[admission.action], holds=case.expected.holds)
+    assert answer == case.expected
+
+
+# -- the rule in each database ---------------------------------------------------------
+
+# A server session id that no session has: a waiter whose connection is gone.
+NO_SESSION = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Situation:
+    tokens: dict[str, int]  # each holder's token
+    acquired: dict[str, datetime]  # when each holder's grant began
+    highest: int  # the largest token granted on the resource (0: none)
+    ticket: int | None  # the claimant's, where it waits
+
+
+def build(case: Case, resource: str, backend: LockBackend) -> Situation:
+    """Make ``case``'s holders and queue on ``resource`` as the public calls
+    and the waiter queue make them."""
+    tokens: dict[str, int] = {}
+    acquired: dict[str, datetime] = {}
+    for holder in case.held:
+        for _ in range(holder.holds):
+            hold = Locks.acquire(
+                resource,
+                owner=holder.owner,
+                ttl=TTL.total_seconds(),
+                reentrant=True,
+                shared=holder.shared,
+                limit=holder.limit,
+                label=label_of(holder.owner),
+            )
+            assert hold is not None, f"{holder} could not take its hold"
+            tokens[holder.owner] = hold.fencing_token
+            acquired[holder.owner] = hold.acquired_at
+    if case.released:
+        assert Locks.force_release(resource)
+    for holder in case.held:
+        if holder.expired:  # as if its ttl had run out: nobody released it
+            expire(resource, holder)
+    if case.held and all(holder.expired for holder in case.held):
+        Locks.filter(resource=resource).update(expires_at=expired_before(1))
+    session = backend.session_pid()  # this connection's, which lives through the test
+    for waiter in case.ahead:
+        queue(backend, resource, waiter, session)
+    ticket = None
+    if case.queued:
+        claim = the_claim(case, resource, tokens, None)
+        ticket, _ = backend.enqueue_waiter(claim, TTL.total_seconds(), listener_pid=session)
+    for waiter in case.behind:
+        queue(backend, resource, waiter, session)
+    return Situation(tokens, acquired, max(tokens.values(), default=0), ticket)
+
+
+def expire(resource: str, holder: Holder) -> None:
+    if holder.exclusive:
+        Locks.filter(resource=resource).update(expires_at=expired_before(1))
+    else:  # the resource's row stays held while another hold is valid
+        holds = LockHold.objects.using(conf.DATABASE).filter(resource=resource, owner=holder.owner)
+        holds.update(expires_at=expired_before(1))
+
+
+def queue(backend: LockBackend, resource: str, waiter: Waiter, session: int | None) -> None:
+    """Queue ``waiter`` as ``lock()`` does. A dead one's session is gone where
+    the database can tell (PostgreSQL, MariaDB); elsewhere its ticket ran out."""
+    claim = Claim(
+        resource=resource,
+        owner=f"waiter-{LockWaiter.objects.count()}",
+        duration=TTL,
+        shared=waiter.shared,
+        limit=waiter.limit,
+    )
+    pid = session if waiter.live or session is None else NO_SESSION
+    ticket, _ = backend.enqueue_waiter(claim, TTL.total_seconds(), listener_pid=pid)
+    if not waiter.live and session is None:
+        LockWaiter.objects.filter(pk=ticket).update(expires_at=expired_before(1))
+
+
+def outcome_of(taken: Taken, claimant: tuple[int, datetime] | None, highest: int) -> Outcome:
+    """What ``taken`` gave a claimant whose grant had the token and start
+    ``claimant`` (None: it holds none), on a resource whose largest token was
+    ``highest``. The same grant keeps its start and label and is announced as
+    renewed; a new one carries the claim's label and is announced as acquired."""
+    if taken.mismatch is not None:
+        return Outcome("mismatch", kind=taken.mismatch)
+    row = taken.row
+    if row is None:
+        return REFUSED
+    grant = (row.fencing_token, row.acquired_at)
+    if grant == claimant and taken.renewed and row.label == label_of(row.owner):
+        return same(row.hold_count)
+    if row.fencing_token > highest and not taken.renewed and row.label == CLAIMANT_LABEL:
+        return new(row.hold_count)
+    return Outcome(
+        f"token {row.fencing_token} (highest {highest}), renewed={taken.renewed}, "
+        f"label {row.label!r}",
+        holds=row.hold_count,
+    )
+
+
+def paths(backend: LockBackend) -> dict[str, Callable[[Claim], Taken]]:
+    """Every way this database decides an acquisition: the portable operation,
+    and the vendor's own statements where it has them (PostgreSQL with psycopg
+    3's client-side binding, MariaDB), which hand it the cases they leave."""
+    found: dict[str, Callable[[Claim], Taken]] = {"portable": partial(LockBackend.take, backend)}
+    if type(backend).take is not LockBackend.take and getattr(backend, "one_statement", True):
+        found[f"{backend.vendor} statements"] = backend.take
+    return found
+
+
+LOOK = "a waiter's look"
+HANDED = ", handed to the portable operation"
+
+# The cases a vendor's statements leave to the portable operation (which then
+# runs in a transaction of its own): PostgreSQL's where the resource's row alone
+# cannot settle them (no row yet, an upgrade or a downgrade, another kind, a
+# semaphore its count says is full); MariaDB's one-row UPDATE settles only an
+# exclusive claim, made outside the queue, of a resource that has a row and no
+# shared holders. A change here is a change of how many round trips a case costs.
+HANDED_OVER: dict[str, frozenset[str]] = {
+    "postgresql": frozenset(
+        {
+            "never-held/reader",
+            "never-held/permit",
+            "purged/reader-its-lost-token",
+            "writer/downgrade",
+            "writer/downgrade-its-token",
+            "writer/downgrade-earlier-token",
+            "writer/permit",
+            "writer/permit-by-holder",
+            "reader/writer",
+            "reader/upgrade",
+            "reader-entered-twice/upgrade",
+            "reader/upgrade-its-token",
+            "readers/upgrade",
+            "reader/permit",
+            "readers-one-expired/upgrade",
+            "readers-one-expired/writer",
+            "semaphore-2-of-2/permit",
+            "semaphore-2-of-2-one-expired/permit",
+            "semaphore-2/other-limit",
+            "semaphore-2/writer",
+            "semaphore-2/reader",
+            "semaphore-2/writer-by-holder",
+            "never-held/reader-behind-writer",
+            "never-held/reader-behind-dead-writer",
+            "never-held/queued-reader-behind-writer",
+            "never-held/permit-behind-2",
+            "never-held/permit-behind-1",
+            "semaphore-2-of-1/permit-behind-1",
+        }
+    ),
+    "mysql": frozenset(case.id for case in CASES)
+    - {
+        "released/writer",
+        "expired-writer-entered-twice/writer",
+        "released/former-holder",
+        "released/its-lost-token",
+        "expired-writer/writer",
+        "expired-writer/former-holder",
+        "expired-writer/its-lost-token",
+        "expired-reader/writer",
+        "writer/writer",
+        "writer/again",
+        "writer/again-reentrant",
+        "writer-entered-twice/again",
+        "writer/again-its-token",
+        "writer/again-earlier-token",
+        "released/writer-beside-queue",
+    },
+}
+
+
+@contextmanager
+def handed_over(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Claim]]:
+    """The claims a vendor's statements hand to the portable operation meanwhile."""
+    handed: list[Claim] = []
+    portable = LockBackend.take
+
+    def take(backend: LockBackend, claim: Claim) -> Taken:
+        handed.append(claim)
+        return portable(backend, claim)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(LockBackend, "take", take)
+        yield handed
+
+
+@pytest.mark.django_db(transaction=True)  # the vendors' statements run only outside a transaction
+@pytest.mark.parametrize("case", table())
+def test_every_path_of_the_database(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = backend_for(conf.DATABASE)
+    answers: dict[str, str] = {}
+    for name, take in paths(backend).items():
+        situation = build(case, resource_of(case, name), backend)
+        claim = the_claim(case, resource_of(case, name), situation.tokens, situation.ticket)
+        owner = case.asks.owner
+        claimant = None
+        if holds_still(case):
+            claimant = (situation.tokens[owner], situation.acquired[owner])
+        with handed_over(monkeypatch) as portable:
+            outcome = outcome_of(take(claim), claimant, situation.highest)
+        answers[name] = f"{outcome}{HANDED if portable and name != 'portable' else ''}"
+    expected = dict.fromkeys(answers, str(case.expected))
+    for name in answers.keys() - {"portable"}:
+        if case.id in HANDED_OVER[backend.vendor]:
+            expected[name] += HANDED
+    if case.asks.owner == "new":
+        # A waiter of lock() tries to acquire when its look at the queue says the
+        # rule admits it (and on a mismatch, so that the acquisition raises it);
+        # a writer also waits for those queued before it.
+        situation = build(case, resource_of(case, LOOK), backend)
+        claim = the_claim(case, resource_of(case, LOOK), situation.tokens, situation.ticket)
+        state = queue_state(conf.DATABASE, claim, situation.ticket)
+        answers[LOOK] = "tries" if state.admissible else "waits"
+        writer_waits = claim.exclusive and any(waiter.live for waiter in case.ahead)
+        expected[LOOK] = "waits" if case.expected == REFUSED or writer_waits else "tries"
+    assert answers == expected
+
+
+def resource_of(case: Case, path: str) -> str:
+    """The resource each path's copy of the case is built on."""
+    return f"admission:{case.id}:{path}".replace("/", ":").replace(" ", "-")
+
+
+def holds_still(case: Case) -> bool:
+    """Whether the claimant validly holds the resource when it asks."""
+    return not case.released and any(
+        holder.owner == case.asks.owner and not holder.expired for holder in case.held
+    )
