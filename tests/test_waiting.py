@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import multiprocessing
 import socket
 import threading
@@ -28,7 +29,7 @@ from django_dlock.checks import check_settings
 from django_dlock.listeners.postgresql import PostgresListener
 from django_dlock.listeners.sqlite import host_address
 from django_dlock.locking import waiting
-from django_dlock.locking.backoff import QueueState
+from django_dlock.locking.backoff import LISTENING_LOOKS, QueueState
 from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.signals import lock_acquired, lock_released, lock_renewed
@@ -108,13 +109,19 @@ def test_a_release_wakes_the_head_without_polling(settings: Any, looks: list[str
 
 
 @pytest.mark.requires_postgres
-def test_an_idle_waiter_makes_at_most_a_query_a_second() -> None:
+def test_an_idle_waiter_looks_once_a_period_and_refreshes_its_ticket_at_a_look(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    # Its time scaled down five times: a look every LISTENING_LOOKS x 0.1 s
+    # (2 s by default), its ticket refreshed before half of its 2 s (10 s) went.
+    settings.DLOCK_BACKOFF_MAX = 0.1
+    monkeypatch.setattr(waiting, "WAITER_TTL", 2.0)
+    period, seconds = LISTENING_LOOKS * 0.1, 4.0
     Locks.acquire("listen:4", "holder", ttl=60)
-    statements: list[str] = []
-    seconds = 6.0
+    statements: list[tuple[float, str]] = []
 
     def counted(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        statements.append(sql)
+        statements.append((time.monotonic(), sql))
         return execute(sql, params, many, context)
 
     def wait() -> None:
@@ -126,9 +133,17 @@ def test_an_idle_waiter_makes_at_most_a_query_a_second() -> None:
             pytest.fail("the lock stays held")
 
     in_thread(wait).join(seconds + 10)
-    # Queuing takes three (look, queue, look) and leaving one; in between at
-    # most one a second: a look now and then, and keeping the ticket alive.
-    assert len(statements) <= 3 + seconds + 1, [sql[:40] for sql in statements]
+    looks = [at for at, sql in statements if sql.startswith("SELECT l.")]
+    refreshes = [at for at, sql in statements if sql.startswith("UPDATE")]
+    # After queuing (a look, the queue, a look soon after), a look a period
+    # until the last, at the timeout: the refreshes go with looks, never with
+    # a wake-up of their own.
+    gaps = [later - at for at, later in itertools.pairwise(looks[1:-1])]
+    assert min(gaps) >= 0.9 * period, gaps
+    assert len(refreshes) >= 2
+    # So, at the default pace, at most a statement a second: the looks, a
+    # refresh every other look, queuing (three) and leaving (one).
+    assert len(statements) <= 4 + 1.5 * (seconds / period + 1), [sql[:40] for _, sql in statements]
 
 
 @pytest.mark.requires_postgres

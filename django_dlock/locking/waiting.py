@@ -159,7 +159,6 @@ class Wait:
                 return acquired
             self.backoff.restart()  # a non-waiting caller took it: look again soon
         self.backoff.learn(state)
-        self._refresh_tickets()
         return self._sleep(state)
 
     def _passed_stalled_head(self, state: QueueState) -> bool:
@@ -322,21 +321,23 @@ class Wait:
         local_queues.leave(self)
         return self._enqueue()
 
-    def _refresh_tickets(self) -> None:
-        """Keep this process's tickets for the resource alive: one statement for all."""
-        if local_queues.refresh_in(self) <= 0:
-            tickets = local_queues.tickets(self)
-            backend_for(self.using).refresh_waiters(tickets, WAITER_TTL)
-            local_queues.refreshed(self, time.monotonic() + WAITER_TTL)
-
     def _sleep(self, state: QueueState) -> float:
+        """How long to sleep after a look that saw ``state``. This process's
+        tickets for the resource are refreshed (one statement for all) at this
+        look when they would fall due before the next: a wake-up of its own for
+        the refresh would add a look as well."""
         sleep = self.backoff.sleep(
             state,
             listening=self._listening(),
             shares_host=backend_for(self.using).waiters_share_host,
-            refresh_in=local_queues.refresh_in(self),
+            refresh_in=WAITER_TTL / 2,
         )
-        return min(sleep, self._remaining())
+        sleep = min(sleep, self._remaining())
+        if local_queues.refresh_in(self) <= sleep:
+            tickets = local_queues.tickets(self)
+            backend_for(self.using).refresh_waiters(tickets, WAITER_TTL)
+            local_queues.refreshed(self, time.monotonic() + WAITER_TTL)
+        return sleep
 
     def _remaining(self) -> float:
         return max(self.deadline - time.monotonic(), 0.0)
