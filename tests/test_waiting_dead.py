@@ -71,7 +71,7 @@ def test_a_waiter_that_stops_while_queued_delays_the_next_one_little(
                 "the resumed waiter holds the lock",
             )
     finally:
-        if waiter.is_alive():
+        if waiter.is_alive() and waiter.pid is not None:
             os.kill(waiter.pid, signal.SIGCONT)
             waiter.kill()
     assert waited < BOUND, f"the next acquirer waited {waited:.2f} s"
