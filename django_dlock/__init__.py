@@ -6,18 +6,24 @@ from typing import TYPE_CHECKING, Any
 
 from django_dlock.exceptions import (
     DlockError,
+    InvalidArgument,
     LockExpired,
+    LockLost,
     LockNotAcquired,
     LockNotOwned,
     LockTransactionError,
 )
 
 if TYPE_CHECKING:
+    from django_dlock.kinds import LockKind
     from django_dlock.locking import lock
 
 __all__ = [
     "DlockError",
+    "InvalidArgument",
     "LockExpired",
+    "LockKind",
+    "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
     "LockTransactionError",
@@ -32,4 +38,8 @@ def __getattr__(name: str) -> Any:
         from django_dlock.locking import lock
 
         return lock
+    if name == "LockKind":
+        from django_dlock.kinds import LockKind
+
+        return LockKind
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

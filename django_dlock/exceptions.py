@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
+
 
 class DlockError(Exception):
     """Base class of every django-dlock error; never raised itself."""
@@ -9,11 +11,17 @@ class LockNotAcquired(DlockError):
     """The lock could not be acquired (held by another owner, or the wait timed out)."""
 
 
-class LockNotOwned(DlockError):
+class LockLost(DlockError):
+    """The caller acted on a lock it no longer holds: the parent of
+    ``LockNotOwned`` and ``LockExpired``, for code that handles either alike.
+    Never raised itself."""
+
+
+class LockNotOwned(LockLost):
     """The caller acted on a lock that another owner holds."""
 
 
-class LockExpired(DlockError):
+class LockExpired(LockLost):
     """The caller acted on a lock that expired (and may have been taken over)."""
 
 
@@ -34,3 +42,16 @@ class LockKindMismatch(DlockError):
 class LockHeldByCaller(LockNotAcquired):
     """A ``lock()`` that is not reentrant was entered on a resource that the
     same thread (or asyncio task) holds already: it would wait for itself."""
+
+
+# Not a DlockError: code that catches DlockError around a lock operation (to
+# treat it as "not acquired", say) must not start hiding its own bad arguments.
+class InvalidArgument(ValidationError, ValueError):
+    """An argument of a lock operation has an invalid value (a resource, an
+    owner, a label, a ttl, a limit, a timeout, a kind of lock).
+
+    A ``django.core.exceptions.ValidationError``, as these have always been, so
+    that forms, model validation and the HTTP API treat it as invalid input; and
+    a ``ValueError``, Python's error for a bad argument value, so that code
+    catching either catches every one of them.
+    """

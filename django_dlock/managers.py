@@ -69,7 +69,8 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
     expiry with the database's clock. None of them joins a transaction the
     caller has open: they raise ``LockTransactionError`` instead.
 
-    Invalid arguments raise ``django.core.exceptions.ValidationError``; a
+    Invalid arguments raise ``django_dlock.exceptions.InvalidArgument`` (a
+    ``django.core.exceptions.ValidationError`` and a ``ValueError``); a
     database failure raises the database's error. Neither is ever reported as
     "not acquired".
     """

@@ -12,7 +12,6 @@ from datetime import timedelta
 from typing import Generic, TypeVar, cast
 
 from django.apps import apps
-from django.core.exceptions import ValidationError
 from django.db import models
 
 from django_dlock import signals
@@ -20,9 +19,10 @@ from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.results import Claim, LockRow
 from django_dlock.conf import conf
-from django_dlock.exceptions import LockKindMismatch
+from django_dlock.exceptions import InvalidArgument, LockKindMismatch
+from django_dlock.kinds import LockKind
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, Hold, duration_of, kind_of
-from django_dlock.validators import validate_label, validate_limit, validate_resource
+from django_dlock.validators import validate_label, validate_resource
 
 __all__ = ["LockOperations", "mismatch"]
 
@@ -55,15 +55,14 @@ class LockOperations(Generic[_Lock]):
     ) -> Claim:
         """What an acquisition of ``resource`` by ``owner`` asks for (the
         arguments not yet checked are checked here)."""
-        if limit is not None:
-            validate_limit(limit)
+        kind = LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant)
         return Claim(
             resource=resource,
             owner=owner,
             duration=duration_of(ttl),
-            shared=bool(shared) or limit is not None,
-            limit=limit,
-            reentrant=bool(reentrant),
+            shared=kind.shared,
+            limit=kind.limit,
+            reentrant=kind.reentrant,
             label=validate_label(label),
             ticket=ticket,
             held_token=held_token,
@@ -82,12 +81,12 @@ class LockOperations(Generic[_Lock]):
             resource, mode = (item, EXCLUSIVE) if isinstance(item, str) else item
             validate_resource(resource)
             if mode not in (EXCLUSIVE, SHARED):
-                raise ValidationError(
+                raise InvalidArgument(
                     f"A mode must be {EXCLUSIVE!r} or {SHARED!r}, not {mode!r}.", code="mode"
                 )
             claims.append(self.claim(resource, owner, ttl, shared=mode == SHARED, label=label))
         if not claims or len({claim.resource for claim in claims}) != len(claims):
-            raise ValidationError("Name each resource once, and at least one.", code="resources")
+            raise InvalidArgument("Name each resource once, and at least one.", code="resources")
         return claims
 
     def take(self, claim: Claim) -> Hold | None:

@@ -1,5 +1,6 @@
 """Validation of what callers pass in: one function per value, shared by the
-manager, the model fields, ``purge_locks`` and the HTTP API."""
+manager, the model fields, ``purge_locks`` and the HTTP API. Each raises
+``InvalidArgument``, a ``ValidationError`` that is also a ``ValueError``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ import unicodedata
 from collections.abc import Callable
 from functools import cache
 
-from django.core.exceptions import ValidationError
 from django.utils.functional import Promise
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, gettext_noop
 
 from django_dlock.conf import conf
+from django_dlock.exceptions import InvalidArgument
 
 MAX_LENGTH = 255
 
@@ -39,13 +40,13 @@ def _storable(value: str, what: str | Promise) -> None:
     # PostgreSQL text cannot hold NUL, and a lone surrogate has no UTF-8 form:
     # either would fail in the database rather than here.
     if "\x00" in value:
-        raise ValidationError(
+        raise InvalidArgument(
             _("%(what)s may not contain NUL characters."), code="null", params={"what": what}
         )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise ValidationError(
+        raise InvalidArgument(
             _("%(what)s must be valid Unicode text."), code="encoding", params={"what": what}
         ) from None
 
@@ -75,7 +76,7 @@ def _check_visible(value: str, what: str | Promise) -> None:
     for char in value:
         kind = FORBIDDEN_CATEGORIES.get(unicodedata.category(char))
         if kind is not None:
-            raise ValidationError(
+            raise InvalidArgument(
                 _(
                     "%(what)s may not contain %(kind)s (%(char)s): names that differ only "
                     "by them look the same."
@@ -84,7 +85,7 @@ def _check_visible(value: str, what: str | Promise) -> None:
                 params={"what": what, "kind": _(kind), "char": _describe(char)},
             )
     if not unicodedata.is_normalized("NFC", value):
-        raise ValidationError(
+        raise InvalidArgument(
             _(
                 "%(what)s must be in Unicode normal form NFC (for example 'é' as one "
                 "character, not 'e' and a combining accent), so that names that look the "
@@ -103,12 +104,12 @@ def _check_name(value: object, what: str | Promise) -> str:
     if isinstance(value, str) and _PLAIN_ASCII_NAME.fullmatch(value):
         return value
     if not isinstance(value, str):
-        raise ValidationError(
+        raise InvalidArgument(
             _("%(what)s must be a string."), code="invalid", params={"what": what}
         )
     _storable(value, what)
     if not 1 <= len(value) <= MAX_LENGTH:
-        raise ValidationError(
+        raise InvalidArgument(
             _("%(what)s must be 1 to %(max)d characters long."),
             code="length",
             params={"what": what, "max": MAX_LENGTH},
@@ -116,13 +117,13 @@ def _check_name(value: object, what: str | Promise) -> str:
     _check_visible(value, what)
     for char in value:
         if char.isspace():
-            raise ValidationError(
+            raise InvalidArgument(
                 _("%(what)s may not contain whitespace (%(char)s)."),
                 code="whitespace",
                 params={"what": what, "char": _describe(char)},
             )
         if char == "/":
-            raise ValidationError(
+            raise InvalidArgument(
                 _("%(what)s may not contain '/': it travels in one URL path segment."),
                 code="slash",
                 params={"what": what},
@@ -188,16 +189,16 @@ def _character_class(refuses: Callable[[str], bool]) -> str:
 def validate_owner(value: object) -> str:
     """Return ``value`` if it is a valid owner token, else raise ``ValidationError``."""
     if not isinstance(value, str):
-        raise ValidationError(_("An owner must be a string."), code="invalid")
+        raise InvalidArgument(_("An owner must be a string."), code="invalid")
     _storable(value, _("An owner"))
     if not 1 <= len(value) <= MAX_LENGTH:
-        raise ValidationError(
+        raise InvalidArgument(
             _("An owner must be 1 to %(max)d characters long."),
             code="length",
             params={"max": MAX_LENGTH},
         )
     if value == RESERVED_OWNER:
-        raise ValidationError(
+        raise InvalidArgument(
             _("The owner %(owner)r is reserved: it marks a lock held by shared holders."),
             code="reserved",
             params={"owner": value},
@@ -215,10 +216,10 @@ def validate_label(value: object) -> str:
     line or paragraph separators, Unicode normal form NFC).
     """
     if not isinstance(value, str):
-        raise ValidationError(_("A label must be a string."), code="invalid")
+        raise InvalidArgument(_("A label must be a string."), code="invalid")
     _storable(value, A_LABEL)
     if len(value) > MAX_LENGTH:
-        raise ValidationError(
+        raise InvalidArgument(
             _("A label must be at most %(max)d characters long."),
             code="length",
             params={"max": MAX_LENGTH},
@@ -235,7 +236,7 @@ def validate_limit(value: object) -> int:
     """Return ``value`` if it is a valid semaphore limit (an integer from 1 to
     ``MAX_LIMIT``), else raise ``ValidationError``."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT:
-        raise ValidationError(
+        raise InvalidArgument(
             _("A limit must be a whole number of permits from 1 to %(max)d."),
             code="limit",
             params={"max": MAX_LIMIT},
@@ -246,13 +247,13 @@ def validate_limit(value: object) -> int:
 def validate_ttl(value: object) -> float:
     """Return ``value`` as seconds if it is a valid ttl (0 < ttl <= DLOCK_MAX_TTL)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(_("A ttl must be a number of seconds."), code="invalid")
+        raise InvalidArgument(_("A ttl must be a number of seconds."), code="invalid")
     max_ttl = conf.MAX_TTL
     # An int too large for a float (10**400) is out of range, not an OverflowError.
     if (isinstance(value, int) and abs(value) > 2**53) or not (
         math.isfinite(value) and 0 < value <= max_ttl
     ):
-        raise ValidationError(
+        raise InvalidArgument(
             _("A ttl must be greater than 0 and at most %(max)s seconds."),
             code="range",
             params={"max": max_ttl},

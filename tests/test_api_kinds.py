@@ -11,6 +11,7 @@ pytest.importorskip("rest_framework")
 from django.contrib.auth.models import User
 
 from tests.api_utils import CheckedClient, client_for, delete, post, problem, user_with_permissions
+from tests.test_kinds import REFUSED
 
 pytestmark = pytest.mark.django_db
 
@@ -86,3 +87,11 @@ def test_bad_kind_fields_are_a_400_naming_the_field(
 ) -> None:
     details = problem(post(api, "/api/locks/job", body), 400, "invalid-input")
     assert list(details["errors"]) == [field]
+
+
+@pytest.mark.parametrize(("flags", "message"), REFUSED)
+def test_a_refused_kind_is_a_400_naming_the_field_with_the_message_of_lock(
+    api: CheckedClient, flags: dict[str, object], message: str
+) -> None:
+    details = problem(post(api, "/api/locks/job", flags), 400, "invalid-input")
+    assert details["errors"] == dict.fromkeys(flags, [message])

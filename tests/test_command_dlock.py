@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command, execute_from_comm
 
 from django_dlock.backends.clock import now_plus
 from django_dlock.models import DistributedLock, LockWaiter
+from tests.test_kinds import REFUSED
 from tests.utils import make_lock
 
 
@@ -322,6 +323,15 @@ BAD_ARGUMENTS = [
         "argument --limit: not allowed with argument --shared",
     ),
     (["run", "job:42", "--exclusive", "--", "true"], "unrecognized arguments: --exclusive"),
+    # The refused kinds of tests/test_kinds.py that a command line can spell: the same sentence.
+    *(
+        (
+            ["run", "job:42", "--limit", str(flags["limit"]), "--", "true"],
+            f"argument --limit: {message} Got {str(flags['limit'])!r}.",
+        )
+        for flags, message in REFUSED
+        if type(flags["limit"]) in (int, float)
+    ),
 ]
 
 

@@ -56,13 +56,19 @@ def test_a_task_lock_takes_the_kind_it_is_given() -> None:
         [hold] = DistributedLock.objects.holders(f"report:{report}")
         seen.append((hold.mode, hold.limit, hold.label))
 
-    for kind in (
-        LockKind(shared=True, label="reader"),
-        LockKind(limit=3),
-        LockKind(reentrant=True),
+    for kind, label in (
+        (LockKind.shared_lock(), "reader"),
+        (LockKind.semaphore(3), ""),
+        (LockKind.exclusive(reentrant=True), ""),
     ):
         locked = LockedFunction(
-            body, "report:{report}", ttl=30, auto_renew=False, on_lost="raise", kind=kind
+            body,
+            "report:{report}",
+            ttl=30,
+            auto_renew=False,
+            on_lost="raise",
+            kind=kind,
+            label=label,
         )
         with locked.hold("report:may", None, None) as held:
             locked.run(held, ("may",), {})

@@ -108,6 +108,25 @@ def test_invalid_arguments_are_rejected_before_anything_runs() -> None:
         lock("job:5", timeout=-1)
 
 
+def test_every_invalid_argument_is_both_a_validation_error_and_a_value_error() -> None:
+    """docs/usage.md, "Arguments": ttl and timeout alike, as before each was one of them."""
+    from django.core.exceptions import ValidationError
+
+    from django_dlock import InvalidArgument
+
+    for arguments in ({"ttl": -1}, {"timeout": -1}, {"limit": 0}, {"owner": ""}):
+        with pytest.raises(InvalidArgument) as error:
+            lock("job:5", **arguments)
+        assert isinstance(error.value, ValidationError) and isinstance(error.value, ValueError)
+
+
+def test_a_lost_lock_is_a_lock_lost_of_either_kind() -> None:
+    from django_dlock import DlockError, LockExpired, LockLost, LockNotOwned
+
+    assert issubclass(LockExpired, LockLost) and issubclass(LockNotOwned, LockLost)
+    assert issubclass(LockLost, DlockError)
+
+
 # -- blocking acquire ----------------------------------------------------------------
 
 

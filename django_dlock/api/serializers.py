@@ -4,18 +4,18 @@ and ttl are those of ``django_dlock.validators``, which the Python API uses."""
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework import serializers
 
+from django_dlock.kinds import LockKind
 from django_dlock.models import DistributedLock
 from django_dlock.permissions import SEE_OWNERS_PERMISSION
 from django_dlock.rules import EXCLUSIVE, SHARED
 from django_dlock.validators import (
     MAX_LENGTH,
     validate_label,
-    validate_limit,
     validate_owner,
     validate_ttl,
 )
@@ -72,7 +72,8 @@ class LimitField(serializers.Field[int, Any, int, Any]):
 
     def to_internal_value(self, data: Any) -> int:
         try:
-            return validate_limit(data)
+            # The kind's check, as lock() and acquire() make it; a semaphore has a limit.
+            return cast(int, LockKind.semaphore(data).limit)
         except DjangoValidationError as error:
             raise _drf_error(error) from None
 

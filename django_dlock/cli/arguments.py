@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 from django.core.exceptions import ValidationError
 
+from django_dlock.kinds import LockKind
 from django_dlock.validators import (
     validate_label,
-    validate_limit,
     validate_resource,
     validate_resource_prefix,
     validate_ttl,
@@ -98,5 +98,5 @@ def limit(value: str) -> int:
         number = int(value)
     except ValueError:
         number = 0
-    _validated(validate_limit, number, value)
+    _validated(lambda permits: LockKind.from_flags(limit=permits), number, value)
     return number

@@ -24,7 +24,8 @@ from django.db import DatabaseError
 
 from django_dlock import signals
 from django_dlock.cli.process_group import ProcessGroup
-from django_dlock.exceptions import LockExpired, LockKindMismatch, LockNotAcquired, LockNotOwned
+from django_dlock.exceptions import LockKindMismatch, LockLost, LockNotAcquired
+from django_dlock.kinds import LockKind
 from django_dlock.locking import LockHandle, lock
 
 __all__ = ["RunOptions", "run"]
@@ -39,8 +40,7 @@ class RunOptions:
     command: list[str]
     wait: float | None  # None: try once; math.inf: wait without end
     ttl: float | None
-    shared: bool
-    limit: int | None
+    kind: LockKind
     label: str
     conflict_exit_code: int
     min_hold: float
@@ -64,8 +64,8 @@ def run(options: RunOptions, say: Callable[[str], None]) -> int:
                 ttl=options.ttl,
                 timeout=options.wait,
                 auto_renew=True,
-                shared=options.shared,
-                limit=options.limit,
+                shared=options.kind.shared,
+                limit=options.kind.limit,
                 label=options.label,
             ) as held:
                 stops.holding = True
@@ -76,7 +76,7 @@ def run(options: RunOptions, say: Callable[[str], None]) -> int:
             raise _stopped_waiting(resource, stop.signum) from None
         except LockKindMismatch as error:
             raise CommandError(str(error)) from None
-        except (LockExpired, LockNotOwned) as error:
+        except LockLost as error:
             # Raised by the release at the end: CMD had ended, maybe not alone.
             raise CommandError(f"{error} The command had run to its end.") from None
         except DatabaseError as error:

@@ -122,7 +122,8 @@ def locked_task(
             ttl=ttl,
             auto_renew=auto_renew,
             on_lost=on_lost,
-            kind=LockKind(shared=shared, limit=limit, reentrant=reentrant, label=label),
+            kind=LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant),
+            label=label,
         )
 
         def run_locked(*args: Any, **kwargs: Any) -> Any:

@@ -14,13 +14,13 @@ import logging
 import random
 import reprlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.conf import settings
 from django.dispatch import Signal
 
 from django_dlock.contrib.stop_on_loss import StopOnLoss
+from django_dlock.kinds import LockKind
 from django_dlock.locking import LockHandle, lock
 from django_dlock.locking.names import ResourceName
 from django_dlock.models import DistributedLock
@@ -30,6 +30,7 @@ __all__ = [
     "HANDLE_ARG",
     "RETRY_WAIT",
     "SKIPPED",
+    "LockKind",
     "LockedFunction",
     "backoff",
     "task_skipped",
@@ -62,17 +63,6 @@ _ARGUMENTS.maxstring = 80
 _ARGUMENTS.maxother = 80
 
 
-@dataclass(frozen=True)
-class LockKind:
-    """Which kind of hold a task's run takes (``lock()``'s arguments of the
-    same names): exclusive by default."""
-
-    shared: bool = False
-    limit: int | None = None
-    reentrant: bool = False
-    label: str = ""
-
-
 class LockedFunction:
     """A task function and how each of its calls runs under its lock.
 
@@ -89,6 +79,7 @@ class LockedFunction:
         auto_renew: bool,
         on_lost: OnLost,
         kind: LockKind | None = None,
+        label: str = "",
     ) -> None:
         if on_lost not in ("raise", "stop"):
             raise ValueError(f"on_lost must be 'raise' or 'stop', not {on_lost!r}")
@@ -96,7 +87,8 @@ class LockedFunction:
         self.ttl = ttl
         self.auto_renew = auto_renew
         self.on_lost = on_lost
-        self.kind = kind or LockKind()
+        self.kind = kind or LockKind.exclusive()
+        self.label = label
         full = inspect.signature(function)
         injected = [name for name in (FENCING_TOKEN_ARG, HANDLE_ARG) if name in full.parameters]
         self.injected = frozenset(injected)
@@ -120,7 +112,7 @@ class LockedFunction:
             shared=self.kind.shared,
             limit=self.kind.limit,
             reentrant=self.kind.reentrant,
-            label=self.kind.label,
+            label=self.label,
         )
 
     def run(self, held: LockHandle, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -165,7 +165,8 @@ def locked_task(
             ttl=ttl,
             auto_renew=auto_renew,
             on_lost=on_lost,
-            kind=LockKind(shared=shared, limit=limit, reentrant=reentrant, label=label),
+            kind=LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant),
+            label=label,
         )
         policy = _Policy(on_locked, max_attempts, min_delay, function.__name__)
 

@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 from django_dlock import signals
 from django_dlock.backends.results import Claim
 from django_dlock.conf import conf
-from django_dlock.exceptions import LockHeldByCaller, LockNotAcquired
+from django_dlock.exceptions import InvalidArgument, LockHeldByCaller, LockNotAcquired
+from django_dlock.kinds import LockKind
 from django_dlock.locking.handle import LockHandle, report_lost
 from django_dlock.locking.names import ResourceName
 from django_dlock.locking.reentry import Entered, current_holder, held_here
@@ -31,11 +32,10 @@ from django_dlock.locking.waiting import Wait
 from django_dlock.locking.waiting_thread import waiting_thread
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
-from django_dlock.rules import SHARED, Hold, ReleaseResult, new_owner_token
+from django_dlock.rules import Hold, ReleaseResult, new_owner_token
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import (
     validate_label,
-    validate_limit,
     validate_owner,
     validate_resource,
     validate_ttl,
@@ -62,7 +62,8 @@ class lock:
     not reentrant, nested in its own holder, raises ``LockHeldByCaller`` at
     once. A list of resources (``["a", ("b", "shared")]``) holds all of them
     or none. ``label`` names the holder in public (``holders()``, the admin,
-    the API); ``on_lost(handle)`` is called when the lock is found lost.
+    the API); ``on_lost(handle)`` is called when the lock is found lost. An
+    invalid argument raises ``InvalidArgument`` before anything runs.
 
     On exit the lock is released, also when the block raised. If it was lost
     meanwhile (expired, taken over, released by someone else), ``lock_lost`` is
@@ -98,12 +99,14 @@ class lock:
             self.items = list(resource)
         if owner is not None:
             validate_owner(owner)
-        if limit is not None:
-            validate_limit(limit)
+        self.kind = LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant)
         validate_label(label)
         self.ttl = float(validate_ttl(conf.DEFAULT_TTL if ttl is None else ttl))
         if timeout is not None and not timeout >= 0:
-            raise ValueError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
+            raise InvalidArgument(
+                f"timeout must be None or a number of seconds >= 0, not {timeout!r}",
+                code="timeout",
+            )
         self.resource = resource if isinstance(resource, str) else ""
         self.owner = owner
         self.timeout = timeout
@@ -353,9 +356,7 @@ class lock:
                 "enter it again."
             )
         handle = entered.handle
-        if (handle.mode == SHARED and handle.limit is None) != (
-            self.shared and self.limit is None
-        ) or handle.limit != self.limit:
+        if (handle.mode, handle.limit) != (self.kind.mode, self.kind.limit):
             raise ValueError(
                 f"A reentrant lock() on {self.resource!r} re-enters the kind it holds "
                 f"({handle.mode}); use the handle's upgrade() or downgrade() to change it."

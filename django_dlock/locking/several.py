@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from django_dlock.conf import conf
-from django_dlock.exceptions import LockNotAcquired
+from django_dlock.exceptions import LockLost, LockNotAcquired
 from django_dlock.locking.handle import LockHandle, report_lost
 from django_dlock.locking.renewer import Renewer
 from django_dlock.models import DistributedLock
@@ -79,14 +79,14 @@ class HeldLocks:
         self._results = manager.release_all(self.resources, self.owner)
 
     def report(self, *, failed: bool) -> None:
-        first_error: Exception | None = None
+        first_error: LockLost | None = None
         for handle, result in zip(self.handles, self._results, strict=True):
             if result is ReleaseResult.RELEASED:
                 handle.mark_released()
                 continue
             try:
                 report_lost(handle, result, failed=failed)
-            except Exception as error:  # (LockExpired or LockNotOwned) every one is marked
+            except LockLost as error:  # every one is marked lost before the first is raised
                 first_error = first_error or error
         if first_error is not None:
             raise first_error

@@ -16,6 +16,7 @@ from django.db import DatabaseError
 
 from django_dlock.cli import arguments, inspect
 from django_dlock.cli.run import RunOptions, run
+from django_dlock.kinds import LockKind
 
 # What ``run`` exits with when the lock is held and it does not wait (or its
 # wait ends): EX_TEMPFAIL, "try again later", as flock(1) -E suggests.
@@ -164,8 +165,7 @@ class Command(BaseCommand):
                 command=options["command"],
                 wait=options["wait"],
                 ttl=options["ttl"],
-                shared=options["shared"],
-                limit=options["limit"],
+                kind=LockKind.from_flags(shared=options["shared"], limit=options["limit"]),
                 label=label,
                 conflict_exit_code=options["conflict_exit_code"],
                 min_hold=options["min_hold"],
