@@ -63,5 +63,5 @@ elif [ "$(id -u)" != 0 ]; then
 else
     pg_cluster_stop
     mariadb_stop
-    python -m tests.cluster.capacity --clients 8,32,64 --json "$json" --chart docs/capacity.png
+    python -m tools.cluster.capacity --clients 8,32,64 --json "$json" --chart docs/capacity.png
 fi

@@ -16,7 +16,7 @@ PYTHON=${PYTHON:-$(command -v python || command -v python3)}
 
 case "${1:-}" in
 up | down | status)
-    exec "$PYTHON" -m tests.cluster "$@"
+    exec "$PYTHON" -m tools.cluster "$@"
     ;;
 test)
     shift
@@ -24,9 +24,9 @@ test)
     ;;
 full)
     DLOCK_CLUSTER=1 DLOCK_CLUSTER_FULL=1 "$PYTHON" -m pytest -p no:randomly tests/test_cluster.py
-    "$PYTHON" -m tests.cluster.failover --runs 10 --modes sync,async
+    "$PYTHON" -m tools.cluster.failover --runs 10 --modes sync,async
     "$PYTHON" -m pip install --quiet matplotlib  # for the chart only
-    "$PYTHON" -m tests.cluster.capacity --clients 8,32,64 --chart docs/capacity.png
+    "$PYTHON" -m tools.cluster.capacity --clients 8,32,64 --chart docs/capacity.png
     ;;
 *)
     echo "usage: scripts/cluster.sh up|down|status|test|full" >&2

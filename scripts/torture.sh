@@ -10,7 +10,7 @@
 #   bash scripts/torture.sh --profile long       # on demand: 30 min per database, plus the
 #                                                # durability comparison; prints the tables
 #   bash scripts/torture.sh --database sqlite    # one database only (sqlite, postgresql, mariadb)
-# Other arguments go to the runner (python -m tests.torture.runner --help), e.g. --seconds 600.
+# Other arguments go to the runner (python -m tools.torture.runner --help), e.g. --seconds 600.
 # PostgreSQL: uses DLOCK_PG_URL when set (restarts need PG_CLUSTER_DIR, which
 # scripts/pg-cluster.sh exports), else starts a throwaway cluster with fsync on.
 # MariaDB: always a throwaway server of its own (scripts/mariadb-server.sh), which
@@ -61,7 +61,7 @@ for database in "${databases[@]}"; do
             mariadb_start
             # The run restarts the server: stop the one its pid file names.
             trap 'MARIADB_PID=$(cat "$MARIADB_DIR/mysqld.pid" 2>/dev/null || echo "$MARIADB_PID"); mariadb_stop' EXIT
-            python -m tests.torture.runner --database "$database" --profile "$profile" \
+            python -m tools.torture.runner --database "$database" --profile "$profile" \
                 --out "$out/$database" "${runner_args[@]}"
         ) || status=1
     elif [ "$database" = postgresql ] && [ -z "${DLOCK_PG_URL:-}" ]; then
@@ -69,11 +69,11 @@ for database in "${databases[@]}"; do
             PG_CLUSTER_OPTIONS="-c fsync=on"
             pg_cluster_start
             trap pg_cluster_stop EXIT
-            python -m tests.torture.runner --database "$database" --profile "$profile" \
+            python -m tools.torture.runner --database "$database" --profile "$profile" \
                 --out "$out/$database" "${runner_args[@]}"
         ) || status=1
     else
-        python -m tests.torture.runner --database "$database" --profile "$profile" \
+        python -m tools.torture.runner --database "$database" --profile "$profile" \
             --out "$out/$database" "${runner_args[@]}" || status=1
     fi
 done
@@ -88,7 +88,7 @@ if [ "$profile" = long ] && [[ " ${databases[*]} " == *" postgresql "* ]]; then
             PG_CLUSTER_OPTIONS="-c fsync=on"
             pg_cluster_start
             trap pg_cluster_stop EXIT
-            python -m tests.torture.runner --database postgresql --profile long \
+            python -m tools.torture.runner --database postgresql --profile long \
                 --durability "$setting" --seconds "${DLOCK_DURABILITY_SECONDS:-300}" \
                 --out "$out/durability-$setting"
         ) || status=1

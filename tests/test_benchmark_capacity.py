@@ -1,4 +1,4 @@
-"""``tests.cluster.capacity --json``: its rows go into the benchmark JSON under
+"""``tools.cluster.capacity --json``: its rows go into the benchmark JSON under
 "capacity", beside what the other parts of the benchmark wrote."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.capacity import APP_HOSTS, Row, save
+from tools.cluster.capacity import APP_HOSTS, Row, save
 
 pytestmark = pytest.mark.vendor_independent
 

@@ -45,8 +45,8 @@ DIRECT_CONNECTION_ONLY = [
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[object]:
-    from tests.cluster.apps import migrate
-    from tests.cluster.cluster import Cluster
+    from tools.cluster.apps import migrate
+    from tools.cluster.cluster import Cluster
 
     running = Cluster.up(app_hosts=2)
     try:
@@ -61,8 +61,8 @@ def test_the_contract_holds_through_pgbouncer(cluster: object) -> None:
     PgBouncer in transaction pooling (no session state may be relied on)."""
     import psycopg
 
-    from tests.cluster.apps import REPOSITORY, app_env
-    from tests.cluster.cluster import Cluster
+    from tools.cluster.apps import REPOSITORY, app_env
+    from tools.cluster.cluster import Cluster
 
     assert isinstance(cluster, Cluster)
     # The test database exists already: created through a pooler, it could
@@ -80,7 +80,7 @@ def test_the_contract_holds_through_pgbouncer(cluster: object) -> None:
                 "-m",
                 "pytest",
                 "-q",
-                "--ds=tests.cluster.settings_pgbouncer",
+                "--ds=tools.cluster.settings_pgbouncer",
                 "--reuse-db",
                 *deselect,
                 *files,
@@ -102,8 +102,8 @@ def test_a_failover_keeps_the_contract(cluster: object) -> None:
     during the failover raise, none is a false "not acquired", no two holders
     overlap, tokens keep increasing and a lock granted before it survives
     (the history checked by the torture run's checker)."""
-    from tests.cluster.cluster import Cluster
-    from tests.cluster.failover import format_outcome, run_failovers
+    from tools.cluster.cluster import Cluster
+    from tools.cluster.failover import format_outcome, run_failovers
 
     assert isinstance(cluster, Cluster)
     with tempfile.TemporaryDirectory(prefix="dlock-failover.") as work:
@@ -120,9 +120,9 @@ def test_a_failover_keeps_the_contract(cluster: object) -> None:
 def test_lock_reads_go_to_the_primary_and_a_replica_fails_the_check(cluster: object) -> None:
     """A router sends reads to a replica whose replay is paused (it lags):
     active(), GET, the list and the admin still see the lock just taken."""
-    from tests.cluster.apps import REPOSITORY, app_env
-    from tests.cluster.cluster import Cluster
-    from tests.cluster.processes import wait_for
+    from tools.cluster.apps import REPOSITORY, app_env
+    from tools.cluster.cluster import Cluster
+    from tools.cluster.processes import wait_for
 
     assert isinstance(cluster, Cluster)
     assert wait_for(cluster.healthy, 180)
@@ -132,11 +132,11 @@ def test_lock_reads_go_to_the_primary_and_a_replica_fails_the_check(cluster: obj
     env = {
         **app_env(cluster.pgbouncer_url()),
         "DLOCK_REPLICA_URL": cluster.node_url(replica),
-        "DJANGO_SETTINGS_MODULE": "tests.cluster.settings_replica",
+        "DJANGO_SETTINGS_MODULE": "tools.cluster.settings_replica",
     }
     with cluster.maintenance():  # Patroni would resume the paused replay
         done = subprocess.run(
-            [sys.executable, "-m", "tests.cluster.replica_check"],
+            [sys.executable, "-m", "tools.cluster.replica_check"],
             env=env,
             cwd=REPOSITORY,
             capture_output=True,
@@ -165,9 +165,9 @@ def test_lock_reads_go_to_the_primary_and_a_replica_fails_the_check(cluster: obj
 
 
 def test_an_app_host_reaches_the_cluster_only_through_its_link(cluster: object) -> None:
-    from tests.cluster.cluster import Cluster
-    from tests.cluster.netns import set_link
-    from tests.cluster.processes import wait_for
+    from tools.cluster.cluster import Cluster
+    from tools.cluster.netns import set_link
+    from tools.cluster.processes import wait_for
 
     assert isinstance(cluster, Cluster)
     host = cluster.hosts[1]

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.refusals import false_refusals
+from tools.cluster.refusals import false_refusals
 
 pytestmark = pytest.mark.vendor_independent
 

@@ -1,4 +1,4 @@
-"""The torture run's checker on synthetic histories (``tests.torture.synthetic``):
+"""The torture run's checker on synthetic histories (``tools.torture.synthetic``):
 clean ones pass, and each kind of broken one is rejected with the invariant it
 breaks. Invariants 1-6 with exclusive holds; the lock kinds' are in
 ``test_torture_checker_kinds.py``."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.torture.checker import check
-from tests.torture.synthetic import (
+from tools.torture.checker import check
+from tools.torture.synthetic import (
     at,
     fault,
     force_release,

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from tests.torture.check_holds import reader_overlaps
-from tests.torture.checker import check
-from tests.torture.sections import read
-from tests.torture.synthetic import (
+from tools.torture.check_holds import reader_overlaps
+from tools.torture.checker import check
+from tools.torture.sections import read
+from tools.torture.synthetic import (
     Events,
     at,
     force_release,

@@ -20,10 +20,6 @@ from django_dlock.backends.results import Claim
 from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from tests import workers_torture
-from tests.torture.asked import Asked
-from tests.torture.history import Recorder, read_events
-from tests.torture.operations import Operations
-from tests.torture.store import TransactionStore
 from tests.utils import (
     database_settings,
     is_waiting_on_a_lock,
@@ -33,6 +29,10 @@ from tests.utils import (
     spawn,
     wait_for,
 )
+from tools.torture.asked import Asked
+from tools.torture.history import Recorder, read_events
+from tools.torture.operations import Operations
+from tools.torture.store import TransactionStore
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -101,8 +101,8 @@ class WaiterQueue:
         queues again (``Wait.step``). (One that only stopped counting for a
         while, its listener reconnecting, is named again by the listener:
         ``listeners.postgresql``.) The first look, without a ticket, has the
-        SELECT without it: planning it cost that look 0.04 ms of its 0.4 on
-        PostgreSQL."""
+        SELECT without it: there the check would only add to the planning
+        (docs/performance.md, "Where the code's choices come from")."""
         waiters, pk = self.waiters_table, self.qn("id")
         return self._queue_state_sql(
             ticket_queued=f", EXISTS (SELECT 1 FROM {waiters} m WHERE m.{pk} = %s)"  # noqa: S608

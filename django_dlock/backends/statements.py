@@ -3,9 +3,10 @@ the ORM once per database alias.
 
 A lock operation is a handful of statements, and at this size Django's query
 building costs more than the round trips: compiling ``select_for_update()`` and
-``update()`` on every call is several times the statement's own time. So the
-ORM writes each statement once per alias, and the operations execute that SQL
-and convert the rows with the converters Django chose for them.
+``update()`` on every call costs more than running the statement
+(docs/performance.md, "Where the code's choices come from"). So the ORM writes
+each statement once per alias, and the operations execute that SQL and convert
+the rows with the converters Django chose for them.
 """
 
 from __future__ import annotations

@@ -43,8 +43,8 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
     The statement runs in the operation's ``atomic()`` block, as the portable
     statements would, and when that block is the outermost one, it is sent in
     autocommit (see ``_run``): the server's transaction is the statement's own,
-    and BEGIN and COMMIT need no round trips of their own, where SELECT, decide,
-    write and COMMIT took four. Where the statements do not apply (psycopg2, or
+    and BEGIN and COMMIT need no round trips of their own, where a portable
+    lock transaction (SELECT, decide, write, COMMIT) takes four. Where the statements do not apply (psycopg2, or
     server-side binding), the operations are the portable ones.
     """
 
@@ -245,7 +245,7 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         # lock row was read here. (A locking read that waited returns the row as
         # the release left it, though the statement's snapshot is older.) The
         # queue ahead is counted in the same statement: one round trip, where
-        # an INSERT and a look took two, both on the path of a hand-over.
+        # an INSERT and then a look would take two, both on the path of a hand-over.
         qn = self.qn
         now_sql, _ = compile_expression(self.using, DatabaseNow())
         expires_sql, expires_params = self._from_now(seconds)

@@ -3,9 +3,9 @@ head of its queue the holder, when the head listens and wants it exclusively.
 
 The head then only takes the offer (``LockBackend.granted``: the grant is for
 ``HANDOVER_LEASE`` until it does) instead of sending an acquisition of its own
-after its wake-up: under load, a hand-over was the
+after its wake-up: otherwise a hand-over would be the
 release, the NOTIFY, and the head's acquire, one round trip after the other
-while nobody held the lock. As on SQLite, the grant is the head's claim as
+while nobody holds the lock. As on SQLite, the grant is the head's claim as
 its ticket says it (owner, ttl, label), with the next fencing token; the
 waiter's ticket is deleted in the same statement, and a wait that ends
 meanwhile gives the lock back (``Wait.finish``).

@@ -93,7 +93,7 @@ class SQLiteBackend(LockBackend):
     # once committed, it sends the head a datagram (``wake``), and the waiter
     # finds the lock its own (``granted``). The next holder then writes nothing
     # before its turn begins: on SQLite, where every write waits for the one
-    # write lock, that write was a large part of a hand-over. A head that crashed
+    # write lock, that write would be a large part of a hand-over. A head that crashed
     # while queued holds the lock until its ttl runs out, as a holder that
     # crashed does. A head that polls, or whose process predates the ttl
     # column, takes the lock itself.

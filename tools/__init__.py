@@ -1,0 +1,2 @@
+"""Harnesses run by CI that are not tests themselves: the torture run
+(``tools.torture``) and the Patroni cluster (``tools.cluster``)."""

@@ -1,0 +1,68 @@
+"""Invariant 4: a lock call made while a fault made the database unusable
+raised a database error: it never came back as "not acquired" nor as a
+success. A holder whose auto-renew connection was killed is told."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+
+from tools.torture.history import Event
+from tools.torture.sections import LOCK_OPS, History
+from tools.torture.violations import Violation
+
+
+def faults(history: History) -> Iterable[Violation]:
+    calls: dict[str, list[Event]] = {}
+    for event in history.events:
+        if event["op"] in LOCK_OPS and "t1" in event:
+            calls.setdefault(event["p"], []).append(event)
+    starts: dict[str, list[float]] = {}
+    for process, process_calls in calls.items():
+        process_calls.sort(key=lambda e: e["t0"])
+        starts[process] = [e["t0"] for e in process_calls]
+    for fault in (e for e in history.events if e["op"] == "fault"):
+        scope = fault.get("scope", "*")
+        window: tuple[float, float] | None = fault.get("raise_window")
+        for process, process_calls in calls.items():
+            if scope not in ("*", process):
+                continue
+            first = bisect.bisect_left(starts[process], window[0]) if window else 0
+            last = bisect.bisect_right(starts[process], window[1]) if window else 0
+            inside = [c for c in process_calls[first:last] if window and c["t1"] <= window[1]]
+            spanning = []
+            if fault.get("raise_span"):
+                before = bisect.bisect_right(starts[process], fault["t0"])
+                spanning = [
+                    c for c in process_calls[max(before - 3, 0) : before] if c["t1"] >= fault["t0"]
+                ]
+            for call in inside + spanning:
+                if not call.get("error", {}).get("db"):
+                    outcome = call.get("error", {}).get("class") or _outcome(call)
+                    yield Violation(
+                        4,
+                        f"{call['op']} by {process} during {fault['kind']} came back as {outcome}",
+                        (fault, call),
+                    )
+        if fault.get("tell_span"):
+            for section in history.sections.values():
+                if (
+                    section.process == scope
+                    and section.enter <= fault["t0"] < section.end
+                    and not section.told
+                ):
+                    yield Violation(
+                        4,
+                        f"{section.cs} was not told that its lock was lost by {fault['kind']}",
+                        (fault, section.events[0]),
+                    )
+
+
+def _outcome(call: Event) -> str:
+    for key in ("lock", "locks", "result", "results", "released", "deleted"):
+        if key in call:
+            value = call[key]
+            if key in ("lock", "locks") and value is None:
+                return "not acquired"
+            return f"{key}={value!r}"
+    return "a success"

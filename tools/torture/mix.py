@@ -1,0 +1,165 @@
+"""What a ``mix`` worker does: random calls of every lock kind on a few
+contended resources until its stop file exists. Each entry of ``MIX`` is a
+weight and a call; the read-write resources take writers, readers, reentrant
+holds, mode changes and all-or-nothing sets, the semaphores take permits
+(each its one limit), the leaders' resource terms."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tools.torture.asked import EXCLUSIVE, Asked
+from tools.torture.kinds import KindOperations
+
+Config = dict[str, Any]
+Call = Callable[[KindOperations, random.Random, Config], None]
+
+
+def _ttl(rng: random.Random) -> float:
+    return rng.choice((0.5, 1.0, 2.0))
+
+
+def _write(rng: random.Random) -> float:
+    return rng.uniform(0, 0.003)
+
+
+def _read(rng: random.Random) -> float:
+    # Readers stay a little longer than writers, so that they meet each other.
+    return rng.uniform(0.005, 0.04)
+
+
+def _rw(rng: random.Random, config: Config) -> str:
+    return str(rng.choice(config["resources"]))
+
+
+def _semaphore(rng: random.Random, config: Config) -> tuple[str, int]:
+    resource = rng.choice(sorted(config["semaphores"]))
+    return resource, int(config["semaphores"][resource])
+
+
+def writer(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    ops.manager_section(_rw(rng, config), _ttl(rng), _write(rng))
+
+
+def queued_writer(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    ops.lock_section(_rw(rng, config), _ttl(rng), _write(rng), rng.uniform(0.2, 1.0), False)
+
+
+def trying_writer(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    ops.lock_section(_rw(rng, config), _ttl(rng), _write(rng), None, False)
+
+
+def renewed_writer(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    ops.lock_section(_rw(rng, config), 0.6, 1.0, 2.0, True)  # body longer than the ttl
+
+
+def reader(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    ops.manager_section(_rw(rng, config), _ttl(rng), _read(rng), Asked(shared=True))
+
+
+def queued_reader(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    timeout = rng.uniform(0.2, 1.0)
+    ops.lock_section(_rw(rng, config), _ttl(rng), _read(rng), timeout, False, Asked(shared=True))
+
+
+def mode_change(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    ops.mode_change_section(_rw(rng, config), rng.choice((1.0, 2.0)), rng.uniform(0.2, 1.0))
+
+
+def reentrant(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    asked = Asked(shared=rng.random() < 0.4)
+    ops.reentrant_section(_rw(rng, config), rng.choice((1.0, 2.0)), rng.randint(2, 3), asked)
+
+
+def reentrant_nested(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    asked = Asked(shared=rng.random() < 0.4)
+    timeout = rng.choice((None, rng.uniform(0.2, 1.0)))
+    ops.reentrant_lock(_rw(rng, config), rng.choice((1.0, 2.0)), rng.randint(2, 3), asked, timeout)
+
+
+def permit(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    resource, limit = _semaphore(rng, config)
+    ops.manager_section(resource, _ttl(rng), _read(rng), Asked(limit=limit))
+
+
+def queued_permit(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    resource, limit = _semaphore(rng, config)
+    timeout = rng.uniform(0.2, 1.0)
+    ops.lock_section(resource, _ttl(rng), _read(rng), timeout, False, Asked(limit=limit))
+
+
+def _items(rng: random.Random, config: Config) -> list[tuple[str, bool]]:
+    """Two or three read-write resources in any order (sets overlap in
+    opposite orders), some of them shared."""
+    names = rng.sample(config["resources"], rng.randint(2, 3))
+    return [(name, rng.random() < 0.3) for name in names]
+
+
+def several(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    ops.several_section(_items(rng, config), _ttl(rng), _write(rng), None)
+
+
+def several_waiting(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    ops.several_section(_items(rng, config), _ttl(rng), _write(rng), rng.uniform(0.2, 1.0))
+
+
+def leader(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    ops.leader_term(rng.choice(config["leaders"]), 1.0, rng.uniform(0.05, 0.5))
+
+
+def stranger(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    resource = rng.choice([*config["resources"], *config["semaphores"], *config["leaders"]])
+    if rng.random() < 0.5:
+        ops.release(resource, f"{ops.name}.stranger")
+    else:
+        ops.renew(resource, f"{ops.name}.stranger", _ttl(rng))
+
+
+def operator(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    """Force-release a resource, or one of its holders (found by ``holders()``)."""
+    resource = rng.choice([*config["resources"], *config["semaphores"]])
+    holds = ops.holders(resource, f"{ops.name}.operator") if rng.random() < 0.5 else None
+    ops.force_release(resource, rng.choice(holds)["owner"] if holds else None)
+
+
+def purge(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    ops.purge(command=rng.random() < 0.1)
+
+
+def instant(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    ops.manager_section(_rw(rng, config), _ttl(rng), 0, EXCLUSIVE)
+
+
+MIX: list[tuple[float, Call]] = [
+    (22, writer),
+    (10, queued_writer),
+    (4, trying_writer),
+    (1, renewed_writer),
+    (5, reader),
+    (7, queued_reader),
+    (2, mode_change),
+    (3, reentrant),
+    (2, reentrant_nested),
+    (4, permit),
+    (4, queued_permit),
+    (3, several),
+    (3, several_waiting),
+    (1.5, leader),
+    (8.5, stranger),
+    (3, operator),
+    (4, purge),
+    (13, instant),
+]
+
+
+def mix(operations: KindOperations, config: Config) -> None:
+    """Random calls until a stop file exists."""
+    rng = operations.rng
+    stops = [Path(path) for path in config["stop_files"]]
+    weights = [weight for weight, _ in MIX]
+    calls = [call for _, call in MIX]
+    while not any(stop.exists() for stop in stops):
+        rng.choices(calls, weights)[0](operations, rng, config)

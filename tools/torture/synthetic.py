@@ -1,0 +1,126 @@
+"""Synthetic torture histories for the checker's unit tests: the events a
+holder of each kind would record, with the monotonic time of the history and
+the database's clock made one (t seconds after ``START``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tools.torture.checker import check
+
+START = datetime(2026, 1, 1, tzinfo=UTC)
+Events = list[dict[str, Any]]
+
+
+def at(seconds: float) -> str:
+    """A database-clock time, ``seconds`` after the start (monotonic time t = seconds)."""
+    return (START + timedelta(seconds=seconds)).isoformat()
+
+
+def holder(
+    process: str,
+    token: int,
+    enter: float,
+    leave: float | None,
+    *,
+    ttl: float = 10,
+    resource: str = "r",
+    writes: tuple[tuple[float, bool], ...] = (),
+    reads: tuple[tuple[float, bool], ...] = (),
+    told: bool = False,
+    released: str = "released",
+    kind: str = "exclusive",
+    limit: int | None = None,
+    t0: float | None = None,
+) -> Events:
+    """The events of one holder: acquire at ``enter`` (database clock = monotonic
+    time; the call began at ``t0``, by default just before), a critical section
+    of ``kind`` (exclusive, shared, permit or leader) with its writes and reads,
+    and (unless ``leave`` is None) its exit and release."""
+    owner = f"{process}.{token}"
+    cs = f"{process}:{token}"
+    mode = "exclusive" if kind in ("exclusive", "leader") else "shared"
+    lock = {"owner": owner, "token": token, "acquired_at": at(enter), "expires_at": at(enter + ttl)}
+    lock |= {"mode": mode, "hold_count": 1}
+    call = {"resource": resource, "owner": owner}
+    asked: dict[str, Any] = {"shared": kind == "shared", "limit": limit}
+    if kind == "leader":
+        asked |= {"leader": True, "timeout": float("inf")}
+    start = enter - 0.01 if t0 is None else t0
+    op = "lock" if kind == "leader" else "acquire"
+    events: Events = [
+        {"p": process, "op": op, "t0": start, "t1": enter, "ttl": ttl, "lock": lock} | call | asked,
+        {"p": process, "op": "cs_enter", "cs": cs, "t": enter, "token": token}
+        | {"acquired_at": lock["acquired_at"], "expires_at": lock["expires_at"]}
+        | {"acquire_t0": start, "kind": kind, "limit": limit}
+        | call,
+    ]
+    for n, (t, accepted) in enumerate(writes, 1):
+        events.append(
+            {"p": process, "op": "cs_write", "cs": cs, "write_id": f"{cs}#{n}", "token": token}
+            | {"t0": t, "t1": t + 0.001, "accepted": accepted}
+        )
+    for t, accepted in reads:
+        events.append(
+            {"p": process, "op": "cs_read", "cs": cs, "token": token, "t0": t, "t1": t + 0.001}
+            | {"accepted": accepted, "counter": 0}
+        )
+    if told:
+        events.append({"p": process, "op": "cs_told", "cs": cs, "t": enter + ttl, "how": "lost"})
+    if leave is not None:
+        events.append({"p": process, "op": "cs_exit", "cs": cs, "t": leave})
+        events.append(
+            {"p": process, "op": "release", "cs": cs, "t0": leave, "t1": leave + 0.01}
+            | {"result": released}
+            | call
+        )
+    return events
+
+
+def reader(process: str, token: int, enter: float, leave: float | None, **kwargs: Any) -> Events:
+    return holder(process, token, enter, leave, kind="shared", **kwargs)
+
+
+def permit(
+    process: str, token: int, enter: float, leave: float | None, limit: int = 2, **kwargs: Any
+) -> Events:
+    return holder(
+        process, token, enter, leave, kind="permit", limit=limit, resource="sem", **kwargs
+    )
+
+
+def invariants(events: Events) -> list[int]:
+    return [violation.invariant for violation in check(events)]
+
+
+def fault(**fields: Any) -> dict[str, Any]:
+    return {
+        "p": "runner",
+        "op": "fault",
+        "kind": "restart (immediate)",
+        "t0": 10,
+        "t1": 20,
+    } | fields
+
+
+def force_release(t0: float, t1: float, **fields: Any) -> dict[str, Any]:
+    """An operator's force-release of resource ``r`` that released something."""
+    event = {"p": "op", "op": "force_release", "resource": "r", "t0": t0, "t1": t1}
+    return event | {"released": True} | fields
+
+
+def store_final(counter: int, rows: list[tuple[int, int, str, int]]) -> dict[str, Any]:
+    return {
+        "p": "runner",
+        "op": "store_final",
+        "resources": {"r": {"max_token": max((r[1] for r in rows), default=0), "counter": counter}},
+        "log": [[n, "r", token, write_id, value] for n, token, write_id, value in rows],
+    }
+
+
+def snapshot(
+    t: float, rows: list[dict[str, Any]], holds: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    event = {"p": "runner", "op": "snapshot", "t0": t, "t1": t + 0.01, "now": at(t), "rows": rows}
+    return event if holds is None else event | {"holds": holds}
