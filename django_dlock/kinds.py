@@ -53,11 +53,12 @@ class LockKind:
 
     @classmethod
     def from_flags(
-        cls, *, shared: object = False, limit: object = None, reentrant: object = False
+        cls, *, shared: object = False, limit: int | None = None, reentrant: object = False
     ) -> LockKind:
         """The kind of ``lock()``'s and ``acquire()``'s arguments of the same
-        names (flags are read as booleans, as they always were)."""
-        return cls(shared=bool(shared), limit=limit, reentrant=bool(reentrant))  # type: ignore[arg-type]  # validate() checks it
+        names (flags are read as booleans, as they always were; ``validate()``
+        checks the limit, whatever a caller without type checks passed)."""
+        return cls(shared=bool(shared), limit=limit, reentrant=bool(reentrant))
 
     @classmethod
     def exclusive(cls, *, reentrant: bool = False) -> LockKind:

@@ -98,5 +98,5 @@ def limit(value: str) -> int:
         number = int(value)
     except ValueError:
         number = 0
-    _validated(lambda permits: LockKind.from_flags(limit=permits), number, value)
+    _validated(lambda _: LockKind.semaphore(number), number, value)
     return number
