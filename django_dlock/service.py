@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Generic, TypeVar, cast
+from typing import Generic, TypeVar, cast
 
 from django.apps import apps
 from django.db import models
@@ -27,9 +27,6 @@ from django_dlock.exceptions import InvalidArgument, LockKindMismatch
 from django_dlock.kinds import LockKind
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, Hold, duration_of, kind_of
 from django_dlock.validators import validate_label, validate_resource
-
-if TYPE_CHECKING:
-    from django_dlock.models import DistributedLock
 
 __all__ = ["LockService", "mismatch", "service_for"]
 
@@ -177,13 +174,11 @@ class LockService(Generic[_Lock]):
         return cast(Hold, model.from_db(self.using, names, [values[name] for name in names]))
 
 
-def service_for(using: str | None = None) -> LockService[DistributedLock]:
+def service_for(using: str | None = None) -> LockService[models.Model]:
     """The lock service of ``using`` (``DLOCK_DATABASE`` when None), on
-    ``DistributedLock`` rows."""
-    # Imported here: models imports the manager, which imports this module.
-    from django_dlock.models import DistributedLock
-
-    return LockService(DistributedLock, using or conf.DATABASE)
+    ``DistributedLock`` rows (looked up by name: ``models`` imports the
+    manager, which imports this module)."""
+    return LockService(apps.get_model("django_dlock", "DistributedLock"), using or conf.DATABASE)
 
 
 @functools.cache
