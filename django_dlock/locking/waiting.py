@@ -295,8 +295,7 @@ class Wait:
         self.channel = self.watch.channel if self.watch is not None and listening else ""
         # Where the database can tell, the ticket says which server connection
         # lives as long as the waiter: its listener's, or (None) the one it polls on.
-        listening_pid = self.watch.listener.backend_pid if self.watch is not None else None
-        pid = listening_pid if self.channel else None
+        pid = self.watch.listener.backend_pid if self.channel and self.watch is not None else None
         self.ticket, state = self.queue.join(self.claim, seconds, self.channel, pid)
         self.ticket_until = time.monotonic() + seconds
         if self.watch is not None:
