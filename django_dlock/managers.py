@@ -18,9 +18,11 @@ from typing import Any, Literal, TypeVar, cast, overload
 from django.db import models
 
 from django_dlock import signals
+from django_dlock.backends import backend_for
+from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow, time_left
 from django_dlock.backends.purge import expired_q
-from django_dlock.operations import LockOperations
+from django_dlock.conf import conf
 from django_dlock.prefix import resource_prefix_q
 from django_dlock.rules import (
     Hold,
@@ -28,6 +30,7 @@ from django_dlock.rules import (
     duration_of,
     new_owner_token,
 )
+from django_dlock.service import LockService
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import (
     validate_owner,
@@ -62,7 +65,7 @@ class DistributedLockQuerySet(models.QuerySet[_Lock]):
 _DistributedLockManagerBase = models.Manager.from_queryset(DistributedLockQuerySet)
 
 
-class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[_Lock]):
+class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
     """Owns the lock operations. Each runs in one transaction of its own on the
     ``DLOCK_DATABASE`` connection (or the one named with ``db_manager()``),
     starting with ``SELECT ... FOR UPDATE`` of the resource's row, and decides
@@ -74,6 +77,16 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
     database failure raises the database's error. Neither is ever reported as
     "not acquired".
     """
+
+    def _alias(self) -> str:
+        return self._db or conf.DATABASE
+
+    def _backend(self) -> LockBackend:
+        return backend_for(self._alias())
+
+    def _service(self) -> LockService[_Lock]:
+        """The internal operations (``django_dlock.service``) on this manager's database."""
+        return LockService(self.model, self._alias())
 
     def get_queryset(self) -> DistributedLockQuerySet[_Lock]:
         # Lock reads (active(), the API, the admin) go where locks are written,
@@ -135,8 +148,9 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
         """
         validate_resource(resource)
         owner = new_owner_token() if owner is None else validate_owner(owner)
-        claim = self.claim(resource, owner, ttl, reentrant, shared, limit, label)
-        hold = self.take(claim)
+        service = self._service()
+        claim = service.claim(resource, owner, ttl, reentrant, shared, limit, label)
+        hold = service.take(claim)
         if hold is None:
             signals.send_refused(self.model, claim)
         return hold
@@ -156,7 +170,7 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
             raise does_not_exist(f"There is no lock on {resource!r}.")
         if renewed.row is None:
             return None
-        hold = self._instance(renewed.row)
+        hold = self._service().instance(renewed.row)
         signals.lock_renewed.send(sender=self.model, lock=hold)
         return hold
 
@@ -172,7 +186,7 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
         validate_owner(owner)
         released = self._backend().give_up(resource, owner)
         if released.result is ReleaseResult.RELEASED and released.row is not None:
-            self._announce_released(released.row, owner, forced=False)
+            self._service().announce_released(released.row, owner, forced=False)
         return released.result
 
     def force_release(self, resource: str, *, owner: str | None = None) -> bool:
@@ -187,7 +201,7 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
             validate_owner(owner)
         released = self._backend().give_up(resource, owner, forced=True)
         for held in released.released:  # each as it was held
-            self._announce_released(
+            self._service().announce_released(
                 replace(held, owner="", expires_at=held.now), held.owner, forced=True
             )
         return bool(released.released)
@@ -196,7 +210,8 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
         """The valid holds of ``resource``, oldest first: its exclusive holder,
         or its readers or permits; none when it is free."""
         validate_resource(resource)
-        return [self._instance(row) for row in self._backend().holders(resource)]
+        service = self._service()
+        return [service.instance(row) for row in self._backend().holders(resource)]
 
     def acquire_all(
         self,
@@ -216,8 +231,8 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
         ``LockKindMismatch`` when one of them is a semaphore.
         """
         owner = new_owner_token() if owner is None else validate_owner(owner)
-        claims = self.claims(resources, owner, ttl, label)
-        return self.take_all(claims)
+        service = self._service()
+        return service.take_all(service.claims(resources, owner, ttl, label))
 
     def release_all(self, resources: Sequence[str], owner: str) -> list[ReleaseResult]:
         """Release ``owner``'s holds of ``resources`` together, in one
@@ -228,7 +243,7 @@ class DistributedLockManager(LockOperations[_Lock], _DistributedLockManagerBase[
         outcomes = self._backend().give_up_all(list(resources), owner)
         for released in outcomes:
             if released.result is ReleaseResult.RELEASED and released.row is not None:
-                self._announce_released(released.row, owner, forced=False)
+                self._service().announce_released(released.row, owner, forced=False)
         return [released.result for released in outcomes]
 
     def purge_expired(

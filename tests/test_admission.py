@@ -10,7 +10,7 @@ against every case without a database; then each case is built in the database
 under test and the claim made through every path that vendor has, so that no
 dialect can drift from the others unnoticed. The same test says which cases a
 vendor's statements hand to the portable operation (``HANDED_OVER``), and
-checks that a waiter's look at the queue (``locking.waiting.state_of``) tries
+checks that a waiter's look at the queue (``locking.queue.state_of``) tries
 exactly when the rule would admit a newcomer.
 """
 

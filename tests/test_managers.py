@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_dlock import signals
@@ -529,3 +529,42 @@ class TestValidation:
     def test_good_names(self) -> None:
         for resource in ("billing.nightly", "report:monthly-2026-05", "x" * 255, "ünïcødé"):
             assert Locks.acquire(resource, owner="o" * 255, ttl=0.5) is not None
+
+
+# The manager's own public calls: those CONTRACT.md, docs/usage.md and the
+# CHANGELOG name. The internal operations (``django_dlock.service``) stay off it.
+MANAGER_CALLS = {
+    "acquire",
+    "renew",
+    "release",
+    "force_release",
+    "holders",
+    "acquire_all",
+    "release_all",
+    "purge_expired",
+    "expires_in",
+    "aacquire",
+    "arenew",
+    "arelease",
+    # the queryset's filters
+    "active",
+    "expired",
+    "owned_by",
+    "with_resource_prefix",
+}
+
+
+def public_calls(manager: object) -> set[str]:
+    """The public methods of ``manager`` (not its ``model`` class)."""
+    values = {name: getattr(manager, name, None) for name in dir(manager)}
+    return {
+        name
+        for name, value in values.items()
+        if not name.startswith("_") and callable(value) and not isinstance(value, type)
+    }
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_manager_offers_exactly_the_documented_calls_besides_djangos() -> None:
+    ours = public_calls(Locks) - public_calls(models.Manager())
+    assert ours == MANAGER_CALLS

@@ -32,6 +32,7 @@ from django_dlock.locking import waiting
 from django_dlock.locking.backoff import LISTENING_LOOKS, QueueState
 from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
+from django_dlock.service import service_for
 from django_dlock.signals import lock_acquired, lock_released, lock_renewed
 from tests.pgbouncer import pgbouncer
 from tests.utils import database_settings, run_in_processes, spawn, wait_for
@@ -244,7 +245,9 @@ def test_a_waiter_whose_waiters_ahead_left_unseen_looks_again_soon_after_queuing
     # queued and saw both.
     settings.DLOCK_BACKOFF_MAX = 5  # a timed look every 20 s
     Locks.acquire("listen:10", "holder", ttl=60)
-    ahead = backend_for("default").enqueue_waiter(Locks.claim("listen:10", "ahead", 60), 60)[0]
+    ahead = backend_for("default").enqueue_waiter(
+        service_for().claim("listen:10", "ahead", 60), 60
+    )[0]
 
     def leave_and_free(queued: Any) -> None:
         assert queued[1].ahead == 1  # behind the one ahead, which leaves now
@@ -407,7 +410,7 @@ def test_on_sqlite_a_release_hands_the_lock_to_a_listening_head() -> None:
     assert held is not None
 
     def queue(owner: str, channel: str = "dlock_spy", ttl: float | None = 30) -> int:
-        claim = Locks.claim("host:4", owner, ttl or 30)
+        claim = service_for().claim("host:4", owner, ttl or 30)
         if ttl is None:  # a waiter of the previous version: no ttl in its ticket
             ticket = backend.enqueue_waiter(claim, 60, channel=channel)[0]
             LockWaiter.objects.filter(pk=ticket).update(ttl=None)
@@ -462,7 +465,7 @@ def test_a_wait_that_ends_as_the_lock_is_handed_to_it_gives_it_back() -> None:
     lock_acquired.connect(acquired)
     lock_released.connect(released)
     try:
-        wait = Wait(Locks.claim("host:5", "late", 30), 10, "default")
+        wait = Wait(service_for().claim("host:5", "late", 30), 10, "default")
         assert isinstance(wait.step(), float)  # queued behind the holder
         Locks.release("host:5", "holder")
         assert DistributedLock.objects.get(resource="host:5").owner == "late"

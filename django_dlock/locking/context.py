@@ -33,6 +33,7 @@ from django_dlock.locking.waiting_thread import waiting_thread
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold, ReleaseResult, new_owner_token
+from django_dlock.service import service_for
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import (
     validate_label,
@@ -312,7 +313,7 @@ class lock:
         )
 
     def _claim(self, owner: str, held_token: int | None = None) -> Claim:
-        return DistributedLock.objects.db_manager(self.using).claim(
+        return service_for(self.using).claim(
             self.resource,
             owner,
             self.ttl,
@@ -325,9 +326,8 @@ class lock:
 
     def _take(self, owner: str, held_token: int | None = None) -> Hold | None:
         """One non-blocking acquisition; with ``held_token``, a re-entry of that grant."""
-        manager = DistributedLock.objects.db_manager(self.using)
         claim = self._claim(owner, held_token)
-        hold = manager.take(claim)
+        hold = service_for(self.using).take(claim)
         if hold is None:
             signals.send_refused(DistributedLock, claim)
         return hold

@@ -15,6 +15,7 @@ from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
 from django_dlock.locking.renewal import RenewalFailure, renew_lock
 from django_dlock.models import DistributedLock
 from django_dlock.rules import EXCLUSIVE, SHARED, Hold, ReleaseResult
+from django_dlock.service import service_for
 from django_dlock.threads import run_in_lock_thread
 
 if TYPE_CHECKING:
@@ -163,12 +164,13 @@ class LockHandle:
         self.check()
         ttl = ttl or self.ttl
         started = time.monotonic()
+        service = service_for(self.using)
         manager = DistributedLock.objects.db_manager(self.using)
         # Of this grant only: one that was lost is not replaced by a new one.
-        claim = manager.claim(
+        claim = service.claim(
             self.resource, self.owner, ttl, shared=shared, held_token=self.fencing_token
         )
-        hold = manager.take(claim)
+        hold = service.take(claim)
         if hold is None and (shared or not self._holds_still(manager)):
             raise self.lost_before("its change of mode")
         if hold is None or hold.mode != (SHARED if shared else EXCLUSIVE):

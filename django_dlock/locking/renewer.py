@@ -23,6 +23,7 @@ from django_dlock.locking.renewal import RenewalFailure, failure_of, renew_lock
 from django_dlock.models import DistributedLock
 from django_dlock.per_alias import PerAlias
 from django_dlock.rules import Hold
+from django_dlock.service import service_for
 
 if TYPE_CHECKING:
     from django_dlock.locking.handle import LockHandle
@@ -157,7 +158,7 @@ def renew_batch(using: str, batch: Sequence[Renewed]) -> list[Hold | str]:
     for ttl, handles in by_ttl.items():
         pairs = [(handle.resource, handle.owner) for handle in handles]
         try:
-            renewed = DistributedLock.objects.db_manager(using).renew_held(pairs, ttl)
+            renewed = service_for(using).renew_held(pairs, ttl)
             failures = _failures(using, [pair for pair in pairs if pair not in renewed])
         except DatabaseError as error:
             for handle in handles:

@@ -1,8 +1,8 @@
 """``lock([...])``: several resources at once, all or none.
 
 Each try is one transaction that takes every lock or none, in the order of
-their names (``DistributedLock.objects.take_all``): two callers asking for
-overlapping sets in opposite orders never wait for each other in a circle, and
+their names (``LockService.take_all``): two callers asking for overlapping
+sets in opposite orders never wait for each other in a circle, and
 never hold a part each. A blocking ``lock([...])`` tries again after a backoff
 with jitter until its timeout (it does not queue: a queued waiter would hold a
 place in one queue while waiting for the others, which is what deadlocks).
@@ -22,6 +22,7 @@ from django_dlock.locking.handle import LockHandle, report_lost
 from django_dlock.locking.renewer import Renewer
 from django_dlock.models import DistributedLock
 from django_dlock.rules import ReleaseResult, new_owner_token
+from django_dlock.service import service_for
 
 if TYPE_CHECKING:
     from django_dlock.locking.handle import LockHandle as _Handle
@@ -107,15 +108,15 @@ class Wanted(Protocol):
 def hold_several(context: Wanted, items: LockItems) -> HeldLocks:
     """Take every lock of ``items`` for ``context`` (a ``lock()``), waiting up
     to its timeout; ``LockNotAcquired`` when they stay held."""
-    manager = DistributedLock.objects.db_manager(context.using)
+    service = service_for(context.using)
     owner = context.owner or new_owner_token()
-    claims = manager.claims(items, owner, context.ttl, context.label)
+    claims = service.claims(items, owner, context.ttl, context.label)
     deadline = time.monotonic() + (context.timeout or 0.0)
     rng = random.Random()  # noqa: S311 - jitter, not a secret
     attempt = 0
     while True:
         started = time.monotonic()
-        holds = manager.take_all(claims)
+        holds = service.take_all(claims)
         if holds is not None:
             break
         remaining = deadline - time.monotonic()

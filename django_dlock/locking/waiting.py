@@ -35,21 +35,21 @@ import time
 from dataclasses import dataclass, field, replace
 
 from django_dlock import signals
-from django_dlock.backends import backend_for, listener_for
-from django_dlock.backends.clock import time_left
-from django_dlock.backends.queue import QueueRow
+from django_dlock.backends import listener_for
 from django_dlock.backends.results import Claim
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.listeners.base import Watch
 from django_dlock.locking.backoff import Backoff, QueueState
 from django_dlock.locking.local_queues import local_queues
+from django_dlock.locking.queue import Queue, state_of
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
-from django_dlock.rules import SHARED_HOLDERS, Hold
+from django_dlock.rules import Hold
+from django_dlock.service import service_for
 from django_dlock.transactions import refuse_callers_transaction
 
-__all__ = ["WAITER_TTL", "Wait"]
+__all__ = ["WAITER_TTL", "Wait", "queue_state", "state_of"]
 
 # A waiter's row counts for this long (seconds) unless refreshed, so a waiter
 # that crashed holds up the queue at most this long.
@@ -89,6 +89,7 @@ class Wait:
     # The head seen ahead of this waiter while the lock was free: its ticket,
     # and since when (monotonic), until the lock is taken or the head changes.
     stalled_head: tuple[int, float] | None = None
+    queue: Queue = field(init=False)
 
     @property
     def resource(self) -> str:
@@ -101,6 +102,7 @@ class Wait:
     def __post_init__(self) -> None:
         self.began = time.monotonic()
         self.deadline = self.began + self.timeout
+        self.queue = Queue(self.using)
         # Queue rows written in the caller's transaction would be invisible to
         # the other waiters; fail as the manager's calls do.
         refuse_callers_transaction(self.using)
@@ -148,7 +150,7 @@ class Wait:
         if state.free and state.ahead and self.ticket is not None:
             # Free, yet others ahead: dead waiters' tickets, where they can be
             # told, or a head that stopped answering.
-            backend_for(self.using).prune_ahead(self.resource, self.ticket)
+            self.queue.prune(self.resource, self.ticket)
             if self._passed_stalled_head(state):
                 state = queue_state(self.using, self.claim, self.ticket)
         else:
@@ -178,7 +180,7 @@ class Wait:
             return False
         self.stalled_head = None
         # As if it had left the queue: the next waiter is told where it is not this one.
-        backend_for(self.using).give_up_waiting(self.resource, state.head)
+        self.queue.pass_head(self.resource, state.head)
         return True
 
     def timed_out(self) -> bool:
@@ -208,9 +210,8 @@ class Wait:
         try:
             if self.ticket is not None:
                 # Without the lock: if it is free, the next waiter is told.
-                backend = backend_for(self.using)
                 ticket, self.ticket = self.ticket, None
-                if not backend.give_up_waiting(self.resource, ticket):
+                if not self.queue.leave(self.resource, ticket):
                     self._give_back(ticket)
         finally:
             local_queues.leave(self)
@@ -227,9 +228,8 @@ class Wait:
     def _try(self, *, queued: bool) -> Hold | None:
         self.tries += 1
         self.started = time.monotonic()
-        manager = DistributedLock.objects.db_manager(self.using)
         leaving = self.ticket if queued else None
-        acquired = manager.take(replace(self.claim, ticket=leaving))
+        acquired = service_for(self.using).take(replace(self.claim, ticket=leaving))
         if acquired is not None and leaving is not None:
             self.ticket = None
         return acquired
@@ -242,9 +242,8 @@ class Wait:
         if self.ticket is None or not self._offered_handovers():
             return None
         assert self.claim.duration is not None  # noqa: S101 - _offered_handovers()
-        manager = DistributedLock.objects.db_manager(self.using)
         started = time.monotonic()
-        accepted = manager.accept_handover(
+        accepted = service_for(self.using).accept_handover(
             self.resource, self.owner, self.ticket, self.claim.duration
         )
         if accepted is not None:
@@ -254,7 +253,7 @@ class Wait:
 
     def _offered_handovers(self) -> bool:
         return (
-            backend_for(self.using).grants_on_release
+            self.queue.grants_on_release
             and self.claim.exclusive
             and self.claim.duration is not None
         )
@@ -266,9 +265,9 @@ class Wait:
         if not self._offered_handovers():
             return
         assert self.claim.duration is not None  # noqa: S101 - _offered_handovers()
-        manager = DistributedLock.objects.db_manager(self.using)
-        if manager.accept_handover(self.resource, self.owner, ticket, self.claim.duration):
-            manager.release(self.resource, self.owner)
+        service = service_for(self.using)
+        if service.accept_handover(self.resource, self.owner, ticket, self.claim.duration):
+            DistributedLock.objects.db_manager(self.using).release(self.resource, self.owner)
 
     def _watch(self) -> None:
         """Subscribe to the releases that name this waiter, and give the listener
@@ -286,29 +285,23 @@ class Wait:
 
     def _enqueue(self) -> QueueState:
         """Queue the waiter; the queue as seen once its ticket is in it."""
-        backend = backend_for(self.using)
         if self.backoff.rng.random() < 0.05:
             # Now and then, drop the rows of waiters that crashed (they no
             # longer count anyway) so that the table stays small.
-            backend.drop_dead_waiters(self.resource)
+            self.queue.sweep(self.resource)
         seconds = self._ticket_ttl()
         # Releases notify the head's channel: only where it is listened to now.
         listening = self.watch is not None and self.watch.listening()
         self.channel = self.watch.channel if self.watch is not None and listening else ""
         # Where the database can tell, the ticket says which server connection
-        # lives as long as the waiter: its listener's, or the one it polls on.
-        if self.channel and self.watch is not None:
-            pid = self.watch.listener.backend_pid
-        else:
-            pid = backend.session_pid()
-        self.ticket, row = backend.enqueue_waiter(
-            self.claim, seconds, channel=self.channel, listener_pid=pid
-        )
+        # lives as long as the waiter: its listener's, or (None) the one it polls on.
+        pid = self.watch.listener.backend_pid if self.channel and self.watch is not None else None
+        self.ticket, state = self.queue.join(self.claim, seconds, self.channel, pid)
         self.ticket_until = time.monotonic() + seconds
         if self.watch is not None:
             self.watch.claim(self.ticket)
         local_queues.join(self)
-        return state_of(row, self.claim)
+        return state
 
     def _enqueue_again(self) -> QueueState:
         """Queue again, at the back, a waiter whose ticket was dropped: a
@@ -329,13 +322,13 @@ class Wait:
         sleep = self.backoff.sleep(
             state,
             listening=self._listening(),
-            shares_host=backend_for(self.using).waiters_share_host,
+            shares_host=self.queue.waiters_share_host,
             refresh_in=WAITER_TTL / 2,
         )
         sleep = min(sleep, self._remaining())
         if local_queues.refresh_in(self) <= sleep:
             tickets = local_queues.tickets(self)
-            backend_for(self.using).refresh_waiters(tickets, WAITER_TTL)
+            self.queue.refresh(tickets, WAITER_TTL)
             local_queues.refreshed(self, time.monotonic() + WAITER_TTL)
         return sleep
 
@@ -362,38 +355,5 @@ def head_grace() -> float:
 
 def queue_state(using: str, claim: Claim, ticket: int | None) -> QueueState:
     """One statement, no transaction: whether the lock would admit ``claim``,
-    and who is ahead."""
-    return state_of(backend_for(using).queue_state(claim.resource, ticket), claim)
-
-
-def state_of(row: QueueRow, claim: Claim) -> QueueState:
-    """What a look that saw ``row`` means for a waiter of ``claim``: admitted
-    as ``backends.admission`` would decide (a kind that does not match is tried
-    too, so that the acquisition raises ``LockKindMismatch``)."""
-    held = bool(row.owner) and row.expires_at is not None and row.now < row.expires_at
-    shared = held and row.owner == SHARED_HOLDERS and row.holders > 0
-    free = not held or (row.owner == SHARED_HOLDERS and row.holders == 0)
-    if free:
-        holder, left = None, None
-    else:
-        assert row.expires_at is not None  # noqa: S101 - held
-        holder, left = row.owner, time_left(row.expires_at, row.now)
-    if claim.exclusive:
-        admissible = free and row.ahead == 0
-    elif claim.limit is None:
-        admissible = (free or (shared and row.limit is None)) and row.ahead_exclusive == 0
-    else:
-        taken = 0 if free else row.holders
-        admissible = (free or (shared and row.limit == claim.limit)) and (
-            taken + row.ahead < claim.limit
-        )
-    mismatch = not free and (row.limit if shared else None) != claim.limit
-    return QueueState(
-        holder=holder,
-        free=free,
-        holder_left=left,
-        ahead=row.ahead,
-        admissible=admissible or mismatch,
-        queued=row.queued,
-        head=row.head,
-    )
+    and who is ahead (``Queue.look``)."""
+    return Queue(using).look(claim, ticket)

@@ -1,8 +1,12 @@
-"""What the manager's calls and ``lock()`` share: the claims they make, the
-acquisitions that carry them out with their signals, and the model instances
-of the rows the backend answers. ``DistributedLockManager`` mixes it in; the
-methods without a leading underscore are the internal interface that
-``django_dlock.locking`` uses (its waiters and its renewer)."""
+"""The internal lock service of one database alias: what the manager's calls
+and ``lock()`` share. The claims they make, the acquisitions that carry them
+out with their signals, and the model instances of the rows the backend
+answers.
+
+Not public: ``DistributedLock.objects`` offers what the contract names and runs
+on it; ``django_dlock.locking`` (its waiters, its renewer, ``lock([...])``)
+reaches it through ``service_for(using)``.
+"""
 
 from __future__ import annotations
 
@@ -24,22 +28,20 @@ from django_dlock.kinds import LockKind
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, Hold, duration_of, kind_of
 from django_dlock.validators import validate_label, validate_resource
 
-__all__ = ["LockOperations", "mismatch"]
+__all__ = ["LockService", "mismatch", "service_for"]
 
 _Lock = TypeVar("_Lock", bound=models.Model)
 
 
-class LockOperations(Generic[_Lock]):
-    """The machinery of a manager of ``_Lock`` rows (its ``model`` and ``_db``)."""
+class LockService(Generic[_Lock]):
+    """The lock operations on ``_Lock`` rows (``model``) in the database ``using``."""
 
-    model: type[_Lock]
-    _db: str | None
-
-    def _alias(self) -> str:
-        return self._db or conf.DATABASE
+    def __init__(self, model: type[_Lock], using: str) -> None:
+        self.model = model
+        self.using = using
 
     def _backend(self) -> LockBackend:
-        return backend_for(self._alias())
+        return backend_for(self.using)
 
     def claim(
         self,
@@ -98,8 +100,8 @@ class LockOperations(Generic[_Lock]):
             raise mismatch(claim, taken.mismatch)
         if taken.row is None:
             return None
-        hold = self._instance(taken.row)
-        self._announce(taken.row, hold, taken.previous_owner, taken.renewed)
+        hold = self.instance(taken.row)
+        self.announce(taken.row, hold, taken.previous_owner, taken.renewed)
         return hold
 
     def take_all(self, claims: list[Claim]) -> list[Hold] | None:
@@ -112,8 +114,8 @@ class LockOperations(Generic[_Lock]):
             if one.mismatch is not None:
                 raise mismatch(claim, one.mismatch)
             assert one.row is not None  # noqa: S101 - take_all() takes all or none
-            hold = self._instance(one.row)
-            self._announce(one.row, hold, one.previous_owner, one.renewed)
+            hold = self.instance(one.row)
+            self.announce(one.row, hold, one.previous_owner, one.renewed)
             holds.append(hold)
         return holds
 
@@ -126,13 +128,11 @@ class LockOperations(Generic[_Lock]):
         row = self._backend().granted(resource, owner, ticket, duration)
         if row is None:
             return None
-        hold = self._instance(row)
-        self._announce(row, hold, previous_owner="", renewed=False)
+        hold = self.instance(row)
+        self.announce(row, hold, previous_owner="", renewed=False)
         return hold
 
-    def _announce(
-        self, row: LockRow, hold: Hold, previous_owner: str | None, renewed: bool
-    ) -> None:
+    def announce(self, row: LockRow, hold: Hold, previous_owner: str | None, renewed: bool) -> None:
         """The signals of an acquisition (``previous_owner``: the resource row's
         owner before; an expired lock of another owner was taken over). They go
         out after the commit, so that a receiver sees the lock as others do, and
@@ -148,12 +148,12 @@ class LockOperations(Generic[_Lock]):
             )
         signals.lock_acquired.send(sender=self.model, lock=hold, taken_over_from=taken_over_from)
 
-    def _announce_released(self, row: LockRow, owner: str, *, forced: bool) -> None:
+    def announce_released(self, row: LockRow, owner: str, *, forced: bool) -> None:
         """``lock_released`` for the hold ``owner`` had (``row``, as released).
         The hold's model instance is built only for a receiver: a release
         returns none, so without one nobody would see it."""
         if signals.lock_released.has_listeners(self.model):
-            hold = self._instance(row)
+            hold = self.instance(row)
             signals.lock_released.send(sender=self.model, lock=hold, owner=owner, forced=forced)
 
     def renew_held(self, pairs: list[tuple[str, str]], ttl: float) -> dict[tuple[str, str], Hold]:
@@ -161,17 +161,24 @@ class LockOperations(Generic[_Lock]):
         seconds (the auto-renewer's batch: one statement per table); the renewed
         holds. A hold not among them was lost."""
         rows = self._backend().renew_many(pairs, ttl)
-        renewed = {pair: self._instance(row) for pair, row in rows.items()}
+        renewed = {pair: self.instance(row) for pair, row in rows.items()}
         for hold in renewed.values():
             signals.lock_renewed.send(sender=self.model, lock=hold)
         return renewed
 
-    def _instance(self, row: LockRow) -> Hold:
+    def instance(self, row: LockRow) -> Hold:
         """The model instance of ``row``: a ``DistributedLock``, or a ``LockHold``."""
         model = apps.get_model("django_dlock", "LockHold") if row.shared else self.model
         names = _attnames(model)
         values = row.field_values()
-        return cast(Hold, model.from_db(self._alias(), names, [values[name] for name in names]))
+        return cast(Hold, model.from_db(self.using, names, [values[name] for name in names]))
+
+
+def service_for(using: str | None = None) -> LockService[models.Model]:
+    """The lock service of ``using`` (``DLOCK_DATABASE`` when None), on
+    ``DistributedLock`` rows (looked up by name: ``models`` imports the
+    manager, which imports this module)."""
+    return LockService(apps.get_model("django_dlock", "DistributedLock"), using or conf.DATABASE)
 
 
 @functools.cache

@@ -1,0 +1,120 @@
+"""The waiter queue of one database alias, as a blocking acquisition (``Wait``)
+sees it: the one interface through which ``locking`` reads and writes the queue.
+
+Each method is one backend call (``backends/queue.py`` and the vendors'
+overrides hold the SQL); this module adds what a look means for a waiter
+(``state_of``), and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django_dlock.backends import backend_for
+from django_dlock.backends.base import LockBackend
+from django_dlock.backends.clock import time_left
+from django_dlock.backends.queue import QueueRow
+from django_dlock.backends.results import Claim
+from django_dlock.locking.backoff import QueueState
+from django_dlock.rules import SHARED_HOLDERS
+
+__all__ = ["Queue", "state_of"]
+
+
+class Queue:
+    """The queue of waiters (``LockWaiter`` rows, in ticket order) on ``using``."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+
+    @property
+    def _backend(self) -> LockBackend:
+        return backend_for(self.using)
+
+    @property
+    def grants_on_release(self) -> bool:
+        """Whether a release hands the lock to the head of its queue (then the
+        head accepts the offer rather than acquire)."""
+        return self._backend.grants_on_release
+
+    @property
+    def waiters_share_host(self) -> bool:
+        """Whether every waiter runs on the database's host (SQLite): looking
+        costs microseconds."""
+        return self._backend.waiters_share_host
+
+    def look(self, claim: Claim, ticket: int | None) -> QueueState:
+        """One statement, no transaction: whether the lock would admit
+        ``claim``, and who is ahead of ``ticket`` (of everyone when None)."""
+        return state_of(self._backend.queue_state(claim.resource, ticket), claim)
+
+    def join(
+        self, claim: Claim, seconds: float, channel: str, pid: int | None
+    ) -> tuple[int, QueueState]:
+        """Queue a waiter of ``claim`` for ``seconds`` unless refreshed: its
+        ticket, and the queue as seen once the ticket is in it. ``channel``:
+        where a release wakes it ("" when it polls); ``pid``: the server
+        connection that lives as long as the waiter (None: this thread's, where
+        the database can tell)."""
+        backend = self._backend
+        if pid is None and not channel:
+            pid = backend.session_pid()
+        ticket, row = backend.enqueue_waiter(claim, seconds, channel=channel, listener_pid=pid)
+        return ticket, state_of(row, claim)
+
+    def refresh(self, tickets: Sequence[int], seconds: float) -> None:
+        """Keep the waiters of ``tickets`` queued for ``seconds`` more (one statement)."""
+        self._backend.refresh_waiters(tickets, seconds)
+
+    def leave(self, resource: str, ticket: int) -> bool:
+        """Drop the waiter of ``ticket``, which leaves without the lock; whether
+        it was still queued (if not, a release may have handed it the lock)."""
+        return self._backend.give_up_waiting(resource, ticket)
+
+    def pass_head(self, resource: str, ticket: int) -> None:
+        """Drop the head's ``ticket``, as if it had left: it stopped answering,
+        and the next waiter is told where it is not the one passing."""
+        self._backend.give_up_waiting(resource, ticket)
+
+    def prune(self, resource: str, ticket: int) -> None:
+        """Drop the tickets ahead of ``ticket`` whose waiters are known to be
+        dead, where the database can tell sooner than their expiry."""
+        self._backend.prune_ahead(resource, ticket)
+
+    def sweep(self, resource: str) -> None:
+        """Delete the rows of ``resource``'s waiters that stopped refreshing
+        them (they no longer count anyway), so that the table stays small."""
+        self._backend.drop_dead_waiters(resource)
+
+
+def state_of(row: QueueRow, claim: Claim) -> QueueState:
+    """What a look that saw ``row`` means for a waiter of ``claim``: admitted
+    as ``backends.admission`` would decide (a kind that does not match is tried
+    too, so that the acquisition raises ``LockKindMismatch``)."""
+    held = bool(row.owner) and row.expires_at is not None and row.now < row.expires_at
+    shared = held and row.owner == SHARED_HOLDERS and row.holders > 0
+    free = not held or (row.owner == SHARED_HOLDERS and row.holders == 0)
+    if free:
+        holder, left = None, None
+    else:
+        assert row.expires_at is not None  # noqa: S101 - held
+        holder, left = row.owner, time_left(row.expires_at, row.now)
+    if claim.exclusive:
+        admissible = free and row.ahead == 0
+    elif claim.limit is None:
+        admissible = (free or (shared and row.limit is None)) and row.ahead_exclusive == 0
+    else:
+        taken = 0 if free else row.holders
+        admissible = (free or (shared and row.limit == claim.limit)) and (
+            taken + row.ahead < claim.limit
+        )
+    mismatch = not free and (row.limit if shared else None) != claim.limit
+    return QueueState(
+        holder=holder,
+        free=free,
+        holder_left=left,
+        ahead=row.ahead,
+        admissible=admissible or mismatch,
+        queued=row.queued,
+        head=row.head,
+    )
