@@ -239,34 +239,28 @@ class Wait:
         and the offer still stands. Only an exclusive claim with a ttl is ever
         handed over: a reader or a permit waiter takes its hold itself, so it
         does not ask."""
-        if self.ticket is None or not self._offered_handovers():
+        if self.ticket is None:
             return None
-        assert self.claim.duration is not None  # noqa: S101 - _offered_handovers()
         started = time.monotonic()
-        accepted = service_for(self.using).accept_handover(
-            self.resource, self.owner, self.ticket, self.claim.duration
-        )
+        accepted = self._take_offer(self.ticket)
         if accepted is not None:
             self.ticket = None  # the release dropped it
             self.started = started  # the lock's time runs from the offer's taking
         return accepted
 
-    def _offered_handovers(self) -> bool:
-        return (
-            self.queue.grants_on_release
-            and self.claim.exclusive
-            and self.claim.duration is not None
-        )
+    def _take_offer(self, ticket: int) -> Hold | None:
+        """The lock, for the claim's ttl, if a release offered it to the waiter
+        of ``ticket`` and the offer still stands; None where none is offered."""
+        duration = self.claim.duration
+        if not (self.queue.grants_on_release and self.claim.exclusive) or duration is None:
+            return None
+        return service_for(self.using).accept_handover(self.resource, self.owner, ticket, duration)
 
     def _give_back(self, ticket: int) -> None:
         """Release a lock a release handed over as this wait ended without it
         (timed out, cancelled): the next waiter gets it at once, rather than
         when the offer lapses."""
-        if not self._offered_handovers():
-            return
-        assert self.claim.duration is not None  # noqa: S101 - _offered_handovers()
-        service = service_for(self.using)
-        if service.accept_handover(self.resource, self.owner, ticket, self.claim.duration):
+        if self._take_offer(ticket) is not None:
             DistributedLock.objects.db_manager(self.using).release(self.resource, self.owner)
 
     def _watch(self) -> None:

@@ -89,14 +89,13 @@ class SQLiteBackend(LockBackend):
     # -- handing the lock to the head of the queue ---------------------------------
     # A release reads the head of the resource's queue in its transaction. When
     # the head listens and says how long it takes the lock for, the release
-    # hands the lock over (a new holder, a larger token) and drops its ticket;
-    # once committed, it sends the head a datagram (``wake``), and the waiter
-    # finds the lock its own (``granted``). The next holder then writes nothing
-    # before its turn begins: on SQLite, where every write waits for the one
-    # write lock, that write would be a large part of a hand-over. A head that crashed
-    # while queued holds the lock until its ttl runs out, as a holder that
-    # crashed does. A head that polls, or whose process predates the ttl
-    # column, takes the lock itself.
+    # offers it the lock (a new holder, a larger token, for HANDOVER_LEASE) and
+    # drops its ticket; once committed, it sends the head a datagram (``wake``),
+    # and the waiter takes the offer for its ttl (``granted``, one UPDATE). So
+    # the next holder's turn begins with no acquisition of its own to wait for
+    # the write lock, and a head that crashed or stopped answering while queued
+    # holds the lock up for the lease, not its ttl. A head that polls, or whose
+    # process predates the ttl column, takes the lock itself.
 
     def mark_released(self, row: LockRow) -> None:
         values = self._released_values(row)
