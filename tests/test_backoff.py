@@ -12,8 +12,8 @@ from django_dlock.locking.backoff import (
     NEW_WAITER_LOOKS_AGAIN,
     SHARED_HOST_HEAD_LOOKS,
     Backoff,
-    QueueState,
 )
+from django_dlock.locking.queue import QueueState
 
 pytestmark = pytest.mark.vendor_independent
 

@@ -29,7 +29,8 @@ from django_dlock.checks import check_settings
 from django_dlock.listeners.postgresql import PostgresListener
 from django_dlock.listeners.sqlite import host_address
 from django_dlock.locking import waiting
-from django_dlock.locking.backoff import LISTENING_LOOKS, QueueState
+from django_dlock.locking.backoff import LISTENING_LOOKS
+from django_dlock.locking.queue import QueueState
 from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.service import service_for

@@ -18,7 +18,7 @@ def wait_for_lock(
     from django_dlock import LockNotAcquired, lock
     from django_dlock.backends import listener_for
     from django_dlock.locking import waiting
-    from django_dlock.locking.backoff import QueueState
+    from django_dlock.locking.queue import QueueState
 
     settings.DLOCK_LISTEN = listen
     looks = 0

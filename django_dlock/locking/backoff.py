@@ -6,10 +6,15 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django_dlock.conf import conf
 
-__all__ = ["LISTENING_LOOKS", "Backoff", "QueueState"]
+if TYPE_CHECKING:
+    # For the annotations only: at run time the policy needs no database.
+    from django_dlock.locking.queue import QueueState
+
+__all__ = ["LISTENING_LOOKS", "Backoff"]
 
 # A listening waiter still looks every LISTENING_LOOKS x DLOCK_BACKOFF_MAX
 # seconds, in case a wake-up went astray.
@@ -20,23 +25,6 @@ SHARED_HOST_HEAD_LOOKS = 0.05
 # When a listening waiter that just queued looks a second time, in seconds:
 # after any release in flight as it queued has committed.
 NEW_WAITER_LOOKS_AGAIN = 0.05
-
-
-@dataclass
-class QueueState:
-    """What one look at the lock and its queue saw."""
-
-    holder: str | None  # the owner holding the lock, None when it is free
-    free: bool
-    holder_left: float | None  # seconds until the holder's lock expires
-    ahead: int  # live waiters queued before the ticket (all of them without one)
-    admissible: bool | None = None  # whether an acquisition would be admitted now
-    queued: bool = True  # the waiter's ticket is still in the queue (True without one)
-    head: int | None = None  # the ticket of the first live waiter ahead, where known
-
-    def __post_init__(self) -> None:
-        if self.admissible is None:  # an exclusive waiter's
-            self.admissible = self.free and self.ahead == 0
 
 
 @dataclass

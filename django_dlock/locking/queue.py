@@ -3,22 +3,39 @@ sees it: the one interface through which ``locking`` reads and writes the queue.
 
 Each method is one backend call (``backends/queue.py`` and the vendors'
 overrides hold the SQL); this module adds what a look means for a waiter
-(``state_of``), and nothing else.
+(``QueueState``, ``state_of``), and nothing else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import time_left
 from django_dlock.backends.queue import QueueRow
 from django_dlock.backends.results import Claim
-from django_dlock.locking.backoff import QueueState
 from django_dlock.rules import SHARED_HOLDERS
 
-__all__ = ["Queue", "state_of"]
+__all__ = ["Queue", "QueueState", "state_of"]
+
+
+@dataclass
+class QueueState:
+    """What one look at the lock and its queue saw."""
+
+    holder: str | None  # the owner holding the lock, None when it is free
+    free: bool
+    holder_left: float | None  # seconds until the holder's lock expires
+    ahead: int  # live waiters queued before the ticket (all of them without one)
+    admissible: bool | None = None  # whether an acquisition would be admitted now
+    queued: bool = True  # the waiter's ticket is still in the queue (True without one)
+    head: int | None = None  # the ticket of the first live waiter ahead, where known
+
+    def __post_init__(self) -> None:
+        if self.admissible is None:  # an exclusive waiter's
+            self.admissible = self.free and self.ahead == 0
 
 
 class Queue:

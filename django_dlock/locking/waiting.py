@@ -40,9 +40,9 @@ from django_dlock.backends.results import Claim
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.listeners.base import Watch
-from django_dlock.locking.backoff import Backoff, QueueState
+from django_dlock.locking.backoff import Backoff
 from django_dlock.locking.local_queues import local_queues
-from django_dlock.locking.queue import Queue, state_of
+from django_dlock.locking.queue import Queue, QueueState, state_of
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold
