@@ -39,7 +39,7 @@ def _close_listeners(django_db_setup: None) -> Iterator[None]:
     """Close the waiters' listening connections before the test database is
     dropped (PostgreSQL refuses to drop a database that has sessions)."""
     yield
-    from django_dlock.backends import stop_listeners
+    from django_dlock.listeners.registry import stop_listeners
 
     stop_listeners()
 

@@ -23,10 +23,11 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from django_dlock import LockNotAcquired, lock
-from django_dlock.backends import backend_for, listener_for
+from django_dlock.backends import backend_for
 from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.checks import check_settings
 from django_dlock.listeners.postgresql import PostgresListener
+from django_dlock.listeners.registry import listener_for
 from django_dlock.listeners.sqlite import host_address
 from django_dlock.locking import waiting
 from django_dlock.locking.backoff import LISTENING_LOOKS

@@ -16,7 +16,7 @@ def wait_for_lock(
     from django.conf import settings
 
     from django_dlock import LockNotAcquired, lock
-    from django_dlock.backends import listener_for
+    from django_dlock.listeners.registry import listener_for
     from django_dlock.locking import waiting
     from django_dlock.locking.queue import QueueState
 

@@ -1,15 +1,12 @@
 """The raw SQL of django-dlock, one package per database vendor behind ``LockBackend``.
 
-``backend_for(using)`` gives the backend of a database alias, and
-``listener_for(using)`` this process's listener for it, of the kind its backend
-chooses (``django_dlock.listeners``). Nothing outside this package formats SQL.
+``backend_for(using)`` gives the backend of a database alias. Nothing outside
+this package formats SQL.
 """
 
 from __future__ import annotations
 
-import atexit
 from functools import cache
-from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
@@ -17,17 +14,12 @@ from django.utils.module_loading import import_string
 
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.queue import QueueRow
-from django_dlock.conf import conf
-from django_dlock.listeners.base import Listener
-from django_dlock.per_alias import PerAlias
 
 __all__ = [
     "BACKENDS",
     "LockBackend",
     "QueueRow",
     "backend_for",
-    "listener_for",
-    "stop_listeners",
 ]
 
 #: The backend class of each supported ``connection.vendor``. Imported only
@@ -58,31 +50,3 @@ def _backend(using: str, vendor: str) -> LockBackend:
         ) from None
     backend_class: type[LockBackend] = import_string(backend_path)
     return backend_class(using)
-
-
-def _listener(using: str) -> Listener[Any]:
-    listener_class: type[Listener[Any]] = import_string(backend_for(using).listener_class or "")
-    return listener_class(using)
-
-
-_listeners = PerAlias(_listener)
-
-
-def listener_for(using: str) -> Listener[Any] | None:
-    """This process's listener for ``using``, or ``None`` where waiters poll:
-    ``DLOCK_LISTEN = False``, a backend that cannot push (see
-    ``LockBackend.can_listen``), or a listener that found a pooler in between."""
-    if conf.LISTEN is False or not backend_for(using).can_listen():
-        return None
-    listener = _listeners(using)
-    return listener if listener.usable else None
-
-
-def stop_listeners() -> None:
-    """Close every listening connection of this process (at exit; tests call it
-    before the test database is dropped). Waiters that need one reopen it."""
-    for listener in _listeners.pop_all():
-        listener.stop()
-
-
-atexit.register(stop_listeners)

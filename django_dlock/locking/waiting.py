@@ -35,11 +35,11 @@ import time
 from dataclasses import dataclass, field, replace
 
 from django_dlock import signals
-from django_dlock.backends import listener_for
 from django_dlock.backends.results import Claim
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.listeners.base import Watch
+from django_dlock.listeners.registry import listener_for
 from django_dlock.locking.backoff import Backoff
 from django_dlock.locking.local_queues import local_queues
 from django_dlock.locking.queue import Queue, QueueState, state_of
