@@ -247,6 +247,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f", synchronous_commit {cursor.fetchone()[0]}", end="")
     print(f"; metrics {'installed' if args.metrics else 'not installed'}")
     print_table(samples, args.rounds, args.cycles)
+    if other is not None:
+        print_paired(samples, other.label)
     print("statements per operation (BEGIN and COMMIT included):")
     for name, count in statements_per_operation().items():
         print(f"  {name:<44} {count:>9}")
@@ -287,6 +289,23 @@ def print_table(samples: dict[str, list[tuple[float, float]]], rounds: int, cycl
             f"  {name:<44} {cpu:6.3f} [{min(cpus):.3f}-{max(cpus):.3f}] "
             f"{wall:6.3f} [{min(walls):.3f}-{max(walls):.3f}] "
             f"{floor_wall * 1000 / wall:>7.2f} {cpu / (floor_cpu * 1000):>6.1f}"
+        )
+
+
+def print_paired(samples: dict[str, list[tuple[float, float]]], label: str) -> None:
+    """Each variant beside the other checkout's, round by round (the rounds ran
+    next to each other, so their ratio holds better than the medians')."""
+    print(f"beside {label}, the ratio of each round to its twin: median [range]")
+    print(f"  {'variant':<44} {'client CPU':>19} {'wall':>19}")
+    for name in (MANAGER, WITH_LOCK):
+        twin = samples.get(f"{name} [{label}]")
+        if twin is None:
+            continue
+        cpus = [a[0] / b[0] for a, b in zip(samples[name], twin, strict=True)]
+        walls = [a[1] / b[1] for a, b in zip(samples[name], twin, strict=True)]
+        print(
+            f"  {name:<44} {statistics.median(cpus):6.2f} [{min(cpus):.2f}-{max(cpus):.2f}] "
+            f"{statistics.median(walls):6.2f} [{min(walls):.2f}-{max(walls):.2f}]"
         )
 
 
