@@ -66,6 +66,7 @@ FLOOR = "raw one-statement SQL, autocommit (floor)"
 FOUR_STATEMENTS = "raw 4-statement transactions, no Django"
 MANAGER = "django-dlock acquire + release"
 WITH_LOCK = "django-dlock with lock()"
+RUNNABLE = {"floor": FLOOR, "manager": MANAGER, "lock": WITH_LOCK}  # --run's choices
 
 
 def psycopg_connection(*, autocommit: bool) -> Any:
@@ -210,6 +211,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--profile", action="store_true", help="then a cProfile of each django-dlock variant"
     )
+    parser.add_argument(
+        "--run",
+        choices=sorted(RUNNABLE),
+        help="only CYCLES cycles of this variant, after 100 to warm up, and no output: to count "
+        "its instructions under valgrind (the difference of two runs with different CYCLES)",
+    )
     return parser.parse_args(argv)
 
 
@@ -222,6 +229,12 @@ def main(argv: list[str] | None = None) -> None:
     call_command("migrate", verbosity=0)
     if args.metrics:
         install_metrics()
+    if args.run:
+        name = RUNNABLE[args.run]
+        cycle = floor_cycle_factory() if name == FLOOR else dlock_cycles("job")[name]
+        for n in range(100 + args.cycles):
+            cycle(n)
+        return
     variants: dict[str, Cycle] = {FLOOR: floor_cycle_factory()}
     if connection.vendor == "postgresql":
         variants[FOUR_STATEMENTS] = four_statement_cycle_factory()
