@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks import acquire
-from benchmarks.acquire import FLOOR_TABLE, configure
+from benchmarks.acquire import configure
+from benchmarks.contenders import FLOOR_TABLE
 
 PROCESSES = int(os.environ.get("BENCH_PROCESSES", "8"))
 CONTENTION_SECONDS = float(os.environ.get("BENCH_CONTENTION_SECONDS", "10"))

@@ -58,6 +58,8 @@ class LockKind:
         """The kind of ``lock()``'s and ``acquire()``'s arguments of the same
         names (flags are read as booleans, as they always were; ``validate()``
         checks the limit, whatever a caller without type checks passed)."""
+        if limit is None:  # one of four kinds, checked when this module was loaded
+            return _WITHOUT_LIMIT[bool(shared), bool(reentrant)]
         return cls(shared=bool(shared), limit=limit, reentrant=bool(reentrant))
 
     @classmethod
@@ -79,3 +81,11 @@ class LockKind:
     def mode(self) -> str:
         """``"exclusive"`` or ``"shared"``: the ``mode`` of the holds it gives."""
         return SHARED if self.shared else EXCLUSIVE
+
+
+# The kinds without a limit, by (shared, reentrant): every lock operation asks for one.
+_WITHOUT_LIMIT = {
+    (shared, reentrant): LockKind(shared=shared, reentrant=reentrant)
+    for shared in (False, True)
+    for reentrant in (False, True)
+}

@@ -30,7 +30,7 @@ from django_dlock.rules import (
     duration_of,
     new_owner_token,
 )
-from django_dlock.service import LockService
+from django_dlock.service import LockService, service_of
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import (
     validate_owner,
@@ -86,7 +86,7 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
 
     def _service(self) -> LockService[_Lock]:
         """The internal operations (``django_dlock.service``) on this manager's database."""
-        return LockService(self.model, self._alias())
+        return service_of(self.model, self._alias())
 
     def get_queryset(self) -> DistributedLockQuerySet[_Lock]:
         # Lock reads (active(), the API, the admin) go where locks are written,
@@ -184,10 +184,7 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         """
         validate_resource(resource)
         validate_owner(owner)
-        released = self._backend().give_up(resource, owner)
-        if released.result is ReleaseResult.RELEASED and released.row is not None:
-            self._service().announce_released(released.row, owner, forced=False)
-        return released.result
+        return self._service().release(resource, owner)
 
     def force_release(self, resource: str, *, owner: str | None = None) -> bool:
         """Release every hold of ``resource`` whoever holds it (for operators),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from django.apps import apps
 from django.db import models
@@ -25,10 +25,18 @@ from django_dlock.backends.results import Claim, LockRow
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockKindMismatch
 from django_dlock.kinds import LockKind
-from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, Hold, duration_of, kind_of
+from django_dlock.rules import (
+    EXCLUSIVE,
+    SHARED,
+    SHARED_HOLDERS,
+    Hold,
+    ReleaseResult,
+    duration_of,
+    kind_of,
+)
 from django_dlock.validators import validate_label, validate_resource
 
-__all__ = ["LockService", "mismatch", "service_for"]
+__all__ = ["LockService", "mismatch", "service_for", "service_of"]
 
 _Lock = TypeVar("_Lock", bound=models.Model)
 
@@ -148,6 +156,14 @@ class LockService(Generic[_Lock]):
             )
         signals.lock_acquired.send(sender=self.model, lock=hold, taken_over_from=taken_over_from)
 
+    def release(self, resource: str, owner: str) -> ReleaseResult:
+        """``owner``'s release of its hold on ``resource`` (both checked
+        already), with its signal: what it did."""
+        released = self._backend().give_up(resource, owner)
+        if released.result is ReleaseResult.RELEASED and released.row is not None:
+            self.announce_released(released.row, owner, forced=False)
+        return released.result
+
     def announce_released(self, row: LockRow, owner: str, *, forced: bool) -> None:
         """``lock_released`` for the hold ``owner`` had (``row``, as released).
         The hold's model instance is built only for a receiver: a release
@@ -174,11 +190,28 @@ class LockService(Generic[_Lock]):
         return cast(Hold, model.from_db(self.using, names, [values[name] for name in names]))
 
 
+def service_of(model: type[_Lock], using: str) -> LockService[_Lock]:
+    """The lock service of ``model``'s rows in the database ``using``: one per
+    pair in this process, made on first use (it keeps nothing but the two)."""
+    service = _services.get((model, using))
+    if service is None:
+        service = _services.setdefault((model, using), LockService(model, using))
+    return cast(LockService[_Lock], service)
+
+
+_services: dict[tuple[type[models.Model], str], LockService[Any]] = {}
+
+
 def service_for(using: str | None = None) -> LockService[models.Model]:
     """The lock service of ``using`` (``DLOCK_DATABASE`` when None), on
     ``DistributedLock`` rows (looked up by name: ``models`` imports the
     manager, which imports this module)."""
-    return LockService(apps.get_model("django_dlock", "DistributedLock"), using or conf.DATABASE)
+    return service_of(_distributed_lock(), using or conf.DATABASE)
+
+
+@functools.cache
+def _distributed_lock() -> type[models.Model]:
+    return apps.get_model("django_dlock", "DistributedLock")
 
 
 @functools.cache

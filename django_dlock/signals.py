@@ -15,40 +15,45 @@ from django_dlock.rules import EXCLUSIVE, SHARED
 if TYPE_CHECKING:
     from django_dlock.backends.results import Claim
 
+# Each signal caches its receivers by sender, as Django's model signals do (each
+# is sent with the ``DistributedLock`` model as sender): every lock operation
+# sends one, which then finds its receivers, or that it has none, in one look-up
+# rather than by going through every connected receiver again.
+
 # A new holder got the lock: first acquisition, or after a release or expiry.
 # Keyword arguments: lock, taken_over_from (the previous owner when an expired,
 # unreleased lock of another owner was taken over, else None).
-lock_acquired = Signal()
+lock_acquired = Signal(use_caching=True)
 
 # The holder extended its lock (renew, or acquire by the owner that holds it).
 # Keyword arguments: lock.
-lock_renewed = Signal()
+lock_renewed = Signal(use_caching=True)
 
 # An expired lock of one owner was taken by another.
 # Keyword arguments: lock (the new holder's), previous_owner.
-lock_taken_over = Signal()
+lock_taken_over = Signal(use_caching=True)
 
 # The holder released its lock, or an operator force-released it.
 # Keyword arguments: lock (as released: empty owner, expired), owner (the
 # owner that held it), forced (True for a force-release).
-lock_released = Signal()
+lock_released = Signal(use_caching=True)
 
 # A holder found that its lock was lost: renewal failed or it expired.
 # Keyword arguments: resource, owner, reason (a sentence saying why), mode
 # and limit (of the hold it had).
-lock_lost = Signal()
+lock_lost = Signal(use_caching=True)
 
 # An acquisition that does not wait (``acquire()``, ``lock()`` without a
 # timeout, the HTTP API) found the lock held in a way that excludes it.
 # Keyword arguments: resource, owner (the caller's), mode ("exclusive" or
 # "shared") and limit (a semaphore's, else None) of what it asked for.
-lock_refused = Signal()
+lock_refused = Signal(use_caching=True)
 
 # A blocking acquisition (``lock(..., timeout=...)``) stopped waiting.
 # Keyword arguments: resource, owner, waited (seconds, on this process's
 # monotonic clock), outcome ("acquired", "timeout", "cancelled", or "error"
 # when the database failed), mode and limit (as for lock_refused).
-lock_wait_ended = Signal()
+lock_wait_ended = Signal(use_caching=True)
 
 
 def send_refused(sender: type, claim: Claim) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from typing import Protocol, TypeVar
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, TypeVar
 
 from django.db import DatabaseError, connections, transaction
 
@@ -27,15 +27,17 @@ class TransactionHooks(Protocol):
     def retry_after(self, error: Exception, attempt: int, started: float) -> float | None: ...
 
 
-def refuse_callers_transaction(using: str) -> None:
-    """Raise ``LockTransactionError`` if the caller has a transaction open on ``using``.
+def refuse_callers_transaction(using: str, connection: Any = None) -> None:
+    """Raise ``LockTransactionError`` if the caller has a transaction open on
+    ``using`` (whose connection the caller may pass, having it at hand).
 
     A lock written inside the caller's ``atomic()`` would stay invisible to
     other processes until that transaction commits, and vanish if it rolled
     back. Django's TestCase transaction is allowed, as it is for
     ``atomic(durable=True)``.
     """
-    connection = connections[using]
+    if connection is None:
+        connection = connections[using]
     depth = atomic_depth(connection)
     # Outside atomic() with autocommit turned off (set_autocommit(False)), the
     # caller's transaction is open too, and atomic() would not commit on exit.
@@ -52,26 +54,16 @@ def refuse_callers_transaction(using: str) -> None:
         )
 
 
-@contextmanager
-def lock_transaction(backend: TransactionHooks) -> Iterator[None]:
-    """One transaction of its own for a lock operation, committed on exit.
+def in_lock_transaction(backend: TransactionHooks, operation: Callable[[], _T]) -> _T:
+    """``operation()`` in a lock transaction of its own, committed on exit, run
+    again when the backend says the failure was a lost race that wrote nothing
+    (``LockBackend.retry_after``).
 
     Raises ``LockTransactionError`` when the caller has a transaction open on
-    the backend's database (see ``refuse_callers_transaction``). Durable: a savepoint only
-    inside Django's TestCase transaction, the one place where it nests.
-
-    The backend may change how the transaction begins (SQLite starts it with
-    ``BEGIN IMMEDIATE``: see ``SQLiteBackend.transaction``).
-    """
-    refuse_callers_transaction(backend.using)
-    with backend.transaction(), transaction.atomic(using=backend.using, durable=True):
-        yield
-
-
-def in_lock_transaction(backend: TransactionHooks, operation: Callable[[], _T]) -> _T:
-    """``operation()`` in a lock transaction of its own (``lock_transaction``),
-    run again when the backend says the failure was a lost race that wrote
-    nothing (``LockBackend.retry_after``).
+    the backend's database (see ``refuse_callers_transaction``). Durable: a
+    savepoint only inside Django's TestCase transaction, the one place where it
+    nests. The backend may change how the transaction begins (SQLite starts it
+    with ``BEGIN IMMEDIATE``: see ``SQLiteBackend.transaction``).
 
     InnoDB breaks a deadlock by rolling one transaction back (error 1213), and
     its row and index locks make some unavoidable: a first insert locks the
@@ -82,11 +74,14 @@ def in_lock_transaction(backend: TransactionHooks, operation: Callable[[], _T]) 
     transaction a rollback would undo the test's own work too, so there it
     raises.)
     """
-    nested = atomic_depth(connections[backend.using]) > 0
+    using = backend.using
+    connection = connections[using]
+    nested = atomic_depth(connection) > 0
     started = time.monotonic()
     for attempt in itertools.count(1):
+        refuse_callers_transaction(using, connection)
         try:
-            with lock_transaction(backend):
+            with backend.transaction(), transaction.atomic(using=using, durable=True):
                 return operation()
         except DatabaseError as error:
             pause = None if nested else backend.retry_after(error, attempt, started)

@@ -58,6 +58,7 @@ _PLAIN_ASCII_NAME = re.compile(rf"[!-.0-~]{{1,{MAX_LENGTH}}}")
 A_RESOURCE = gettext_lazy("A resource")
 A_PREFIX = gettext_lazy("A prefix")
 A_LABEL = gettext_lazy("A label")
+AN_OWNER = gettext_lazy("An owner")
 
 
 def _describe(char: str) -> str:
@@ -190,7 +191,7 @@ def validate_owner(value: object) -> str:
     """Return ``value`` if it is a valid owner token, else raise ``ValidationError``."""
     if not isinstance(value, str):
         raise InvalidArgument(_("An owner must be a string."), code="invalid")
-    _storable(value, _("An owner"))
+    _storable(value, AN_OWNER)
     if not 1 <= len(value) <= MAX_LENGTH:
         raise InvalidArgument(
             _("An owner must be 1 to %(max)d characters long."),

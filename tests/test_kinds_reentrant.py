@@ -14,6 +14,7 @@ from django_dlock import LockNotAcquired, lock
 from django_dlock.exceptions import LockHeldByCaller
 from django_dlock.locking.renewer import renewal_thread
 from django_dlock.models import DistributedLock, ReleaseResult
+from django_dlock.service import LockService
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -135,7 +136,7 @@ def test_a_release_that_fails_leaves_the_thread_free_to_lock_again(
         raise OperationalError("the database is down")
 
     with pytest.raises(OperationalError), lock("re:30"):
-        monkeypatch.setattr(DistributedLock.objects, "release", down)
+        monkeypatch.setattr(LockService, "release", down)  # the manager's and lock()'s
     monkeypatch.undo()
     Locks.force_release("re:30")
     with lock("re:30") as again:

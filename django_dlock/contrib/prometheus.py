@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter as Tally
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.apps import AppConfig
 from django.db import DatabaseError
@@ -49,12 +49,15 @@ WAITER = "waiter"
 # How long the holders and waiters read from the database serve scrapes, in seconds.
 GAUGE_MAX_AGE = 5.0
 
+_Metric = TypeVar("_Metric", Counter, Histogram)
+
 
 class LockMetrics(LockSignalReceivers):
     """django-dlock's metrics in ``registry``, fed by its signals once ``connect()``ed."""
 
     def __init__(self, registry: CollectorRegistry, *, gauge_max_age: float = GAUGE_MAX_AGE):
         self.registry = registry
+        self._kept: dict[tuple[object, ...], Counter | Histogram] = {}
         labels = ("kind", "group")
         self.attempts = Counter(
             "dlock_attempts",
@@ -101,13 +104,23 @@ class LockMetrics(LockSignalReceivers):
         self.lost.labels(EXCLUSIVE, "")
         self.hold_seconds.labels(EXCLUSIVE, "")
 
+    def _series(self, metric: _Metric, *labels: str) -> _Metric:
+        """``metric.labels(*labels)``, kept: prometheus_client's ``labels()``
+        checks the values and takes a lock on every call, and every lock
+        operation counts in one of a few series (the groups are bounded)."""
+        key = (id(metric), *labels)
+        series = self._kept.get(key)
+        if series is None:
+            series = self._kept[key] = metric.labels(*labels)
+        return cast(_Metric, series)
+
     def _acquired(self, sender: Any, *, lock: Any, **kwargs: Any) -> None:
         kind = lock_kind(lock)
-        self.attempts.labels(kind, resource_group(lock.resource), "acquired").inc()
+        self._series(self.attempts, kind, resource_group(lock.resource), "acquired").inc()
 
     def _refused(self, sender: Any, *, resource: str, **kwargs: Any) -> None:
         kind = lock_kind(**kwargs)
-        self.attempts.labels(kind, resource_group(resource), "refused").inc()
+        self._series(self.attempts, kind, resource_group(resource), "refused").inc()
 
     def _wait_ended(
         self, sender: Any, *, resource: str, waited: float, outcome: str, **kwargs: Any
@@ -116,18 +129,18 @@ class LockMetrics(LockSignalReceivers):
             lock_kind(**kwargs),
             resource_group(resource),
         )
-        self.wait_seconds.labels(kind, group, outcome).observe(waited)
+        self._series(self.wait_seconds, kind, group, outcome).observe(waited)
         if outcome != "acquired":  # an acquisition is counted as it is announced
-            self.attempts.labels(kind, group, outcome).inc()
+            self._series(self.attempts, kind, group, outcome).inc()
 
     def _released(self, sender: Any, *, lock: Any, forced: bool, **kwargs: Any) -> None:
         kind, group = lock_kind(lock), resource_group(lock.resource)
-        self.releases.labels(kind, group, "forced" if forced else "released").inc()
+        self._series(self.releases, kind, group, "forced" if forced else "released").inc()
         held = (lock.expires_at - lock.acquired_at).total_seconds()
-        self.hold_seconds.labels(kind, group).observe(max(held, 0.0))
+        self._series(self.hold_seconds, kind, group).observe(max(held, 0.0))
 
     def _lost(self, sender: Any, *, resource: str, reason: str, **kwargs: Any) -> None:
-        self.lost.labels(lock_kind(**kwargs), resource_group(resource)).inc()
+        self._series(self.lost, lock_kind(**kwargs), resource_group(resource)).inc()
 
 
 class LockGauges(Collector):

@@ -376,7 +376,8 @@ class lock:
         if last and entered.renewer is not None:
             entered.renewer.stop()
         handle = entered.handle
-        return DistributedLock.objects.db_manager(self.using).release(handle.resource, handle.owner)
+        # The resource and owner were checked when the lock was entered.
+        return service_for(self.using).release(handle.resource, handle.owner)
 
     def _leave(self, entered: Entered) -> None:
         """One entry of ``entered`` ends: the holder no longer holds it once the last does."""
