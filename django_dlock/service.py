@@ -123,7 +123,7 @@ class LockService(Generic[_Lock]):
         self, resource: str, owner: str, ticket: int, duration: timedelta
     ) -> Hold | None:
         """The lock, for ``duration`` from now, if a release handed it to the
-        waiter of ``ticket`` (``LockBackend.grants_on_release``) and the offer
+        waiter of ``ticket`` (``BackendFeatures.grants_on_release``) and the offer
         still stands; announced as acquired."""
         row = self._backend().granted(resource, owner, ticket, duration)
         if row is None:

@@ -576,7 +576,7 @@ def paths(backend: LockBackend) -> dict[str, Callable[[Claim], Taken]]:
     and the vendor's own statements where it has them (PostgreSQL with psycopg
     3's client-side binding, MariaDB), which hand it the cases they leave."""
     found: dict[str, Callable[[Claim], Taken]] = {"portable": partial(LockBackend.take, backend)}
-    if type(backend).take is not LockBackend.take and getattr(backend, "one_statement", True):
+    if backend.features.one_statement:
         found[f"{backend.vendor} statements"] = backend.take
     return found
 

@@ -453,7 +453,7 @@ def test_on_sqlite_a_release_hands_the_lock_to_a_listening_head() -> None:
 def test_a_wait_that_ends_as_the_lock_is_handed_to_it_gives_it_back() -> None:
     # The release hands the lock over just as the wait is cancelled (or times
     # out): the waiter leaves without it, so it must not keep it for its ttl.
-    if not backend_for("default").grants_on_release:
+    if not backend_for("default").features.grants_on_release:
         pytest.skip("this database's releases do not hand the lock over")
     Locks.acquire("host:5", "holder", ttl=60)
     seen: list[tuple[str, str]] = []
@@ -480,7 +480,7 @@ def test_a_wait_that_ends_as_the_lock_is_handed_to_it_gives_it_back() -> None:
 
 
 def test_waits_that_end_as_the_lock_is_handed_over_leave_it_free() -> None:
-    if not backend_for("default").grants_on_release:
+    if not backend_for("default").features.grants_on_release:
         pytest.skip("this database's releases do not hand the lock over")
     # Four processes wait a few milliseconds each for a lock held 1 ms at a time:
     # most waits end without it, many just as a release hands it to them.

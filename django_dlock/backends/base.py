@@ -22,6 +22,7 @@ from django.core.checks import CheckMessage
 from django_dlock.backends.admission import Action, Admission, admit
 from django_dlock.backends.checks import BackendChecks
 from django_dlock.backends.clock import DatabaseNow, now_plus
+from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.holds import HoldStatements
 from django_dlock.backends.purge import Purge, PurgedBatch, expired_q
 from django_dlock.backends.queue import WaiterQueue
@@ -49,20 +50,11 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
     """
 
     vendor: ClassVar[str]
-    #: Whether every process that waits runs on the database's host (SQLite):
-    #: then the head of a queue may look often, each look costing microseconds.
-    waiters_share_host: ClassVar[bool] = False
+    features_class: ClassVar[type[BackendFeatures]] = BackendFeatures
 
-    #: Whether a release hands the lock to the head of its queue (``granted``).
-    grants_on_release: ClassVar[bool] = False
-
-    #: The dotted path of the ``Listener`` class whose thread receives the
-    #: releases that wake this database's waiters; None: waiters poll.
-    listener_class: ClassVar[str | None] = None
-
-    def can_listen(self) -> bool:
-        """Whether releases can wake this process's waiters (``listener_class``)."""
-        return self.listener_class is not None
+    def __init__(self, using: str) -> None:
+        super().__init__(using)
+        self.features = self.features_class(using)
 
     # -- acquire, renew, release -----------------------------------------------------
 
@@ -354,7 +346,7 @@ class LockBackend(Purge, Renewals, LockStatements, HoldStatements, WaiterQueue):
         the offer: the lock is the waiter's for ``duration`` from now. An offer
         that lapsed (the waiter was paused) was never the waiter's: its lease
         ran out, and the next waiter took the lock or may."""
-        if not self.grants_on_release:
+        if not self.features.grants_on_release:
             return None
         qn = self.qn
         now_sql, now_params = compile_expression(self.using, DatabaseNow())

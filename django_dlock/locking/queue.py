@@ -35,13 +35,13 @@ class Queue:
     def grants_on_release(self) -> bool:
         """Whether a release hands the lock to the head of its queue (then the
         head accepts the offer rather than acquire)."""
-        return self._backend.grants_on_release
+        return self._backend.features.grants_on_release
 
     @property
     def waiters_share_host(self) -> bool:
         """Whether every waiter runs on the database's host (SQLite): looking
         costs microseconds."""
-        return self._backend.waiters_share_host
+        return self._backend.features.waiters_share_host
 
     def look(self, claim: Claim, ticket: int | None) -> QueueState:
         """One statement, no transaction: whether the lock would admit

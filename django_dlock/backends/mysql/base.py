@@ -38,6 +38,7 @@ from django_dlock.backends.base import LockBackend, PurgedBatch
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.mysql import statements
 from django_dlock.backends.mysql.checks import MySQLChecks
+from django_dlock.backends.mysql.features import MySQLFeatures
 from django_dlock.backends.mysql.statements import OneRowStatements
 from django_dlock.backends.results import Claim, LockRow, Released, Taken
 from django_dlock.django_private import atomic_depth, compile_expression
@@ -60,6 +61,7 @@ class MySQLBackend(LockBackend):
     ones."""
 
     vendor = "mysql"
+    features_class = MySQLFeatures
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
@@ -104,11 +106,13 @@ class MySQLBackend(LockBackend):
         return Released(row=row, owner=before, result=ReleaseResult.RELEASED, released=(held,))
 
     def _alone(self) -> bool:
-        """Whether an operation's one ``UPDATE`` runs as a transaction of its
-        own (autocommit): not inside Django's TestCase transaction, where the
-        portable operation runs. Raises inside a transaction of the caller's."""
+        """Whether an operation's one ``UPDATE`` runs, as a transaction of its
+        own (autocommit): the one-statement operations are on
+        (``features.one_statement``), and not inside Django's TestCase
+        transaction, where the portable operation runs. Raises inside a
+        transaction of the caller's."""
         refuse_callers_transaction(self.using)
-        return not atomic_depth(self.connection)
+        return self.features.one_statement and not atomic_depth(self.connection)
 
     def _update_one_row(
         self, sql: str, params: dict[str, Any]

@@ -13,6 +13,7 @@ from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql import shared
 from django_dlock.backends.postgresql.checks import PostgreSQLChecks
+from django_dlock.backends.postgresql.features import PostgreSQLFeatures
 from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.postgresql.purge import PostgreSQLPurge
@@ -49,34 +50,16 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
     """
 
     vendor = "postgresql"
-    listener_class = "django_dlock.listeners.postgresql.PostgresListener"
-    grants_on_release = True
+    features_class = PostgreSQLFeatures
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
-        # Built for psycopg 3's client-side binding (Django's default): its
-        # parameters are typed by the PREPARE, and the raw connection's
-        # autocommit is psycopg 3's. (Imported here: this module is also
-        # imported where no driver is installed.)
-        from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-        options = self.connection.settings_dict.get("OPTIONS") or {}
-        #: Whether the operations run as one statement each (else the portable ones).
-        self.one_statement = is_psycopg3 and not options.get("server_side_binding")
         self._statements = OperationStatements(self)
         self._shared = SharedStatements(self)
         self._prepared = PreparedStatements(using)
 
-    def can_listen(self) -> bool:
-        # psycopg2 has no notify handlers.
-        try:
-            import psycopg  # noqa: F401
-        except ImportError:
-            return False
-        return True
-
     def take(self, claim: Claim) -> Taken:
-        if not self.one_statement:
+        if not self.features.one_statement:
             return super().take(claim)
         if not claim.exclusive:
             taken = in_lock_transaction(self, lambda: self._take_shared(claim))
@@ -138,7 +121,7 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         return Taken(row=row, previous_owner=owner, renewed=row.acquired_at < row.now)
 
     def extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
-        if not self.one_statement:
+        if not self.features.one_statement:
             return super().extend(resource, owner, duration)
         params = {"resource": resource, "owner": owner, "duration": duration}
         held_by, held, row = in_lock_transaction(
@@ -149,7 +132,7 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         return Renewed(row=row, exists=held_by not in (None, ""))
 
     def give_up(self, resource: str, owner: str | None, *, forced: bool = False) -> Released:
-        if not self.one_statement or (forced and owner is not None):
+        if not self.features.one_statement or (forced and owner is not None):
             return super().give_up(resource, owner, forced=forced)
         if owner is not None:
             params = {"resource": resource, "owner": owner}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.queue import HANDOVER_LEASE, QueueRow
 from django_dlock.backends.results import Claim, LockRow
 from django_dlock.backends.sqlite.checks import SQLiteChecks
+from django_dlock.backends.sqlite.features import SQLiteFeatures
 from django_dlock.django_private import atomic_depth, compile_expression, sqlite_begin_immediate
 from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.rules import EXCLUSIVE
@@ -37,13 +37,7 @@ BUSY_PAUSE_MAX = 0.001
 
 class SQLiteBackend(LockBackend):
     vendor = "sqlite"
-    waiters_share_host = True
-    grants_on_release = True
-    listener_class = "django_dlock.listeners.sqlite.DatagramListener"
-
-    def can_listen(self) -> bool:
-        # The datagrams go to abstract Unix sockets, which only Linux has.
-        return sys.platform == "linux"
+    features_class = SQLiteFeatures
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
