@@ -513,13 +513,13 @@ def build(case: Case, resource: str, backend: LockBackend) -> Situation:
             expire(resource, holder)
     if case.held and all(holder.expired for holder in case.held):
         Locks.filter(resource=resource).update(expires_at=expired_before(1))
-    session = backend.session_pid()  # this connection's, which lives through the test
+    session = backend.queue.session_pid()  # this connection's, which lives through the test
     for waiter in case.ahead:
         queue(backend, resource, waiter, session)
     ticket = None
     if case.queued:
         claim = the_claim(case, resource, tokens, None)
-        ticket, _ = backend.enqueue_waiter(claim, TTL.total_seconds(), listener_pid=session)
+        ticket, _ = backend.queue.enqueue_waiter(claim, TTL.total_seconds(), listener_pid=session)
     for waiter in case.behind:
         queue(backend, resource, waiter, session)
     return Situation(tokens, acquired, max(tokens.values(), default=0), ticket)
@@ -544,7 +544,7 @@ def queue(backend: LockBackend, resource: str, waiter: Waiter, session: int | No
         limit=waiter.limit,
     )
     pid = session if waiter.live or session is None else NO_SESSION
-    ticket, _ = backend.enqueue_waiter(claim, TTL.total_seconds(), listener_pid=pid)
+    ticket, _ = backend.queue.enqueue_waiter(claim, TTL.total_seconds(), listener_pid=pid)
     if not waiter.live and session is None:
         LockWaiter.objects.filter(pk=ticket).update(expires_at=expired_before(1))
 

@@ -7,34 +7,31 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
-from django.core.checks import CheckMessage
-
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql import shared
 from django_dlock.backends.postgresql.checks import PostgreSQLChecks
 from django_dlock.backends.postgresql.features import PostgreSQLFeatures
 from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql
+from django_dlock.backends.postgresql.lock_rows import PostgreSQLLockRows
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.postgresql.purge import PostgreSQLPurge
+from django_dlock.backends.postgresql.queue import PostgreSQLQueue
 from django_dlock.backends.postgresql.shared import SharedStatements
-from django_dlock.backends.postgresql.statements import (
-    ASYNC_COMMIT,
-    ASYNC_COMMIT_CONDITION,
+from django_dlock.backends.postgresql.statements import OperationStatements
+from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
-    OperationStatements,
     fitting_sql,
     head_sql,
     wake_sql,
 )
-from django_dlock.backends.queue import NO_TICKET, WANTS, QueueRow
+from django_dlock.backends.queue import NO_TICKET
 from django_dlock.backends.results import Claim, LockRow, Released, Renewed, Taken
-from django_dlock.django_private import atomic_depth, compile_expression
-from django_dlock.rules import EXCLUSIVE, SHARED_HOLDERS, ReleaseResult
+from django_dlock.django_private import atomic_depth
+from django_dlock.rules import SHARED_HOLDERS, ReleaseResult
 from django_dlock.transactions import in_lock_transaction
 
 
-class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
+class PostgreSQLBackend(LockBackend):
     """Each lock operation is one statement and one round trip
     (``statements``): a CTE locks the resource's row (``SELECT ... FOR
     UPDATE``), and the write that the row allows joins it, judged on the values
@@ -51,6 +48,10 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
 
     vendor = "postgresql"
     features_class = PostgreSQLFeatures
+    rows_class = PostgreSQLLockRows
+    queue_class = PostgreSQLQueue
+    purge_class = PostgreSQLPurge
+    checks_class = PostgreSQLChecks
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
@@ -103,7 +104,7 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
             return Taken(row=None, previous_owner=header_owner, renewed=False)
         if action == shared.PORTABLE or hold[0] is None:
             return None
-        row = self._hold_row(hold, self._hold_select[1])
+        row = self.holds.row(hold)
         return Taken(row=row, previous_owner=header_owner, renewed=action == shared.AGAIN)
 
     def _taken(self, statement: Statement, params: dict[str, Any]) -> Taken:
@@ -161,11 +162,9 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
             return Released(row=None, owner=held_by or "", result=ReleaseResult.FORBIDDEN)
         if outcome == shared.PORTABLE:
             return None
-        header, hold = rest[: len(self.columns) + 1], rest[len(self.columns) + 1 :]
-        if header[0] is not None:  # the exclusive holder's
-            row = self._row(header)
-        else:
-            row = self._hold_row(hold, self._hold_select[1])
+        header, hold = rest[: len(self.tables.columns) + 1], rest[len(self.tables.columns) + 1 :]
+        # The exclusive holder's row, or a shared hold.
+        row = self.tables.row(header) if header[0] is not None else self.holds.row(hold)
         if outcome == shared.DECREMENTED:
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
         # The exclusive row comes back as released (no owner); a hold, as it was.
@@ -181,7 +180,9 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         write)."""
         owner, held, *written = self._run(statement, params)
         # A release's count of woken waiters may follow the row and its now.
-        row = None if written[0] is None else self._row(written[: len(self.columns) + 1])
+        row = (
+            None if written[0] is None else self.tables.row(written[: len(self.tables.columns) + 1])
+        )
         return owner, bool(held), row
 
     def _run(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any]:
@@ -212,123 +213,21 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
                     raw.autocommit = False
             return cast(Sequence[Any], cursor.fetchone())  # the answer is one row
 
-    # -- waking the head of the queue ------------------------------------------------
-    # A release NOTIFYs the channel of the head of the resource's queue (its
-    # process's listener) with the head's ticket, and only when there is one:
-    # NOTIFY takes a lock on the whole database's notification queue at commit,
-    # which a release without waiters must not pay. The listener wakes that
-    # waiter alone.
-
-    def enqueue_waiter(
-        self, claim: Claim, seconds: float, *, channel: str = "", listener_pid: int | None = None
-    ) -> tuple[int, QueueRow]:
-        # FOR KEY SHARE of the lock row (when there is one) makes the INSERT wait
-        # for a release in flight, and a release wait for an INSERT in flight: a
-        # release either sees the ticket (and names it) or committed before the
-        # lock row was read here. (A locking read that waited returns the row as
-        # the release left it, though the statement's snapshot is older.) The
-        # queue ahead is counted in the same statement: one round trip, where
-        # an INSERT and then a look would take two, both on the path of a hand-over.
-        qn = self.qn
-        now_sql, _ = compile_expression(self.using, DatabaseNow())
-        expires_sql, expires_params = self._from_now(seconds)
-        waiters = self.waiters_table
-        names = ("resource", "owner", "expires_at", *WANTS)
-        sql = (
-            f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at, "  # noqa: S608
-            f"{qn('limit')} AS lim FROM {self.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
-            f"queued AS (INSERT INTO {waiters} ({', '.join(qn(name) for name in names)}) "
-            f"SELECT %s, %s, {expires_sql}, %s, %s::interval, %s, %s::integer, %s, %s::integer "
-            "FROM (SELECT COUNT(*) FROM held) "
-            f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id), "
-            f"ahead AS (SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE w.{qn('mode')} = '{EXCLUSIVE}') "
-            f"AS x, MIN(w.{qn('id')}) AS h FROM {waiters} w, queued WHERE w.{qn('resource')} = %s "
-            f"AND w.{qn('id')} < queued.id AND {self.live_waiter_sql('w.')}) "
-            f"SELECT queued.id, held.owner, held.expires_at, {now_sql}, ahead.n, ahead.x, "
-            f"held.lim, ({self.holders_sql()}), ahead.h FROM queued CROSS JOIN ahead LEFT JOIN held ON TRUE"
-        )
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                sql,
-                [
-                    claim.resource,
-                    claim.resource,
-                    claim.owner,
-                    *expires_params,
-                    *self._wants(claim, channel, listener_pid),
-                    claim.resource,
-                    claim.resource,
-                ],
-            )
-            ticket, *state = cursor.fetchone()
-        return int(ticket), QueueRow.of(*state)
-
     def mark_released(self, row: LockRow) -> None:
         # The portable release's write: the head takes the lock here too (``handover``).
-        values = self._released_values(row)
-        t = self.table
+        values = self.rows.released_values(row)
+        tables, queue = self.tables, self.queue
+        t = tables.table
         as_released = {"owner": "%s", "expires_at": "%s", "limit": "NULL"}
         sql = (
-            f"WITH head AS ({head_sql(self, ticket=str(NO_TICKET_EXCLUDED), locked=True)}), "  # noqa: S608
-            f"{fitting_sql(self)}, {handed_sql(self, 'TRUE')} UPDATE {t} "
-            f"SET {granting(self, as_released, t + '.')} FROM (SELECT) one "
-            f"LEFT JOIN handed {HANDED} ON TRUE WHERE {t}.{self.pk_column} = %s "
+            f"WITH head AS ({head_sql(queue, ticket=str(NO_TICKET_EXCLUDED), locked=True)}), "  # noqa: S608
+            f"{fitting_sql(queue)}, {handed_sql(tables, 'TRUE')} UPDATE {t} "
+            f"SET {granting(tables, as_released, t + '.')} FROM (SELECT) one "
+            f"LEFT JOIN handed {HANDED} ON TRUE WHERE {t}.{tables.pk_column} = %s "
             f"RETURNING ({wake_sql(readers=True)})"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [row.resource, *values, row.pk])
-
-    def live_waiter_sql(self, alias: str = "") -> str:
-        # A ticket whose listener's server process is gone is a dead waiter's:
-        # killed, or its host lost (its connection then ends at the keepalive
-        # timeout the listener sets).
-        pid = f"{alias}{self.qn('listener_pid')}"
-        return (
-            f"{super().live_waiter_sql(alias)} AND ({pid} IS NULL OR "
-            f"EXISTS (SELECT FROM pg_stat_get_activity({pid})))"
-        )
-
-    def session_pid(self) -> int | None:
-        connection = self.connection
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            (pid,) = cursor.fetchone()
-        # Behind a pooler the server's process changes from one transaction to
-        # the next (and is not the one the pooler reports): no such check then.
-        raw = connection.connection
-        reported = raw.info.backend_pid if hasattr(raw, "info") else raw.get_backend_pid()
-        return int(pid) if pid == reported else None
-
-    def wake_head(self, resource: str) -> None:
-        # NOTIFY goes out when the transaction commits. The waiters that fit
-        # beside the head (readers, the permits left free) are woken with it.
-        sql = f"WITH head AS ({head_sql(self)}), {fitting_sql(self)} {wake_sql(readers=True)}"
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [resource, NO_TICKET_EXCLUDED])
-
-    def give_up_waiting(self, resource: str, ticket: int) -> bool:
-        # Leaving without the lock while it is free: the next waiter would
-        # otherwise wait for a release that already happened. A ticket that is
-        # gone was handed the lock by a release (``handover``).
-        qn = self.qn
-        now_sql, _ = compile_expression(self.using, DatabaseNow())
-        held = (
-            f"SELECT 1 FROM {self.table} l WHERE l.{qn('resource')} = %s "  # noqa: S608
-            f"AND l.{qn('owner')} <> '' AND l.{qn('expires_at')} > {now_sql}"
-        )
-        sql = (
-            f"WITH gone AS (DELETE FROM {self.waiters_table} WHERE {qn('id')} = %s "  # noqa: S608
-            f"AND {ASYNC_COMMIT_CONDITION} RETURNING 1), "
-            f"head AS ({head_sql(self, f'AND NOT EXISTS ({held})')}), {fitting_sql(self)} "
-            f"SELECT (SELECT COUNT(*) FROM gone), ({wake_sql(readers=True)})"
-        )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [ticket, resource, ticket, resource])
-            (queued, _) = cursor.fetchone()
-        return bool(queued)
-
-    def check(self, **kwargs: Any) -> list[CheckMessage]:
-        return PostgreSQLChecks(self.using).check(**kwargs)
 
 
 # libpq's transaction status of a connection with no transaction open.

@@ -17,7 +17,7 @@ from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql
 from django_dlock.backends.postgresql.prepared import Statement
-from django_dlock.backends.postgresql.statements import (
+from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
     fitting_sql,
     head_sql,
@@ -44,21 +44,22 @@ class SharedStatements:
     def __init__(self, backend: LockBackend) -> None:
         # Only quoted identifiers, constants and Django-compiled SQL are
         # formatted in; values are parameters.
-        c, table, pk = backend.column_sql, backend.table, backend.pk_column
-        holds, hold_attnames, h = backend._hold_names
-        now, _ = compile_expression(backend.using, DatabaseNow())
-        qn = backend.qn
+        tables, queue = backend.tables, backend.queue
+        c, table, pk = tables.column_sql, tables.table, tables.pk_column
+        holds, hold_attnames, h = tables.holds_table, tables.hold_attnames, tables.hold_column_sql
+        now, _ = compile_expression(tables.using, DatabaseNow())
+        qn = tables.qn
         m = f"'{SHARED_HOLDERS}'"
         hold_columns = ", ".join(f"{holds}.{h[name]}" for name in hold_attnames)
         locked = (
-            f"WITH locked AS (SELECT {', '.join(backend.columns)}, {now} AS db_now "  # noqa: S608
+            f"WITH locked AS (SELECT {', '.join(tables.columns)}, {now} AS db_now "  # noqa: S608
             f"FROM {table} WHERE {c['resource']} = %(resource)s FOR UPDATE)"
         )
         held = f"(l.{c['owner']} <> '' AND l.{c['expires_at']} > {now})"
         shared = f"(l.{c['owner']} = {m} AND l.{c['expires_at']} > {now})"
 
         # -- take: a reader (limit null) or a permit ------------------------------------
-        queued = f"queued AS ({backend.queued_counts_sql('%(resource)s', '%(ticket)s')})"
+        queued = f"queued AS ({queue.queued_counts_sql('%(resource)s', '%(ticket)s')})"
         mine = (
             f"mine AS (SELECT {holds}.{h['id']} AS id FROM {holds} "  # noqa: S608
             f"WHERE {holds}.{h['resource']} = %(resource)s AND {holds}.{h['owner']} = %(owner)s "
@@ -135,12 +136,12 @@ class SharedStatements:
             f"WHERE {table}.{pk} = d.{pk} AND EXISTS (SELECT FROM again))"
         )
         # Admitted beside others, a waiter wakes the next in line, who may fit too.
-        head = head_sql(backend, resource="%(resource)s", ticket="%(ticket)s")
+        head = head_sql(queue, resource="%(resource)s", ticket="%(ticket)s")
         woken = wake_sql(f"AND EXISTS (SELECT FROM joined) AND %(ticket)s < {NO_TICKET}")
         take_shared = (
             f"{locked}, {queued}, {mine}, {decided}, {joined_header}, {joined}, {tidy}, {again}, "  # noqa: S608
             "written AS (SELECT * FROM joined UNION ALL SELECT * FROM again), "
-            f"dequeued AS (DELETE FROM {backend.waiters_table} WHERE {qn('id')} = %(ticket)s "
+            f"dequeued AS (DELETE FROM {tables.waiters_table} WHERE {qn('id')} = %(ticket)s "
             f"AND EXISTS (SELECT FROM written)), head AS ({head}) "
             f"SELECT d.action, d.{c['owner']}, ({woken}), written.* FROM decided d "
             "LEFT JOIN written ON TRUE"
@@ -165,7 +166,7 @@ class SharedStatements:
             f"{as_released.get(name, f'l.{column}')} AS {column}" for name, column in c.items()
         )
         exclusive = (
-            f"exclusive AS (UPDATE {table} SET {granting(backend, as_released, 'l.')} "  # noqa: S608
+            f"exclusive AS (UPDATE {table} SET {granting(tables, as_released, 'l.')} "  # noqa: S608
             f"FROM locked l LEFT JOIN handed {HANDED} ON TRUE WHERE {table}.{pk} = l.{pk} "
             f"AND {held} AND l.{c['owner']} = %(owner)s "
             f"RETURNING {released_columns}, {now} AS db_now)"
@@ -193,7 +194,7 @@ class SharedStatements:
             "limit": f"CASE WHEN {last} THEN NULL ELSE {table}.{c['limit']} END",
         }
         shared_header = (
-            f"shared_header AS (UPDATE {table} SET {granting(backend, as_left, table + '.')} "  # noqa: S608
+            f"shared_header AS (UPDATE {table} SET {granting(tables, as_left, table + '.')} "  # noqa: S608
             f"FROM locked l LEFT JOIN handed {HANDED} ON TRUE "
             f"WHERE {table}.{pk} = l.{pk} AND EXISTS (SELECT FROM gone) "
             f"RETURNING {table}.{c['owner']} AS left_owner, {table}.{c['limit']} AS left_limit)"
@@ -227,12 +228,12 @@ class SharedStatements:
             f"WHEN {shared} THEN '{PORTABLE}' ELSE '{FORBIDDEN}' END"
         )
         release_head = head_sql(
-            backend, resource="%(resource)s", ticket=str(NO_TICKET_EXCLUDED), locked=True
+            queue, resource="%(resource)s", ticket=str(NO_TICKET_EXCLUDED), locked=True
         )
         release = (
             f"{locked}, {my_hold}, {gone}, head AS ({release_head}), "  # noqa: S608
-            f"{fitting_sql(backend, leaving='(SELECT COUNT(*) FROM gone)')}, "
-            f"{handed_sql(backend, frees)}, {exclusive}, {one_less}, {shared_header} "
+            f"{fitting_sql(queue, leaving='(SELECT COUNT(*) FROM gone)')}, "
+            f"{handed_sql(tables, frees)}, {exclusive}, {one_less}, {shared_header} "
             f"SELECT {outcome}, l.{c['owner']}, ({release_woken}), e.*, w.* "
             "FROM (SELECT) one LEFT JOIN locked l ON TRUE LEFT JOIN exclusive e ON TRUE "
             "LEFT JOIN (SELECT * FROM one_less UNION ALL SELECT * FROM gone) w ON TRUE"
