@@ -36,11 +36,11 @@ from django_dlock.backends.clock import DatabaseNow, now_plus
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.grants import Grants
 from django_dlock.backends.holds import Holds
+from django_dlock.backends.lock_rows import LockRows
 from django_dlock.backends.purge import Purge, PurgedBatch
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.renewals import RENEW_CHUNK, Renewals
 from django_dlock.backends.results import Claim, LockRow, Released, Renewed, Taken
-from django_dlock.backends.statements import LockRows
 from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner

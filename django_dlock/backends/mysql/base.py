@@ -32,14 +32,14 @@ from datetime import timedelta
 from typing import Any
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.mysql import statements
+from django_dlock.backends.mysql import one_row
 from django_dlock.backends.mysql.checks import MySQLChecks
 from django_dlock.backends.mysql.features import MySQLFeatures
 from django_dlock.backends.mysql.lock_rows import MySQLLockRows
+from django_dlock.backends.mysql.one_row import OneRowStatements
 from django_dlock.backends.mysql.purge import MySQLPurge
 from django_dlock.backends.mysql.queue import MySQLQueue
 from django_dlock.backends.mysql.renewals import MySQLRenewals
-from django_dlock.backends.mysql.statements import OneRowStatements
 from django_dlock.backends.results import Claim, Released, Taken
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import ReleaseResult
@@ -82,28 +82,28 @@ class MySQLBackend(LockBackend):
             "held": claim.held_token,
         }
         answer = self._update_one_row(self._one_row.take, params)
-        if answer is None or answer[0] == statements.PORTABLE:  # no row yet; shared holders
+        if answer is None or answer[0] == one_row.PORTABLE:  # no row yet; shared holders
             return super().take(claim)
         action, before, values = answer
-        if action == statements.REFUSED:
+        if action == one_row.REFUSED:
             return Taken(row=None, previous_owner=before, renewed=False)
         return Taken(
-            row=self.tables.row(values), previous_owner=before, renewed=action == statements.AGAIN
+            row=self.tables.row(values), previous_owner=before, renewed=action == one_row.AGAIN
         )
 
     def give_up(self, resource: str, owner: str | None, *, forced: bool = False) -> Released:
         if owner is None or forced or not self._alone():
             return super().give_up(resource, owner, forced=forced)
         answer = self._update_one_row(self._one_row.release, {"resource": resource, "owner": owner})
-        if answer is None or answer[0] == statements.NOT_FOUND:
+        if answer is None or answer[0] == one_row.NOT_FOUND:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
         action, before, values = answer
-        if action == statements.FORBIDDEN:
+        if action == one_row.FORBIDDEN:
             return Released(row=None, owner=before, result=ReleaseResult.FORBIDDEN)
-        if action == statements.PORTABLE:  # a shared hold's
+        if action == one_row.PORTABLE:  # a shared hold's
             return super().give_up(resource, owner)
         row = self.tables.row(values)
-        if action == statements.DECREMENTED:
+        if action == one_row.DECREMENTED:
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
         held = replace(row, owner=before)  # as it was held, until now
         return Released(row=row, owner=before, result=ReleaseResult.RELEASED, released=(held,))
@@ -128,7 +128,7 @@ class MySQLBackend(LockBackend):
             if cursor.rowcount != 1:
                 return None
             cursor.execute(self._one_row.kept, {"resource": params["resource"]})
-            return statements.decided(cursor.fetchone())
+            return one_row.decided(cursor.fetchone())
 
     def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:
         # Django's error carries the driver's arguments: (code, message).

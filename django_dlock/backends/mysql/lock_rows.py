@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from django.db import DatabaseError
 
+from django_dlock.backends.lock_rows import LockRows
 from django_dlock.backends.results import LockRow
-from django_dlock.backends.statements import LockRows
 
 
 class MySQLLockRows(LockRows):

@@ -8,16 +8,16 @@ from datetime import timedelta
 from typing import Any, cast
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.postgresql import shared
+from django_dlock.backends.postgresql import release
 from django_dlock.backends.postgresql.checks import PostgreSQLChecks
+from django_dlock.backends.postgresql.exclusive import OperationStatements
 from django_dlock.backends.postgresql.features import PostgreSQLFeatures
 from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql
 from django_dlock.backends.postgresql.lock_rows import PostgreSQLLockRows
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.postgresql.purge import PostgreSQLPurge
 from django_dlock.backends.postgresql.queue import PostgreSQLQueue
-from django_dlock.backends.postgresql.shared import SharedStatements
-from django_dlock.backends.postgresql.statements import OperationStatements
+from django_dlock.backends.postgresql.release import SharedStatements
 from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
     fitting_sql,
@@ -100,12 +100,12 @@ class PostgreSQLBackend(LockBackend):
         if answer is None:  # no row for the resource yet
             return None
         action, header_owner, _, *hold = answer
-        if action == shared.REFUSED:
+        if action == release.REFUSED:
             return Taken(row=None, previous_owner=header_owner, renewed=False)
-        if action == shared.PORTABLE or hold[0] is None:
+        if action == release.PORTABLE or hold[0] is None:
             return None
         row = self.holds.row(hold)
-        return Taken(row=row, previous_owner=header_owner, renewed=action == shared.AGAIN)
+        return Taken(row=row, previous_owner=header_owner, renewed=action == release.AGAIN)
 
     def _taken(self, statement: Statement, params: dict[str, Any]) -> Taken:
         owner, _, row = self._decided(statement, params)
@@ -156,16 +156,16 @@ class PostgreSQLBackend(LockBackend):
         """``Released`` from the answer of ``shared.release``; None where the
         portable operation decides."""
         outcome, held_by, _, *rest = answer
-        if outcome == shared.NOT_FOUND:
+        if outcome == release.NOT_FOUND:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
-        if outcome == shared.FORBIDDEN:
+        if outcome == release.FORBIDDEN:
             return Released(row=None, owner=held_by or "", result=ReleaseResult.FORBIDDEN)
-        if outcome == shared.PORTABLE:
+        if outcome == release.PORTABLE:
             return None
         header, hold = rest[: len(self.tables.columns) + 1], rest[len(self.tables.columns) + 1 :]
         # The exclusive holder's row, or a shared hold.
         row = self.tables.row(header) if header[0] is not None else self.holds.row(hold)
-        if outcome == shared.DECREMENTED:
+        if outcome == release.DECREMENTED:
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
         # The exclusive row comes back as released (no owner); a hold, as it was.
         held = replace(row, owner=held_by) if header[0] is not None else row

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django_dlock.backends.statements import LockRows
+from django_dlock.backends.lock_rows import LockRows
 
 
 class PostgreSQLLockRows(LockRows):
