@@ -21,7 +21,8 @@ from django.db import models
 from django_dlock import signals
 from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.results import Claim, LockRow
+from django_dlock.backends.claim import Claim
+from django_dlock.backends.results import LockRow
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockKindMismatch
 from django_dlock.kinds import LockKind

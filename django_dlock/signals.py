@@ -13,7 +13,7 @@ from django.dispatch import Signal
 from django_dlock.rules import EXCLUSIVE, SHARED
 
 if TYPE_CHECKING:
-    from django_dlock.backends.results import Claim
+    from django_dlock.backends.claim import Claim
 
 # A new holder got the lock: first acquisition, or after a release or expiry.
 # Keyword arguments: lock, taken_over_from (the previous owner when an expired,

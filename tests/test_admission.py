@@ -28,8 +28,9 @@ import pytest
 from django_dlock.backends import backend_for
 from django_dlock.backends.admission import Action, admit
 from django_dlock.backends.base import LockBackend
+from django_dlock.backends.claim import Claim
 from django_dlock.backends.clock import expired_before
-from django_dlock.backends.results import Claim, LockRow, Taken
+from django_dlock.backends.results import LockRow, Taken
 from django_dlock.conf import conf
 from django_dlock.locking.waiting import queue_state
 from django_dlock.models import DistributedLock, LockHold, LockWaiter

@@ -5,8 +5,9 @@ A backend is composed of named parts, as Django's ``DatabaseWrapper`` is of
 ``ops``, ``features`` and ``introspection``: ``features`` (what it can do),
 ``tables`` (the names and row conversions every part shares), ``rows`` (the
 lock rows' statements), ``holds`` (the shared holds'), ``queue`` (the waiter
-queue's), ``purge`` and ``renewals``. A vendor names its part classes
-(``queue_class = PostgreSQLQueue``) and overrides whole methods in them.
+queue's), ``purge``, ``renewals``, and ``grants`` (the writes of an
+admission). A vendor names its part classes (``queue_class =
+PostgreSQLQueue``) and overrides whole methods in them.
 
 Each lock operation is one method of ``LockBackend`` (``take``, ``extend``,
 ``give_up``, ...), and the decision it makes lives there: here, in Python,
@@ -32,6 +33,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_dlock.backends.admission import admit
 from django_dlock.backends.checks import BackendChecks
+from django_dlock.backends.claim import Claim
 from django_dlock.backends.clock import DatabaseNow, now_plus
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.grants import Grants
@@ -40,7 +42,7 @@ from django_dlock.backends.lock_rows import LockRows
 from django_dlock.backends.purge import Purge, PurgedBatch
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.renewals import RENEW_CHUNK, Renewals
-from django_dlock.backends.results import Claim, LockRow, Released, Renewed, Taken
+from django_dlock.backends.results import LockRow, Released, Renewed, Taken
 from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
+from django_dlock.backends.claim import Claim
 from django_dlock.backends.clock import DatabaseNow
-from django_dlock.backends.results import Claim
 from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE, SHARED

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from django_dlock.backends import backend_for
+from django_dlock.backends.claim import Claim
 from django_dlock.backends.clock import time_left
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.queue import QueueRow, WaiterQueue
-from django_dlock.backends.results import Claim
 from django_dlock.locking.backoff import QueueState
 from django_dlock.rules import SHARED_HOLDERS
 

@@ -13,7 +13,7 @@ InnoDB differs from PostgreSQL where races are decided:
   than on PostgreSQL, for the first acquisition of a resource only).
 - There is no ``ctid``, and InnoDB's lock order decides deadlocks: a purge
   batch raises the fencing floor first and locks its rows by resource, in
-  the order the lock operations take them (``purge_batch``).
+  the order the lock operations take them (``mysql.purge``).
 - Some deadlocks remain: a first insert locks the index entry after its key,
   which a neighbouring resource's first insert may hold while it waits for the
   floor. InnoDB rolls one back (error 1213), and that operation, which wrote
@@ -32,6 +32,7 @@ from datetime import timedelta
 from typing import Any
 
 from django_dlock.backends.base import LockBackend
+from django_dlock.backends.claim import Claim
 from django_dlock.backends.mysql import one_row
 from django_dlock.backends.mysql.checks import MySQLChecks
 from django_dlock.backends.mysql.features import MySQLFeatures
@@ -40,7 +41,7 @@ from django_dlock.backends.mysql.one_row import OneRowStatements
 from django_dlock.backends.mysql.purge import MySQLPurge
 from django_dlock.backends.mysql.queue import MySQLQueue
 from django_dlock.backends.mysql.renewals import MySQLRenewals
-from django_dlock.backends.results import Claim, Released, Taken
+from django_dlock.backends.results import Released, Taken
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import ReleaseResult
 from django_dlock.transactions import refuse_callers_transaction
@@ -54,7 +55,7 @@ DEADLOCK_ATTEMPTS = 5
 
 class MySQLBackend(LockBackend):
     """The exclusive lock's acquire and release are one ``UPDATE`` each, in
-    autocommit, and a read of what it decided (``statements``); the other
+    autocommit, and a read of what it decided (``one_row``); the other
     operations, and the cases the row alone cannot settle, are the portable
     ones."""
 

@@ -1,4 +1,4 @@
-"""PostgreSQL's SQL for the lock operations."""
+"""PostgreSQL's lock operations: one statement each, where the row settles them."""
 
 from __future__ import annotations
 
@@ -8,16 +8,17 @@ from datetime import timedelta
 from typing import Any, cast
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.postgresql import release
+from django_dlock.backends.claim import Claim
+from django_dlock.backends.postgresql import release, shared_take
 from django_dlock.backends.postgresql.checks import PostgreSQLChecks
-from django_dlock.backends.postgresql.exclusive import OperationStatements
+from django_dlock.backends.postgresql.exclusive import ExclusiveStatements
 from django_dlock.backends.postgresql.features import PostgreSQLFeatures
 from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql
 from django_dlock.backends.postgresql.lock_rows import PostgreSQLLockRows
+from django_dlock.backends.postgresql.locked import PORTABLE
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.postgresql.purge import PostgreSQLPurge
 from django_dlock.backends.postgresql.queue import PostgreSQLQueue
-from django_dlock.backends.postgresql.release import SharedStatements
 from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
     fitting_sql,
@@ -25,15 +26,15 @@ from django_dlock.backends.postgresql.wake import (
     wake_sql,
 )
 from django_dlock.backends.queue import NO_TICKET
-from django_dlock.backends.results import Claim, LockRow, Released, Renewed, Taken
+from django_dlock.backends.results import LockRow, Released, Renewed, Taken
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult
 from django_dlock.transactions import in_lock_transaction
 
 
 class PostgreSQLBackend(LockBackend):
-    """Each lock operation is one statement and one round trip
-    (``statements``): a CTE locks the resource's row (``SELECT ... FOR
+    """Each lock operation is one statement and one round trip (``exclusive``,
+    ``shared_take``, ``release``): a CTE locks the resource's row (``SELECT ... FOR
     UPDATE``), and the write that the row allows joins it, judged on the values
     the lock returned. The decision is written in SQL, in the write's ``WHERE``;
     ``STATEMENT_TIMESTAMP()`` is the database's now.
@@ -55,8 +56,9 @@ class PostgreSQLBackend(LockBackend):
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
-        self._statements = OperationStatements(self)
-        self._shared = SharedStatements(self)
+        self._exclusive = ExclusiveStatements(self)
+        self._shared_take = shared_take.SharedTakeStatement(self).statement
+        self._release = release.ReleaseStatement(self).statement
         self._prepared = PreparedStatements(using)
 
     def take(self, claim: Claim) -> Taken:
@@ -65,8 +67,8 @@ class PostgreSQLBackend(LockBackend):
         if not claim.exclusive:
             taken = in_lock_transaction(self, lambda: self._take_shared(claim))
             return super().take(claim) if taken is None else taken
-        statements = self._statements
-        statement = statements.take if claim.ticket is None else statements.take_leaving
+        exclusive = self._exclusive
+        statement = exclusive.take if claim.ticket is None else exclusive.take_leaving
         params = {
             "resource": claim.resource,
             "owner": claim.owner,
@@ -96,16 +98,16 @@ class PostgreSQLBackend(LockBackend):
             "ticket": NO_TICKET if claim.ticket is None else claim.ticket,
             "held": claim.held_token,
         }
-        answer = self._run(self._shared.take_shared, params)
+        answer = self._run(self._shared_take, params)
         if answer is None:  # no row for the resource yet
             return None
         action, header_owner, _, *hold = answer
-        if action == release.REFUSED:
+        if action == shared_take.REFUSED:
             return Taken(row=None, previous_owner=header_owner, renewed=False)
-        if action == release.PORTABLE or hold[0] is None:
+        if action == PORTABLE or hold[0] is None:
             return None
         row = self.holds.row(hold)
-        return Taken(row=row, previous_owner=header_owner, renewed=action == release.AGAIN)
+        return Taken(row=row, previous_owner=header_owner, renewed=action == shared_take.AGAIN)
 
     def _taken(self, statement: Statement, params: dict[str, Any]) -> Taken:
         owner, _, row = self._decided(statement, params)
@@ -126,7 +128,7 @@ class PostgreSQLBackend(LockBackend):
             return super().extend(resource, owner, duration)
         params = {"resource": resource, "owner": owner, "duration": duration}
         held_by, held, row = in_lock_transaction(
-            self, lambda: self._decided(self._statements.extend, params)
+            self, lambda: self._decided(self._exclusive.extend, params)
         )
         if row is None and held and held_by == SHARED_HOLDERS:
             return super().extend(resource, owner, duration)  # a shared hold's
@@ -137,13 +139,13 @@ class PostgreSQLBackend(LockBackend):
             return super().give_up(resource, owner, forced=forced)
         if owner is not None:
             params = {"resource": resource, "owner": owner}
-            answer = in_lock_transaction(self, lambda: self._run(self._shared.release, params))
+            answer = in_lock_transaction(self, lambda: self._run(self._release, params))
             released = self._released(answer)
             return super().give_up(resource, owner) if released is None else released
         # An operator's: whoever holds it (shared holds: the portable operation).
         params = {"resource": resource}
         held_by, held, row = in_lock_transaction(
-            self, lambda: self._decided(self._statements.force_release, params)
+            self, lambda: self._decided(self._exclusive.force_release, params)
         )
         if not held or held_by is None:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
@@ -153,14 +155,14 @@ class PostgreSQLBackend(LockBackend):
         return Released(row=row, owner=held_by, result=ReleaseResult.RELEASED, released=(held_row,))
 
     def _released(self, answer: Sequence[Any]) -> Released | None:
-        """``Released`` from the answer of ``shared.release``; None where the
+        """``Released`` from the answer of ``release.ReleaseStatement``; None where the
         portable operation decides."""
         outcome, held_by, _, *rest = answer
         if outcome == release.NOT_FOUND:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
         if outcome == release.FORBIDDEN:
             return Released(row=None, owner=held_by or "", result=ReleaseResult.FORBIDDEN)
-        if outcome == release.PORTABLE:
+        if outcome == PORTABLE:
             return None
         header, hold = rest[: len(self.tables.columns) + 1], rest[len(self.tables.columns) + 1 :]
         # The exclusive holder's row, or a shared hold.

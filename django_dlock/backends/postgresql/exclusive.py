@@ -1,4 +1,6 @@
-"""PostgreSQL's one statement per lock operation, written once per database alias.
+"""PostgreSQL's one statement per operation on the exclusive lock (take, extend,
+force-release), written once per database alias. (A shared acquisition is
+``shared_take``'s; every release by an owner, ``release``'s.)
 
 Each operation is one statement, which locks the resource's row (a FOR UPDATE
 CTE, ``locked``) and writes only that row, judged on the values the lock
@@ -25,9 +27,9 @@ from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS
 
 
-class OperationStatements:
-    """The statements of take (and take-and-leave-the-queue), extend, release
-    and force-release on one alias."""
+class ExclusiveStatements:
+    """The statements of take (and take-and-leave-the-queue), extend and
+    force-release on one alias."""
 
     def __init__(self, backend: LockBackend) -> None:
         # Only quoted identifiers and Django-compiled SQL are formatted in; values
@@ -123,7 +125,7 @@ class OperationStatements:
         )
 
         owned = f"{held} AND locked.{c['owner']} = %(owner)s"
-        # (Releases are ``shared.SharedStatements.release``.) An operator's
+        # (Releases are ``release.ReleaseStatement``'s.) An operator's
         # force-release leaves the row expired and ownerless, to keep the
         # fencing token counting, and wakes the head of the resource's queue and
         # the readers that fit beside it. A row held by shared holders is left

@@ -4,6 +4,7 @@ woken with ``NOTIFY`` (``postgresql.wake``)."""
 
 from __future__ import annotations
 
+from django_dlock.backends.claim import Claim
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
@@ -12,7 +13,6 @@ from django_dlock.backends.postgresql.wake import (
     wake_sql,
 )
 from django_dlock.backends.queue import WANTS, QueueRow, WaiterQueue
-from django_dlock.backends.results import Claim
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
 

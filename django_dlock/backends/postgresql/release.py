@@ -1,21 +1,14 @@
-"""PostgreSQL's one statement for a shared acquisition (a reader, a permit) and
-for any release, beside the exclusive lock's (``statements``).
-
-The statement locks the resource's row (``FOR UPDATE``), and decides on what
-that lock returned: the row as the last transaction left it. Other tables are
-read in the statement's snapshot, which can predate that transaction: so the
-decisions that must be exact read only the row (its owner, expiry, limit and
-``hold_count``, which counts the shared holds, never fewer than are valid), and
-a case the row cannot settle (a permit when the count says the semaphore is
-full, an upgrade, a downgrade, another kind) answers ``portable``: the
-backend's portable operation then decides, reading the holds under the lock.
-"""
+"""PostgreSQL's one statement for every release: the exclusive holder's, or a
+shared hold's (a reader's, a permit's), with the hand-over to the head of the
+queue (``handover``) and the wake-up of those that fit beside it (``wake``).
+What it shares with the shared acquisition, and the cases it leaves to the
+portable operation: ``locked``."""
 
 from __future__ import annotations
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql
+from django_dlock.backends.postgresql.locked import PORTABLE, LockedRow
 from django_dlock.backends.postgresql.prepared import Statement
 from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
@@ -23,132 +16,26 @@ from django_dlock.backends.postgresql.wake import (
     head_sql,
     wake_sql,
 )
-from django_dlock.backends.queue import NO_TICKET
-from django_dlock.django_private import compile_expression
-from django_dlock.rules import SHARED_HOLDERS
 
-# The answers' first column.
-PORTABLE = "portable"  # the portable operation decides
-REFUSED = "refused"
-JOINED = "joined"  # a new shared hold
-AGAIN = "again"  # the shared holder again
+# The answers' first column (or ``PORTABLE``).
 RELEASED = "released"
 DECREMENTED = "decremented"
 FORBIDDEN = "forbidden"
 NOT_FOUND = "not_found"
 
 
-class SharedStatements:
-    """``take_shared`` and ``release`` on one alias."""
+class ReleaseStatement:
+    """``release_any``: a release by an owner on ``backend``'s alias. Its one
+    row: the answer, the locked row's owner, how many waiters it woke, then
+    the exclusive row as released and the shared hold as released or left
+    (NULLs where there is none)."""
 
     def __init__(self, backend: LockBackend) -> None:
-        # Only quoted identifiers, constants and Django-compiled SQL are
-        # formatted in; values are parameters.
-        tables, queue = backend.tables, backend.queue
+        tables, queue, row = backend.tables, backend.queue, LockedRow(backend.tables)
         c, table, pk = tables.column_sql, tables.table, tables.pk_column
-        holds, hold_attnames, h = tables.holds_table, tables.hold_attnames, tables.hold_column_sql
-        now, _ = compile_expression(tables.using, DatabaseNow())
-        qn = tables.qn
-        m = f"'{SHARED_HOLDERS}'"
-        hold_columns = ", ".join(f"{holds}.{h[name]}" for name in hold_attnames)
-        locked = (
-            f"WITH locked AS (SELECT {', '.join(tables.columns)}, {now} AS db_now "  # noqa: S608
-            f"FROM {table} WHERE {c['resource']} = %(resource)s FOR UPDATE)"
-        )
-        held = f"(l.{c['owner']} <> '' AND l.{c['expires_at']} > {now})"
-        shared = f"(l.{c['owner']} = {m} AND l.{c['expires_at']} > {now})"
-
-        # -- take: a reader (limit null) or a permit ------------------------------------
-        queued = f"queued AS ({queue.queued_counts_sql('%(resource)s', '%(ticket)s')})"
-        mine = (
-            f"mine AS (SELECT {holds}.{h['id']} AS id FROM {holds} "  # noqa: S608
-            f"WHERE {holds}.{h['resource']} = %(resource)s AND {holds}.{h['owner']} = %(owner)s "
-            f"AND {holds}.{h['expires_at']} > {now} "
-            f"AND (%(held)s IS NULL OR {holds}.{h['fencing_token']} = %(held)s))"
-        )
-        # A reader: refused while a writer holds it or queues before it. A
-        # permit: admitted while the holds counted and those queued before it
-        # leave one.
-        join_free = (
-            "CASE WHEN %(limit)s IS NULL THEN CASE WHEN (SELECT x FROM queued) > 0 "  # noqa: S608
-            f"THEN '{REFUSED}' ELSE '{JOINED}' END "
-            f"WHEN (SELECT n FROM queued) < %(limit)s THEN '{JOINED}' ELSE '{REFUSED}' END"
-        )
-        join_shared = (
-            "CASE WHEN %(limit)s IS NULL THEN CASE WHEN (SELECT x FROM queued) > 0 "  # noqa: S608
-            f"THEN '{REFUSED}' ELSE '{JOINED}' END "
-            f"WHEN l.{c['hold_count']} + (SELECT n FROM queued) < %(limit)s THEN '{JOINED}' "
-            f"ELSE '{PORTABLE}' END"
-        )
-        decided = (
-            f"decided AS (SELECT l.*, {shared} AS was_shared, CASE "  # noqa: S608
-            # A re-entry of a shared grant that was lost (a downgrade, of the
-            # exclusive grant, is the portable operation's). The row, locked,
-            # says so when nobody holds the resource: ``mine`` is read in the
-            # statement's snapshot, which can predate the force-release (or the
-            # release) that the lock waited for, and still show the hold.
-            f"WHEN %(held)s IS NOT NULL AND NOT {held} THEN '{REFUSED}' "
-            f"WHEN %(held)s IS NOT NULL AND NOT ({held} AND NOT {shared}) "
-            f"AND NOT EXISTS (SELECT FROM mine) THEN '{REFUSED}' "
-            f"WHEN {held} AND NOT {shared} THEN CASE WHEN %(limit)s IS NULL AND "
-            f"l.{c['owner']} <> %(owner)s THEN '{REFUSED}' ELSE '{PORTABLE}' END "
-            f"WHEN {shared} THEN CASE WHEN l.{c['limit']} IS DISTINCT FROM %(limit)s "
-            f"THEN '{PORTABLE}' WHEN EXISTS (SELECT FROM mine) THEN '{AGAIN}' "
-            f"ELSE {join_shared} END "
-            f"ELSE {join_free} END AS action FROM locked l)"
-        )
-        joined_header = (
-            f"header AS (UPDATE {table} SET {c['owner']} = {m}, {c['limit']} = %(limit)s, "  # noqa: S608
-            f"{c['label']} = '', {c['fencing_token']} = {table}.{c['fencing_token']} + 1, "
-            f"{c['hold_count']} = CASE WHEN d.was_shared THEN {table}.{c['hold_count']} + 1 "
-            f"ELSE 1 END, {c['acquired_at']} = CASE WHEN d.was_shared "
-            f"THEN {table}.{c['acquired_at']} ELSE {now} END, {c['expires_at']} = "
-            f"CASE WHEN d.was_shared THEN GREATEST({table}.{c['expires_at']}, "
-            f"{now} + %(duration)s) ELSE {now} + %(duration)s END FROM decided d "
-            f"WHERE {table}.{pk} = d.{pk} AND d.action = '{JOINED}' "
-            f"RETURNING {table}.{c['fencing_token']} AS token)"
-        )
-        names = ("resource", "owner", "label", "acquired_at", "expires_at", "hold_count")
-        joined = (
-            f"joined AS (INSERT INTO {holds} ({', '.join(h[n] for n in names)}, "  # noqa: S608
-            f"{h['fencing_token']}, {h['limit']}) SELECT %(resource)s, %(owner)s, %(label)s, "
-            f"{now}, {now} + %(duration)s, 1, header.token, %(limit)s FROM header "
-            f"ON CONFLICT ({h['resource']}, {h['owner']}) DO UPDATE SET "
-            f"{h['label']} = EXCLUDED.{h['label']}, {h['acquired_at']} = EXCLUDED.{h['acquired_at']}, "
-            f"{h['expires_at']} = EXCLUDED.{h['expires_at']}, {h['hold_count']} = 1, "
-            f"{h['fencing_token']} = EXCLUDED.{h['fencing_token']}, {h['limit']} = EXCLUDED.{h['limit']} "
-            f"RETURNING {hold_columns}, {now} AS db_now)"
-        )
-        # Expired holds of others go as a new one comes (the count stays: it may
-        # count them, and may count more than are valid, never fewer).
-        tidy = (
-            f"tidy AS (DELETE FROM {holds} WHERE {h['resource']} = %(resource)s "  # noqa: S608
-            f"AND {h['owner']} <> %(owner)s AND {h['expires_at']} <= {now} "
-            "AND EXISTS (SELECT FROM header))"
-        )
-        again = (
-            f"again AS (UPDATE {holds} SET {h['expires_at']} = {now} + %(duration)s, "  # noqa: S608
-            f"{h['hold_count']} = {holds}.{h['hold_count']} + %(reentrant)s FROM decided d "
-            f"WHERE d.action = '{AGAIN}' AND {holds}.{h['id']} = (SELECT id FROM mine) "
-            f"AND {holds}.{h['expires_at']} > {now} RETURNING {hold_columns}, {now} AS db_now), "
-            f"covered AS (UPDATE {table} SET {c['expires_at']} = "
-            f"GREATEST({table}.{c['expires_at']}, {now} + %(duration)s) FROM decided d "
-            f"WHERE {table}.{pk} = d.{pk} AND EXISTS (SELECT FROM again))"
-        )
-        # Admitted beside others, a waiter wakes the next in line, who may fit too.
-        head = head_sql(queue, resource="%(resource)s", ticket="%(ticket)s")
-        woken = wake_sql(f"AND EXISTS (SELECT FROM joined) AND %(ticket)s < {NO_TICKET}")
-        take_shared = (
-            f"{locked}, {queued}, {mine}, {decided}, {joined_header}, {joined}, {tidy}, {again}, "  # noqa: S608
-            "written AS (SELECT * FROM joined UNION ALL SELECT * FROM again), "
-            f"dequeued AS (DELETE FROM {tables.waiters_table} WHERE {qn('id')} = %(ticket)s "
-            f"AND EXISTS (SELECT FROM written)), head AS ({head}) "
-            f"SELECT d.action, d.{c['owner']}, ({woken}), written.* FROM decided d "
-            "LEFT JOIN written ON TRUE"
-        )
-        self.take_shared = Statement("take_shared", take_shared)
-
-        # -- release: the exclusive holder's, or a shared hold's ---------------------------
+        holds, h = tables.holds_table, tables.hold_column_sql
+        now, locked, held, shared = row.now, row.cte, row.held, row.shared
+        hold_columns = row.hold_columns
         # One hold of several (reentrant) goes; the last releases. The resource's
         # row is released when its count says no shared hold is left (a count
         # never smaller than the holds that are valid).
@@ -159,8 +46,7 @@ class SharedStatements:
         as_released = {
             "owner": f"CASE WHEN {kept} THEN l.{c['owner']} ELSE '' END",
             "expires_at": f"CASE WHEN {kept} THEN l.{c['expires_at']} ELSE {now} END",
-            "hold_count": f"CASE WHEN {kept} THEN l.{c['hold_count']} - 1 "
-            f"ELSE l.{c['hold_count']} END",
+            "hold_count": f"CASE WHEN {kept} THEN l.{c['hold_count']} - 1 ELSE l.{c['hold_count']} END",
         }
         released_columns = ", ".join(
             f"{as_released.get(name, f'l.{column}')} AS {column}" for name, column in c.items()
@@ -238,4 +124,4 @@ class SharedStatements:
             "FROM (SELECT) one LEFT JOIN locked l ON TRUE LEFT JOIN exclusive e ON TRUE "
             "LEFT JOIN (SELECT * FROM one_less UNION ALL SELECT * FROM gone) w ON TRUE"
         )
-        self.release = Statement("release_any", release)
+        self.statement = Statement("release_any", release)

@@ -8,9 +8,9 @@ from typing import TypeVar
 
 from django.db import transaction
 
+from django_dlock.backends.claim import Claim
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.queue import QueueRow, WaiterQueue
-from django_dlock.backends.results import Claim
 from django_dlock.django_private import atomic_depth, compile_expression
 from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.transactions import in_lock_transaction
