@@ -21,7 +21,8 @@ from django.db import models
 from django_dlock import signals
 from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.results import Claim, LockRow
+from django_dlock.backends.claim import Claim
+from django_dlock.backends.results import LockRow
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockKindMismatch
 from django_dlock.kinds import LockKind
@@ -131,7 +132,7 @@ class LockService(Generic[_Lock]):
         self, resource: str, owner: str, ticket: int, duration: timedelta
     ) -> Hold | None:
         """The lock, for ``duration`` from now, if a release handed it to the
-        waiter of ``ticket`` (``LockBackend.grants_on_release``) and the offer
+        waiter of ``ticket`` (``BackendFeatures.grants_on_release``) and the offer
         still stands; announced as acquired."""
         row = self._backend().granted(resource, owner, ticket, duration)
         if row is None:

@@ -28,8 +28,9 @@ import pytest
 from django_dlock.backends import backend_for
 from django_dlock.backends.admission import Action, admit
 from django_dlock.backends.base import LockBackend
+from django_dlock.backends.claim import Claim
 from django_dlock.backends.clock import expired_before
-from django_dlock.backends.results import Claim, LockRow, Taken
+from django_dlock.backends.results import LockRow, Taken
 from django_dlock.conf import conf
 from django_dlock.locking.waiting import queue_state
 from django_dlock.models import DistributedLock, LockHold, LockWaiter
@@ -513,13 +514,13 @@ def build(case: Case, resource: str, backend: LockBackend) -> Situation:
             expire(resource, holder)
     if case.held and all(holder.expired for holder in case.held):
         Locks.filter(resource=resource).update(expires_at=expired_before(1))
-    session = backend.session_pid()  # this connection's, which lives through the test
+    session = backend.queue.session_pid()  # this connection's, which lives through the test
     for waiter in case.ahead:
         queue(backend, resource, waiter, session)
     ticket = None
     if case.queued:
         claim = the_claim(case, resource, tokens, None)
-        ticket, _ = backend.enqueue_waiter(claim, TTL.total_seconds(), listener_pid=session)
+        ticket, _ = backend.queue.enqueue_waiter(claim, TTL.total_seconds(), listener_pid=session)
     for waiter in case.behind:
         queue(backend, resource, waiter, session)
     return Situation(tokens, acquired, max(tokens.values(), default=0), ticket)
@@ -544,7 +545,7 @@ def queue(backend: LockBackend, resource: str, waiter: Waiter, session: int | No
         limit=waiter.limit,
     )
     pid = session if waiter.live or session is None else NO_SESSION
-    ticket, _ = backend.enqueue_waiter(claim, TTL.total_seconds(), listener_pid=pid)
+    ticket, _ = backend.queue.enqueue_waiter(claim, TTL.total_seconds(), listener_pid=pid)
     if not waiter.live and session is None:
         LockWaiter.objects.filter(pk=ticket).update(expires_at=expired_before(1))
 
@@ -576,7 +577,7 @@ def paths(backend: LockBackend) -> dict[str, Callable[[Claim], Taken]]:
     and the vendor's own statements where it has them (PostgreSQL with psycopg
     3's client-side binding, MariaDB), which hand it the cases they leave."""
     found: dict[str, Callable[[Claim], Taken]] = {"portable": partial(LockBackend.take, backend)}
-    if type(backend).take is not LockBackend.take and getattr(backend, "one_statement", True):
+    if backend.features.one_statement:
         found[f"{backend.vendor} statements"] = backend.take
     return found
 

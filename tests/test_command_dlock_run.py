@@ -305,7 +305,7 @@ def test_a_stop_signal_while_waiting_leaves_the_queue(start: Any, tmp_path: Path
     # Its ticket is gone, or (a signal that came as the ticket was written)
     # no longer counts: its process is gone, or its ticket expired.
     wait_for(
-        lambda: backend_for("default").queue_state("job:queued", None).ahead == 0,
+        lambda: backend_for("default").queue.queue_state("job:queued", None).ahead == 0,
         15,
         "no live waiter left",
     )

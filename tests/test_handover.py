@@ -56,7 +56,7 @@ def queue(
         resource, owner, ttl or 30, shared=shared or limit is not None, limit=limit
     )
     backend = backend_for("default")
-    ticket = backend.enqueue_waiter(claim, 60, channel=channel, listener_pid=pid)[0]
+    ticket = backend.queue.enqueue_waiter(claim, 60, channel=channel, listener_pid=pid)[0]
     if ttl is None:  # a waiter of a version before the ttl column
         LockWaiter.objects.filter(pk=ticket).update(ttl=None)
     return ticket
@@ -182,7 +182,7 @@ def test_a_writer_leaving_the_head_wakes_the_readers_behind_it(spy: psycopg.Conn
     assert Locks.release("hand:7", "holder") is ReleaseResult.RELEASED
     assert notified(spy, every=True) == []  # the head polls; the readers queue behind a writer
     # The writer's wait ends before its next look: it leaves the queue.
-    assert backend_for("default").give_up_waiting("hand:7", writer)
+    assert backend_for("default").queue.give_up_waiting("hand:7", writer)
     assert notified(spy, every=True) == [str(ticket) for ticket in readers]
 
 

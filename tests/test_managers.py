@@ -435,7 +435,7 @@ class TestStatements:
     def test_first_acquire_takeover_renew_release(self, vendor: str) -> None:
         with CaptureQueriesContext(connection) as queries:
             Locks.acquire("job:42", owner="a", ttl=30)
-        if vendor == "postgresql" and getattr(backend_for("default"), "one_statement", False):
+        if vendor == "postgresql" and backend_for("default").features.one_statement:
             # One statement: its first CTE locks the row FOR UPDATE, the writes join it.
             (statement,) = [q["sql"] for q in queries.captured_queries if "FOR UPDATE" in q["sql"]]
             assert "WITH locked AS (SELECT" in statement

@@ -23,7 +23,7 @@ Locks = DistributedLock.objects
 
 @pytest.fixture(autouse=True)
 def portable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(backend_for("default"), "one_statement", False)
+    monkeypatch.setattr(backend_for("default").features, "one_statement", False)
 
 
 @pytest.fixture

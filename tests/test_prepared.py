@@ -25,7 +25,7 @@ def one_statement_operations() -> None:
     server-side binding: the ``portable-postgres`` session)."""
     from django_dlock.backends import backend_for
 
-    if not getattr(backend_for("default"), "one_statement", False):
+    if not backend_for("default").features.one_statement:
         pytest.skip("the portable operations run here (server-side binding)")
 
 

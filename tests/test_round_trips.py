@@ -33,7 +33,7 @@ def one_statement_operations() -> None:
     binding, where the portable ones do: the ``portable-postgres`` session)."""
     from django_dlock.backends import backend_for
 
-    if not getattr(backend_for(ALIAS), "one_statement", False):
+    if not backend_for(ALIAS).features.one_statement:
         pytest.skip("the portable operations run here (server-side binding)")
 
 

@@ -16,7 +16,7 @@ from django.db import connection
 
 from django_dlock import LockExpired, LockNotAcquired, lock
 from django_dlock.backends import backend_for
-from django_dlock.backends.results import Claim
+from django_dlock.backends.claim import Claim
 from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.service import service_for
@@ -201,7 +201,7 @@ def test_a_waiter_whose_handed_lock_was_force_released_queues_again() -> None:
     it: the writer's ticket had gone with the hand-over, and it waited on
     unqueued, so no release named it and readers passed it unseen. It queues
     again now."""
-    if not backend_for("default").grants_on_release:
+    if not backend_for("default").features.grants_on_release:
         pytest.skip("this database's releases do not hand the lock over")
     Locks.acquire("host:8", "holder", ttl=60)
     wait = Wait(service_for().claim("host:8", "head", 30), 10, "default")

@@ -191,7 +191,7 @@ def free_silently_after_queuing(
 ) -> list[float]:
     """Make each waiter's queuing run ``free(what it returned)`` right after its
     ticket is in, as a release that woke nobody; when it did, in the list."""
-    backend_class = type(backend_for("default"))
+    backend_class = type(backend_for("default").queue)
     enqueue = backend_class.enqueue_waiter
     released: list[float] = []
 
@@ -247,7 +247,7 @@ def test_a_waiter_whose_waiters_ahead_left_unseen_looks_again_soon_after_queuing
     # queued and saw both.
     settings.DLOCK_BACKOFF_MAX = 5  # a timed look every 20 s
     Locks.acquire("listen:10", "holder", ttl=60)
-    ahead = backend_for("default").enqueue_waiter(
+    ahead = backend_for("default").queue.enqueue_waiter(
         service_for().claim("listen:10", "ahead", 60), 60
     )[0]
 
@@ -363,7 +363,8 @@ def test_on_sqlite_a_head_the_datagram_cannot_reach_still_gets_the_lock_soon(
     # As for processes in other network namespaces (containers sharing the
     # file): the release's datagram goes nowhere. Safety looks every 20 s.
     settings.DLOCK_BACKOFF_MAX = 5
-    monkeypatch.setattr("django_dlock.backends.sqlite.base.wake", lambda channel, ticket: None)
+    for module in ("base", "queue"):  # the release's hand-over, and the queue's wake-ups
+        monkeypatch.setattr(f"django_dlock.backends.sqlite.{module}.wake", lambda *_: None)
     Locks.acquire("host:3", "holder", ttl=60)
     got: list[float] = []
 
@@ -394,14 +395,14 @@ def test_on_sqlite_a_waiter_that_gives_up_wakes_the_next_when_the_lock_is_free()
 
         Locks.acquire("host:2", "holder", ttl=60)
         first, second = queue("first"), queue("second")
-        backend_for("default").give_up_waiting("host:2", first)
+        backend_for("default").queue.give_up_waiting("host:2", first)
         with pytest.raises(TimeoutError):
             ticket_from(spy)  # held: the next waiter is woken by the release
 
         Locks.release("host:2", "holder")
         assert ticket_from(spy) == str(second).encode()  # the release woke the head
         third = queue("third")
-        backend_for("default").give_up_waiting("host:2", second)
+        backend_for("default").queue.give_up_waiting("host:2", second)
         assert ticket_from(spy) == str(third).encode()  # free: the next one is told
 
 
@@ -414,10 +415,10 @@ def test_on_sqlite_a_release_hands_the_lock_to_a_listening_head() -> None:
     def queue(owner: str, channel: str = "dlock_spy", ttl: float | None = 30) -> int:
         claim = service_for().claim("host:4", owner, ttl or 30)
         if ttl is None:  # a waiter of the previous version: no ttl in its ticket
-            ticket = backend.enqueue_waiter(claim, 60, channel=channel)[0]
+            ticket = backend.queue.enqueue_waiter(claim, 60, channel=channel)[0]
             LockWaiter.objects.filter(pk=ticket).update(ttl=None)
             return ticket
-        return backend.enqueue_waiter(claim, 60, channel=channel)[0]
+        return backend.queue.enqueue_waiter(claim, 60, channel=channel)[0]
 
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as spy:
         spy.bind(host_address("dlock_spy"))
@@ -455,7 +456,7 @@ def test_on_sqlite_a_release_hands_the_lock_to_a_listening_head() -> None:
 def test_a_wait_that_ends_as_the_lock_is_handed_to_it_gives_it_back() -> None:
     # The release hands the lock over just as the wait is cancelled (or times
     # out): the waiter leaves without it, so it must not keep it for its ttl.
-    if not backend_for("default").grants_on_release:
+    if not backend_for("default").features.grants_on_release:
         pytest.skip("this database's releases do not hand the lock over")
     Locks.acquire("host:5", "holder", ttl=60)
     seen: list[tuple[str, str]] = []
@@ -482,7 +483,7 @@ def test_a_wait_that_ends_as_the_lock_is_handed_to_it_gives_it_back() -> None:
 
 
 def test_waits_that_end_as_the_lock_is_handed_over_leave_it_free() -> None:
-    if not backend_for("default").grants_on_release:
+    if not backend_for("default").features.grants_on_release:
         pytest.skip("this database's releases do not hand the lock over")
     # Four processes wait a few milliseconds each for a lock held 1 ms at a time:
     # most waits end without it, many just as a release hands it to them.

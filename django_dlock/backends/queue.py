@@ -9,21 +9,20 @@ overrides the ones it answers with fewer statements or uses to wake the head.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
-from django.apps import apps
-from django.db import connections, models
-
-from django_dlock.backends.clock import DatabaseNow, now_plus
-from django_dlock.backends.results import Claim
+from django_dlock.backends.claim import Claim
+from django_dlock.backends.clock import DatabaseNow
+from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE, SHARED
+from django_dlock.transactions import TransactionHooks
 
-# The columns of a ticket that say what its waiter wants and how to reach it (``_wants``).
+# The columns of a ticket that say what its waiter wants and how to reach it (``WaiterQueue.wants``).
 WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
 
 # "No ticket yet" for queue_state(): every queued waiter is ahead.
@@ -31,8 +30,8 @@ NO_TICKET = 2**62
 
 # A release that hands the lock to the head of the queue (``grants_on_release``)
 # offers it for this long (seconds, or the head's ttl where shorter); the head
-# takes the offer (``granted``) for its ttl. So a head that stopped answering
-# (a paused process) holds the lock up for this long, not for its ttl.
+# takes the offer (``LockBackend.granted``) for its ttl. So a head that stopped
+# answering (a paused process) holds the lock up for this long, not for its ttl.
 HANDOVER_LEASE = 1.0
 
 
@@ -78,16 +77,14 @@ class QueueRow:
 
 
 class WaiterQueue:
-    """The waiter-queue statements of a ``LockBackend`` (which sets these attributes)."""
+    """The statements of one alias's waiter queue; a vendor overrides the ones
+    it answers with fewer statements or uses to wake the head."""
 
-    using: str
-    qn: Callable[[str], str]
-    table: str
-    waiter_model: type[models.Model]
-
-    @cached_property
-    def waiters_table(self) -> str:
-        return self.qn(self.waiter_model._meta.db_table)
+    def __init__(self, tables: LockTables, transactions: TransactionHooks) -> None:
+        self.tables = tables
+        #: The backend's lock transactions, for a vendor whose queue writes run
+        #: in one (SQLite).
+        self.transactions = transactions
 
     @cached_property
     def queue_state_sql(self) -> str:
@@ -103,7 +100,7 @@ class WaiterQueue:
         ``listeners.postgresql``.) The first look, without a ticket, has the
         SELECT without it: there the check would only add to the planning
         (docs/performance.md, "Where the code's choices come from")."""
-        waiters, pk = self.waiters_table, self.qn("id")
+        waiters, pk = self.tables.waiters_table, self.tables.qn("id")
         return self._queue_state_sql(
             ticket_queued=f", EXISTS (SELECT 1 FROM {waiters} m WHERE m.{pk} = %s)"  # noqa: S608
         )
@@ -111,8 +108,8 @@ class WaiterQueue:
     def _queue_state_sql(self, ticket_queued: str) -> str:
         # Waiters run this in a loop, so it is one hand-written SELECT rather than
         # ORM queries, which cost more to build than to run.
-        qn = self.qn
-        now_sql, now_params = compile_expression(self.using, DatabaseNow())
+        qn = self.tables.qn
+        now_sql, now_params = compile_expression(self.tables.using, DatabaseNow())
         assert not now_params  # noqa: S101 - DatabaseNow() is plain SQL
         # A one-row SELECT of the queue's counts, LEFT JOINed to the lock row (there
         # is none before the first acquisition of the resource).
@@ -121,7 +118,7 @@ class WaiterQueue:
             f"SELECT l.{qn('owner')}, l.{qn('expires_at')}, {now_sql}, q.n, q.x, "  # noqa: S608
             f"l.{qn('limit')}, ({self.holders_sql()}), q.h{ticket_queued} "
             f"FROM ({self.queued_counts_sql('%s', '%s')}) q "
-            f"LEFT JOIN {self.table} l ON l.{qn('resource')} = %s"
+            f"LEFT JOIN {self.tables.table} l ON l.{qn('resource')} = %s"
         )
 
     def queued_counts_sql(self, resource: str, ticket: str) -> str:
@@ -129,7 +126,7 @@ class WaiterQueue:
         ``ticket`` (``n``), how many of those want the lock exclusively (``x``,
         NULL for none), and the first one's ticket (``h``); both SQL (a
         placeholder, a column)."""
-        qn = self.qn
+        qn = self.tables.qn
         return (
             f"SELECT COUNT(*) AS n, SUM(CASE WHEN w.{qn('mode')} = '{EXCLUSIVE}' THEN 1 "
             f"ELSE 0 END) AS x, MIN(w.{qn('id')}) AS h {self.queued_before_sql(resource, ticket)}"
@@ -141,10 +138,10 @@ class WaiterQueue:
         """SQL: FROM and WHERE of the live waiters (table alias ``alias``) of
         ``resource`` that queue before ``ticket`` (and after the ticket
         ``after``); each SQL (a placeholder, a column)."""
-        qn = self.qn
+        qn = self.tables.qn
         after_sql = f"AND {alias}.{qn('id')} > {after} " if after else ""
         return (
-            f"FROM {self.waiters_table} {alias} WHERE {alias}.{qn('resource')} = {resource} "
+            f"FROM {self.tables.waiters_table} {alias} WHERE {alias}.{qn('resource')} = {resource} "
             f"AND {alias}.{qn('id')} < {ticket} {after_sql}AND {self.live_waiter_sql(alias + '.')}"
         )
 
@@ -152,31 +149,45 @@ class WaiterQueue:
         """SQL: the waiter (of the table alias ``alias``, with its dot) still
         counts: its ticket has not expired. A vendor that can tell a dead
         waiter sooner says so too."""
-        now_sql, _ = compile_expression(self.using, DatabaseNow())
-        return f"{alias}{self.qn('expires_at')} > {now_sql}"
+        now_sql, _ = compile_expression(self.tables.using, DatabaseNow())
+        return f"{alias}{self.tables.qn('expires_at')} > {now_sql}"
 
     def holders_sql(self, resource: str = "%s") -> str:
         """SQL: the number of valid shared holds of ``resource`` (SQL: a
         placeholder, or a column)."""
-        qn = self.qn
-        now_sql, _ = compile_expression(self.using, DatabaseNow())
-        holds = self.qn(apps.get_model("django_dlock", "LockHold")._meta.db_table)
+        qn = self.tables.qn
+        now_sql, _ = compile_expression(self.tables.using, DatabaseNow())
         return (
-            f"SELECT COUNT(*) FROM {holds} h WHERE h.{qn('resource')} = {resource} "  # noqa: S608
-            f"AND h.{qn('expires_at')} > {now_sql}"
+            f"SELECT COUNT(*) FROM {self.tables.holds_table} h "  # noqa: S608
+            f"WHERE h.{qn('resource')} = {resource} AND h.{qn('expires_at')} > {now_sql}"
         )
 
     def queue_state(self, resource: str, ticket: int | None) -> QueueRow:
         """One statement, no transaction: the lock row, how many live waiters
         are queued before ``ticket`` (all of them when ``ticket`` is None), and
         whether ``ticket`` is still queued."""
-        with connections[self.using].cursor() as cursor:
+        with self.tables.connection.cursor() as cursor:
             if ticket is None:
                 cursor.execute(self.queue_state_sql, [resource, resource, NO_TICKET, resource])
             else:
                 sql = self.ticket_state_sql
                 cursor.execute(sql, [resource, ticket, resource, ticket, resource])
             return QueueRow.of(*cursor.fetchone())
+
+    def queued_before(self, resource: str, ticket: int | None) -> tuple[int, int]:
+        """How many live waiters of ``resource`` queued before ``ticket`` (all,
+        without one), and how many of them want it exclusively (in the
+        acquisition's lock transaction)."""
+        qn = self.tables.qn
+        sql = (
+            f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {qn('mode')} = %s THEN 1 ELSE 0 END), 0) "  # noqa: S608
+            f"FROM {self.tables.waiters_table} WHERE {qn('resource')} = %s AND {qn('id')} < %s "
+            f"AND {self.live_waiter_sql()}"
+        )
+        with self.tables.connection.cursor() as cursor:
+            cursor.execute(sql, [EXCLUSIVE, resource, ticket or NO_TICKET])
+            everyone, exclusive = cursor.fetchone()
+        return int(everyone), int(exclusive)
 
     def enqueue_waiter(
         self, claim: Claim, seconds: float, *, channel: str = "", listener_pid: int | None = None
@@ -186,21 +197,21 @@ class WaiterQueue:
         server process is ``listener_pid``; its ticket, and the queue as seen
         once the ticket is in it. An INSERT in autocommit (no transaction of its
         own to wait for), then ``queue_state``."""
-        qn = self.qn
-        expires_sql, expires_params = self._from_now(seconds)
+        qn = self.tables.qn
+        expires_sql, expires_params = self.tables.from_now(seconds)
         columns = ", ".join(qn(name) for name in ("resource", "owner", "expires_at", *WANTS))
         # Only quoted identifiers and Django-compiled SQL are formatted in.
         sql = (
-            f"INSERT INTO {self.waiters_table} ({columns}) "  # noqa: S608
+            f"INSERT INTO {self.tables.waiters_table} ({columns}) "  # noqa: S608
             f"VALUES (%s, %s, {expires_sql}, {', '.join(['%s'] * len(WANTS))})"
         )
-        wants = self._wants(claim, channel, listener_pid)
-        with connections[self.using].cursor() as cursor:
+        wants = self.wants(claim, channel, listener_pid)
+        with self.tables.connection.cursor() as cursor:
             cursor.execute(sql, [claim.resource, claim.owner, *expires_params, *wants])
             ticket = int(cursor.lastrowid)
         return ticket, self.queue_state(claim.resource, ticket)
 
-    def _wants(self, claim: Claim, channel: str, listener_pid: int | None) -> list[Any]:
+    def wants(self, claim: Claim, channel: str, listener_pid: int | None) -> list[Any]:
         """A ticket's ``WANTS``, as parameters."""
         mode = SHARED if claim.shared else EXCLUSIVE
         ttl = self._ttl_value(claim.duration)
@@ -208,13 +219,14 @@ class WaiterQueue:
 
     def refresh_waiters(self, tickets: Sequence[int], seconds: float) -> None:
         """Keep the waiters of ``tickets`` queued for ``seconds`` more (one UPDATE)."""
-        expires_sql, expires_params = self._from_now(seconds)
+        qn = self.tables.qn
+        expires_sql, expires_params = self.tables.from_now(seconds)
         ids = ", ".join(["%s"] * len(tickets))
         sql = (
-            f"UPDATE {self.waiters_table} SET {self.qn('expires_at')} = {expires_sql} "  # noqa: S608
-            f"WHERE {self.qn('id')} IN ({ids})"
+            f"UPDATE {self.tables.waiters_table} SET {qn('expires_at')} = {expires_sql} "  # noqa: S608
+            f"WHERE {qn('id')} IN ({ids})"
         )
-        with connections[self.using].cursor() as cursor:
+        with self.tables.connection.cursor() as cursor:
             cursor.execute(sql, [*expires_params, *tickets])
 
     def leave_queue(self, ticket: int) -> bool:
@@ -222,19 +234,26 @@ class WaiterQueue:
         whether its ticket was still there."""
         # The next holder runs this in a hand-over: hand-written, as the ORM's
         # delete() (a Collector) costs more than the statement itself.
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(self._leave_sql, [ticket])
+        with self.tables.connection.cursor() as cursor:
+            cursor.execute(self.leave_sql, [ticket])
             return bool(cursor.rowcount == 1)
 
     @cached_property
-    def _leave_sql(self) -> str:
-        return f"DELETE FROM {self.waiters_table} WHERE {self.qn('id')} = %s"  # noqa: S608
+    def leave_sql(self) -> str:
+        """The DELETE of a ticket (a placeholder)."""
+        tables = self.tables
+        return f"DELETE FROM {tables.waiters_table} WHERE {tables.qn('id')} = %s"  # noqa: S608
 
     def give_up_waiting(self, resource: str, ticket: int) -> bool:
         """Drop a waiter that leaves without the lock (timed out, cancelled);
         whether its ticket was still queued (if not, a release may have handed
-        it the lock: ``granted``)."""
+        it the lock: ``LockBackend.granted``)."""
         return self.leave_queue(ticket)
+
+    def wake_head(self, resource: str) -> None:
+        """Wake the head of ``resource``'s queue, once this lock transaction
+        commits, to look at the lock now (a permit came free, or a waiter was
+        admitted beside others). Waiters that nothing wakes poll."""
 
     def session_pid(self) -> int | None:
         """The server's id of this thread's connection, when the database can
@@ -249,18 +268,15 @@ class WaiterQueue:
 
     def drop_dead_waiters(self, resource: str) -> None:
         """Delete the rows of waiters of ``resource`` that stopped refreshing them."""
-        self.waiter_model._default_manager.using(self.using).filter(
+        tables = self.tables
+        tables.waiter_model._default_manager.using(tables.using).filter(
             resource=resource, expires_at__lte=DatabaseNow()
         ).delete()
 
     def _ttl_value(self, ttl: timedelta | None) -> Any:
         """``ttl`` as the driver takes a ``DurationField`` (SQLite: microseconds)."""
-        field = self.waiter_model._meta.get_field("ttl")
-        return field.get_db_prep_save(ttl, connections[self.using])  # type: ignore[union-attr]
-
-    def _from_now(self, seconds: float) -> tuple[str, list[Any]]:
-        """SQL and parameters of the database's time plus ``seconds``."""
-        return compile_expression(self.using, now_plus(timedelta(seconds=seconds)))
+        field = self.tables.waiter_model._meta.get_field("ttl")
+        return field.get_db_prep_save(ttl, self.tables.connection)  # type: ignore[union-attr]
 
 
 def _to_datetime(value: Any) -> datetime:

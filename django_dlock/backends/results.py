@@ -1,14 +1,15 @@
-"""What the backends' lock operations are asked and answer: typed values, built
-from the rows the statements return. The manager makes model instances of them."""
+"""What the backends' lock operations answer: typed values, built from the rows
+the statements return (what they are asked is a ``Claim``: ``backends.claim``).
+The manager makes model instances of them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult
 
-__all__ = ["Claim", "LockRow", "Released", "Renewed", "Taken"]
+__all__ = ["LockRow", "Released", "Renewed", "Taken"]
 
 #: The model fields of a row of ``distributed_locks`` (``LockRow.field_values``).
 LOCK_FIELDS = (
@@ -24,35 +25,6 @@ LOCK_FIELDS = (
 )
 #: The model fields of a row of ``distributed_lock_holds``: the same.
 HOLD_FIELDS = LOCK_FIELDS
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """What an acquisition asks for."""
-
-    resource: str
-    owner: str
-    duration: timedelta
-    shared: bool = False  # a reader (or, with a limit, a permit) rather than the exclusive holder
-    limit: int | None = None  # a semaphore's number of permits
-    reentrant: bool = False  # the holder again adds a hold rather than only extending
-    label: str = ""
-    ticket: int | None = None  # lock()'s waiter, which leaves its queue once admitted
-    # A re-entry or a change of mode of the grant with this fencing token: refused
-    # unless the claimant holds that grant still (a hold that was lost is neither
-    # entered again nor replaced by a new grant its holder would take for it).
-    held_token: int | None = None
-
-    @property
-    def exclusive(self) -> bool:
-        return not self.shared and self.limit is None
-
-    @property
-    def adds_a_hold(self) -> bool:
-        """Whether the holder's acquisition adds a hold: reentrant, and not a
-        queued waiter's (``lock()`` re-enters without queuing, so a waiter that
-        finds the lock its own was handed it by a release as it looked)."""
-        return self.reentrant and self.ticket is None
 
 
 @dataclass(frozen=True, slots=True)

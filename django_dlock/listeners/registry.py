@@ -1,5 +1,5 @@
 """This process's listeners, one per database alias: ``listener_for(using)``
-starts the kind its backend names (``LockBackend.listener_class``) on first use,
+starts the kind its backend names (``BackendFeatures.listener_class``) on first use,
 and ``stop_listeners()`` closes them all (registered to run at exit)."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ __all__ = ["listener_for", "stop_listeners"]
 
 
 def _listener(using: str) -> Listener[Any]:
-    listener_class: type[Listener[Any]] = import_string(backend_for(using).listener_class or "")
+    listener_class: type[Listener[Any]] = import_string(
+        backend_for(using).features.listener_class or ""
+    )
     return listener_class(using)
 
 
@@ -28,8 +30,8 @@ _listeners = PerAlias(_listener)
 def listener_for(using: str) -> Listener[Any] | None:
     """This process's listener for ``using``, or ``None`` where waiters poll:
     ``DLOCK_LISTEN = False``, a backend that cannot push (see
-    ``LockBackend.can_listen``), or a listener that found a pooler in between."""
-    if conf.LISTEN is False or not backend_for(using).can_listen():
+    ``BackendFeatures.can_listen``), or a listener that found a pooler in between."""
+    if conf.LISTEN is False or not backend_for(using).features.can_listen:
         return None
     listener = _listeners(using)
     return listener if listener.usable else None

@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from django_dlock import signals
-from django_dlock.backends.results import Claim
+from django_dlock.backends.claim import Claim
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockHeldByCaller, LockNotAcquired
 from django_dlock.kinds import LockKind

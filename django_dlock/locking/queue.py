@@ -1,9 +1,9 @@
 """The waiter queue of one database alias, as a blocking acquisition (``Wait``)
 sees it: the one interface through which ``locking`` reads and writes the queue.
 
-Each method is one backend call (``backends/queue.py`` and the vendors'
-overrides hold the SQL); this module adds what a look means for a waiter
-(``QueueState``, ``state_of``), and nothing else.
+Each method is one call of the backend's queue (``backends/queue.py`` and the
+vendors' subclasses hold the SQL); this module adds what a look means for a
+waiter (``QueueState``, ``state_of``), and nothing else.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django_dlock.backends import backend_for
-from django_dlock.backends.base import LockBackend
+from django_dlock.backends.claim import Claim
 from django_dlock.backends.clock import time_left
-from django_dlock.backends.queue import QueueRow
-from django_dlock.backends.results import Claim
+from django_dlock.backends.features import BackendFeatures
+from django_dlock.backends.queue import QueueRow, WaiterQueue
 from django_dlock.rules import SHARED_HOLDERS
 
 __all__ = ["Queue", "QueueState", "state_of"]
@@ -45,25 +45,29 @@ class Queue:
         self.using = using
 
     @property
-    def _backend(self) -> LockBackend:
-        return backend_for(self.using)
+    def _features(self) -> BackendFeatures:
+        return backend_for(self.using).features
+
+    @property
+    def _queue(self) -> WaiterQueue:
+        return backend_for(self.using).queue
 
     @property
     def grants_on_release(self) -> bool:
         """Whether a release hands the lock to the head of its queue (then the
         head accepts the offer rather than acquire)."""
-        return self._backend.grants_on_release
+        return self._features.grants_on_release
 
     @property
     def waiters_share_host(self) -> bool:
         """Whether every waiter runs on the database's host (SQLite): looking
         costs microseconds."""
-        return self._backend.waiters_share_host
+        return self._features.waiters_share_host
 
     def look(self, claim: Claim, ticket: int | None) -> QueueState:
         """One statement, no transaction: whether the lock would admit
         ``claim``, and who is ahead of ``ticket`` (of everyone when None)."""
-        return state_of(self._backend.queue_state(claim.resource, ticket), claim)
+        return state_of(self._queue.queue_state(claim.resource, ticket), claim)
 
     def join(
         self, claim: Claim, seconds: float, channel: str, pid: int | None
@@ -73,35 +77,35 @@ class Queue:
         where a release wakes it ("" when it polls); ``pid``: the server
         connection that lives as long as the waiter (None: this thread's, where
         the database can tell)."""
-        backend = self._backend
+        queue = self._queue
         if pid is None and not channel:
-            pid = backend.session_pid()
-        ticket, row = backend.enqueue_waiter(claim, seconds, channel=channel, listener_pid=pid)
+            pid = queue.session_pid()
+        ticket, row = queue.enqueue_waiter(claim, seconds, channel=channel, listener_pid=pid)
         return ticket, state_of(row, claim)
 
     def refresh(self, tickets: Sequence[int], seconds: float) -> None:
         """Keep the waiters of ``tickets`` queued for ``seconds`` more (one statement)."""
-        self._backend.refresh_waiters(tickets, seconds)
+        self._queue.refresh_waiters(tickets, seconds)
 
     def leave(self, resource: str, ticket: int) -> bool:
         """Drop the waiter of ``ticket``, which leaves without the lock; whether
         it was still queued (if not, a release may have handed it the lock)."""
-        return self._backend.give_up_waiting(resource, ticket)
+        return self._queue.give_up_waiting(resource, ticket)
 
     def pass_head(self, resource: str, ticket: int) -> None:
         """Drop the head's ``ticket``, as if it had left: it stopped answering,
         and the next waiter is told where it is not the one passing."""
-        self._backend.give_up_waiting(resource, ticket)
+        self._queue.give_up_waiting(resource, ticket)
 
     def prune(self, resource: str, ticket: int) -> None:
         """Drop the tickets ahead of ``ticket`` whose waiters are known to be
         dead, where the database can tell sooner than their expiry."""
-        self._backend.prune_ahead(resource, ticket)
+        self._queue.prune_ahead(resource, ticket)
 
     def sweep(self, resource: str) -> None:
         """Delete the rows of ``resource``'s waiters that stopped refreshing
         them (they no longer count anyway), so that the table stays small."""
-        self._backend.drop_dead_waiters(resource)
+        self._queue.drop_dead_waiters(resource)
 
 
 def state_of(row: QueueRow, claim: Claim) -> QueueState:

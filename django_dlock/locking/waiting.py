@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from django_dlock import signals
-from django_dlock.backends.results import Claim
+from django_dlock.backends.claim import Claim
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.listeners.base import Watch

@@ -1,4 +1,4 @@
-"""PostgreSQL's SQL for the lock operations."""
+"""PostgreSQL's lock operations: one statement each, where the row settles them."""
 
 from __future__ import annotations
 
@@ -7,35 +7,34 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, cast
 
-from django.core.checks import CheckMessage
-
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.clock import DatabaseNow
-from django_dlock.backends.postgresql import shared
+from django_dlock.backends.claim import Claim
+from django_dlock.backends.postgresql import release, shared_take
 from django_dlock.backends.postgresql.checks import PostgreSQLChecks
+from django_dlock.backends.postgresql.exclusive import ExclusiveStatements
+from django_dlock.backends.postgresql.features import PostgreSQLFeatures
 from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql
+from django_dlock.backends.postgresql.lock_rows import PostgreSQLLockRows
+from django_dlock.backends.postgresql.locked import PORTABLE
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.postgresql.purge import PostgreSQLPurge
-from django_dlock.backends.postgresql.shared import SharedStatements
-from django_dlock.backends.postgresql.statements import (
-    ASYNC_COMMIT,
-    ASYNC_COMMIT_CONDITION,
+from django_dlock.backends.postgresql.queue import PostgreSQLQueue
+from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
-    OperationStatements,
     fitting_sql,
     head_sql,
     wake_sql,
 )
-from django_dlock.backends.queue import NO_TICKET, WANTS, QueueRow
-from django_dlock.backends.results import Claim, LockRow, Released, Renewed, Taken
-from django_dlock.django_private import atomic_depth, compile_expression
-from django_dlock.rules import EXCLUSIVE, SHARED_HOLDERS, ReleaseResult
+from django_dlock.backends.queue import NO_TICKET
+from django_dlock.backends.results import LockRow, Released, Renewed, Taken
+from django_dlock.django_private import atomic_depth
+from django_dlock.rules import SHARED_HOLDERS, ReleaseResult
 from django_dlock.transactions import in_lock_transaction
 
 
-class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
-    """Each lock operation is one statement and one round trip
-    (``statements``): a CTE locks the resource's row (``SELECT ... FOR
+class PostgreSQLBackend(LockBackend):
+    """Each lock operation is one statement and one round trip (``exclusive``,
+    ``shared_take``, ``release``): a CTE locks the resource's row (``SELECT ... FOR
     UPDATE``), and the write that the row allows joins it, judged on the values
     the lock returned. The decision is written in SQL, in the write's ``WHERE``;
     ``STATEMENT_TIMESTAMP()`` is the database's now.
@@ -49,40 +48,27 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
     """
 
     vendor = "postgresql"
-    listener_class = "django_dlock.listeners.postgresql.PostgresListener"
-    grants_on_release = True
+    features_class = PostgreSQLFeatures
+    rows_class = PostgreSQLLockRows
+    queue_class = PostgreSQLQueue
+    purge_class = PostgreSQLPurge
+    checks_class = PostgreSQLChecks
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
-        # Built for psycopg 3's client-side binding (Django's default): its
-        # parameters are typed by the PREPARE, and the raw connection's
-        # autocommit is psycopg 3's. (Imported here: this module is also
-        # imported where no driver is installed.)
-        from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-        options = self.connection.settings_dict.get("OPTIONS") or {}
-        #: Whether the operations run as one statement each (else the portable ones).
-        self.one_statement = is_psycopg3 and not options.get("server_side_binding")
-        self._statements = OperationStatements(self)
-        self._shared = SharedStatements(self)
+        self._exclusive = ExclusiveStatements(self)
+        self._shared_take = shared_take.SharedTakeStatement(self).statement
+        self._release = release.ReleaseStatement(self).statement
         self._prepared = PreparedStatements(using)
 
-    def can_listen(self) -> bool:
-        # psycopg2 has no notify handlers.
-        try:
-            import psycopg  # noqa: F401
-        except ImportError:
-            return False
-        return True
-
     def take(self, claim: Claim) -> Taken:
-        if not self.one_statement:
+        if not self.features.one_statement:
             return super().take(claim)
         if not claim.exclusive:
             taken = in_lock_transaction(self, lambda: self._take_shared(claim))
             return super().take(claim) if taken is None else taken
-        statements = self._statements
-        statement = statements.take if claim.ticket is None else statements.take_leaving
+        exclusive = self._exclusive
+        statement = exclusive.take if claim.ticket is None else exclusive.take_leaving
         params = {
             "resource": claim.resource,
             "owner": claim.owner,
@@ -112,16 +98,16 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
             "ticket": NO_TICKET if claim.ticket is None else claim.ticket,
             "held": claim.held_token,
         }
-        answer = self._run(self._shared.take_shared, params)
+        answer = self._run(self._shared_take, params)
         if answer is None:  # no row for the resource yet
             return None
         action, header_owner, _, *hold = answer
-        if action == shared.REFUSED:
+        if action == shared_take.REFUSED:
             return Taken(row=None, previous_owner=header_owner, renewed=False)
-        if action == shared.PORTABLE or hold[0] is None:
+        if action == PORTABLE or hold[0] is None:
             return None
-        row = self._hold_row(hold, self._hold_select[1])
-        return Taken(row=row, previous_owner=header_owner, renewed=action == shared.AGAIN)
+        row = self.holds.row(hold)
+        return Taken(row=row, previous_owner=header_owner, renewed=action == shared_take.AGAIN)
 
     def _taken(self, statement: Statement, params: dict[str, Any]) -> Taken:
         owner, _, row = self._decided(statement, params)
@@ -138,28 +124,28 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         return Taken(row=row, previous_owner=owner, renewed=row.acquired_at < row.now)
 
     def extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
-        if not self.one_statement:
+        if not self.features.one_statement:
             return super().extend(resource, owner, duration)
         params = {"resource": resource, "owner": owner, "duration": duration}
         held_by, held, row = in_lock_transaction(
-            self, lambda: self._decided(self._statements.extend, params)
+            self, lambda: self._decided(self._exclusive.extend, params)
         )
         if row is None and held and held_by == SHARED_HOLDERS:
             return super().extend(resource, owner, duration)  # a shared hold's
         return Renewed(row=row, exists=held_by not in (None, ""))
 
     def give_up(self, resource: str, owner: str | None, *, forced: bool = False) -> Released:
-        if not self.one_statement or (forced and owner is not None):
+        if not self.features.one_statement or (forced and owner is not None):
             return super().give_up(resource, owner, forced=forced)
         if owner is not None:
             params = {"resource": resource, "owner": owner}
-            answer = in_lock_transaction(self, lambda: self._run(self._shared.release, params))
+            answer = in_lock_transaction(self, lambda: self._run(self._release, params))
             released = self._released(answer)
             return super().give_up(resource, owner) if released is None else released
         # An operator's: whoever holds it (shared holds: the portable operation).
         params = {"resource": resource}
         held_by, held, row = in_lock_transaction(
-            self, lambda: self._decided(self._statements.force_release, params)
+            self, lambda: self._decided(self._exclusive.force_release, params)
         )
         if not held or held_by is None:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
@@ -169,21 +155,19 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         return Released(row=row, owner=held_by, result=ReleaseResult.RELEASED, released=(held_row,))
 
     def _released(self, answer: Sequence[Any]) -> Released | None:
-        """``Released`` from the answer of ``shared.release``; None where the
+        """``Released`` from the answer of ``release.ReleaseStatement``; None where the
         portable operation decides."""
         outcome, held_by, _, *rest = answer
-        if outcome == shared.NOT_FOUND:
+        if outcome == release.NOT_FOUND:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
-        if outcome == shared.FORBIDDEN:
+        if outcome == release.FORBIDDEN:
             return Released(row=None, owner=held_by or "", result=ReleaseResult.FORBIDDEN)
-        if outcome == shared.PORTABLE:
+        if outcome == PORTABLE:
             return None
-        header, hold = rest[: len(self.columns) + 1], rest[len(self.columns) + 1 :]
-        if header[0] is not None:  # the exclusive holder's
-            row = self._row(header)
-        else:
-            row = self._hold_row(hold, self._hold_select[1])
-        if outcome == shared.DECREMENTED:
+        header, hold = rest[: len(self.tables.columns) + 1], rest[len(self.tables.columns) + 1 :]
+        # The exclusive holder's row, or a shared hold.
+        row = self.tables.row(header) if header[0] is not None else self.holds.row(hold)
+        if outcome == release.DECREMENTED:
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
         # The exclusive row comes back as released (no owner); a hold, as it was.
         held = replace(row, owner=held_by) if header[0] is not None else row
@@ -198,7 +182,9 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
         write)."""
         owner, held, *written = self._run(statement, params)
         # A release's count of woken waiters may follow the row and its now.
-        row = None if written[0] is None else self._row(written[: len(self.columns) + 1])
+        row = (
+            None if written[0] is None else self.tables.row(written[: len(self.tables.columns) + 1])
+        )
         return owner, bool(held), row
 
     def _run(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any]:
@@ -229,123 +215,21 @@ class PostgreSQLBackend(PostgreSQLPurge, LockBackend):
                     raw.autocommit = False
             return cast(Sequence[Any], cursor.fetchone())  # the answer is one row
 
-    # -- waking the head of the queue ------------------------------------------------
-    # A release NOTIFYs the channel of the head of the resource's queue (its
-    # process's listener) with the head's ticket, and only when there is one:
-    # NOTIFY takes a lock on the whole database's notification queue at commit,
-    # which a release without waiters must not pay. The listener wakes that
-    # waiter alone.
-
-    def enqueue_waiter(
-        self, claim: Claim, seconds: float, *, channel: str = "", listener_pid: int | None = None
-    ) -> tuple[int, QueueRow]:
-        # FOR KEY SHARE of the lock row (when there is one) makes the INSERT wait
-        # for a release in flight, and a release wait for an INSERT in flight: a
-        # release either sees the ticket (and names it) or committed before the
-        # lock row was read here. (A locking read that waited returns the row as
-        # the release left it, though the statement's snapshot is older.) The
-        # queue ahead is counted in the same statement: one round trip, where
-        # an INSERT and then a look would take two, both on the path of a hand-over.
-        qn = self.qn
-        now_sql, _ = compile_expression(self.using, DatabaseNow())
-        expires_sql, expires_params = self._from_now(seconds)
-        waiters = self.waiters_table
-        names = ("resource", "owner", "expires_at", *WANTS)
-        sql = (
-            f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at, "  # noqa: S608
-            f"{qn('limit')} AS lim FROM {self.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
-            f"queued AS (INSERT INTO {waiters} ({', '.join(qn(name) for name in names)}) "
-            f"SELECT %s, %s, {expires_sql}, %s, %s::interval, %s, %s::integer, %s, %s::integer "
-            "FROM (SELECT COUNT(*) FROM held) "
-            f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id), "
-            f"ahead AS (SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE w.{qn('mode')} = '{EXCLUSIVE}') "
-            f"AS x, MIN(w.{qn('id')}) AS h FROM {waiters} w, queued WHERE w.{qn('resource')} = %s "
-            f"AND w.{qn('id')} < queued.id AND {self.live_waiter_sql('w.')}) "
-            f"SELECT queued.id, held.owner, held.expires_at, {now_sql}, ahead.n, ahead.x, "
-            f"held.lim, ({self.holders_sql()}), ahead.h FROM queued CROSS JOIN ahead LEFT JOIN held ON TRUE"
-        )
-        with self.connection.cursor() as cursor:
-            cursor.execute(
-                sql,
-                [
-                    claim.resource,
-                    claim.resource,
-                    claim.owner,
-                    *expires_params,
-                    *self._wants(claim, channel, listener_pid),
-                    claim.resource,
-                    claim.resource,
-                ],
-            )
-            ticket, *state = cursor.fetchone()
-        return int(ticket), QueueRow.of(*state)
-
     def mark_released(self, row: LockRow) -> None:
         # The portable release's write: the head takes the lock here too (``handover``).
-        values = self._released_values(row)
-        t = self.table
+        values = self.rows.released_values(row)
+        tables, queue = self.tables, self.queue
+        t = tables.table
         as_released = {"owner": "%s", "expires_at": "%s", "limit": "NULL"}
         sql = (
-            f"WITH head AS ({head_sql(self, ticket=str(NO_TICKET_EXCLUDED), locked=True)}), "  # noqa: S608
-            f"{fitting_sql(self)}, {handed_sql(self, 'TRUE')} UPDATE {t} "
-            f"SET {granting(self, as_released, t + '.')} FROM (SELECT) one "
-            f"LEFT JOIN handed {HANDED} ON TRUE WHERE {t}.{self.pk_column} = %s "
+            f"WITH head AS ({head_sql(queue, ticket=str(NO_TICKET_EXCLUDED), locked=True)}), "  # noqa: S608
+            f"{fitting_sql(queue)}, {handed_sql(tables, 'TRUE')} UPDATE {t} "
+            f"SET {granting(tables, as_released, t + '.')} FROM (SELECT) one "
+            f"LEFT JOIN handed {HANDED} ON TRUE WHERE {t}.{tables.pk_column} = %s "
             f"RETURNING ({wake_sql(readers=True)})"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [row.resource, *values, row.pk])
-
-    def live_waiter_sql(self, alias: str = "") -> str:
-        # A ticket whose listener's server process is gone is a dead waiter's:
-        # killed, or its host lost (its connection then ends at the keepalive
-        # timeout the listener sets).
-        pid = f"{alias}{self.qn('listener_pid')}"
-        return (
-            f"{super().live_waiter_sql(alias)} AND ({pid} IS NULL OR "
-            f"EXISTS (SELECT FROM pg_stat_get_activity({pid})))"
-        )
-
-    def session_pid(self) -> int | None:
-        connection = self.connection
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            (pid,) = cursor.fetchone()
-        # Behind a pooler the server's process changes from one transaction to
-        # the next (and is not the one the pooler reports): no such check then.
-        raw = connection.connection
-        reported = raw.info.backend_pid if hasattr(raw, "info") else raw.get_backend_pid()
-        return int(pid) if pid == reported else None
-
-    def wake_head(self, resource: str) -> None:
-        # NOTIFY goes out when the transaction commits. The waiters that fit
-        # beside the head (readers, the permits left free) are woken with it.
-        sql = f"WITH head AS ({head_sql(self)}), {fitting_sql(self)} {wake_sql(readers=True)}"
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [resource, NO_TICKET_EXCLUDED])
-
-    def give_up_waiting(self, resource: str, ticket: int) -> bool:
-        # Leaving without the lock while it is free: the next waiter would
-        # otherwise wait for a release that already happened. A ticket that is
-        # gone was handed the lock by a release (``handover``).
-        qn = self.qn
-        now_sql, _ = compile_expression(self.using, DatabaseNow())
-        held = (
-            f"SELECT 1 FROM {self.table} l WHERE l.{qn('resource')} = %s "  # noqa: S608
-            f"AND l.{qn('owner')} <> '' AND l.{qn('expires_at')} > {now_sql}"
-        )
-        sql = (
-            f"WITH gone AS (DELETE FROM {self.waiters_table} WHERE {qn('id')} = %s "  # noqa: S608
-            f"AND {ASYNC_COMMIT_CONDITION} RETURNING 1), "
-            f"head AS ({head_sql(self, f'AND NOT EXISTS ({held})')}), {fitting_sql(self)} "
-            f"SELECT (SELECT COUNT(*) FROM gone), ({wake_sql(readers=True)})"
-        )
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, [ticket, resource, ticket, resource])
-            (queued, _) = cursor.fetchone()
-        return bool(queued)
-
-    def check(self, **kwargs: Any) -> list[CheckMessage]:
-        return PostgreSQLChecks(self.using).check(**kwargs)
 
 
 # libpq's transaction status of a connection with no transaction open.

@@ -15,16 +15,16 @@ queue while the release runs (its ``DELETE`` committed after the release's
 snapshot was taken) is skipped, and the next live waiter is the head. So the
 lock never goes to a waiter that left, and a release never names one that
 will not look. A head whose listener's server process is gone is not live
-(``live_waiter_sql``): a waiter killed while queued is passed over.
+(``PostgreSQLQueue.live_waiter_sql``): a waiter killed while queued is passed over.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.queue import HANDOVER_LEASE
+from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
 
@@ -32,27 +32,27 @@ from django_dlock.rules import EXCLUSIVE
 HANDED = "g"
 
 
-def handed_sql(backend: LockBackend, frees: str) -> str:
+def handed_sql(tables: LockTables, frees: str) -> str:
     """SQL: the CTE ``handed``: the ticket of the head (the CTE ``head``,
     ``head_sql(locked=True)``) deleted, when ``frees`` (SQL: the statement leaves
     the resource free) and the head can take the lock this way; its owner,
     ttl and label."""
-    qn = backend.qn
+    qn = tables.qn
     return (
-        f"handed AS (DELETE FROM {backend.waiters_table} w USING head "  # noqa: S608
+        f"handed AS (DELETE FROM {tables.waiters_table} w USING head "  # noqa: S608
         f"WHERE w.{qn('id')} = head.id AND head.channel <> '' AND head.ttl IS NOT NULL "
         f"AND head.mode = '{EXCLUSIVE}' AND ({frees}) "
         f"RETURNING w.{qn('owner')} AS owner, w.{qn('ttl')} AS ttl, w.{qn('label')} AS label)"
     )
 
 
-def granting(backend: LockBackend, released: Mapping[str, str], row: str) -> str:
+def granting(tables: LockTables, released: Mapping[str, str], row: str) -> str:
     """SQL: the assignments of a header's UPDATE that joins ``handed`` as
     ``g``: the head's grant where there is one, else ``released`` (attname:
     SQL) and, for the other columns, the row (``row``, a table alias and dot)
     as it is."""
-    c = backend.column_sql
-    now, _ = compile_expression(backend.using, DatabaseNow())
+    c = tables.column_sql
+    now, _ = compile_expression(tables.using, DatabaseNow())
     grant = {
         "owner": f"{HANDED}.owner",
         "label": f"{HANDED}.label",
@@ -61,7 +61,7 @@ def granting(backend: LockBackend, released: Mapping[str, str], row: str) -> str
         "fencing_token": f"{row}{c['fencing_token']} + 1",
         "hold_count": "1",
         # Typed: a CASE of NULLs alone would be text.
-        "limit": f"CAST(NULL AS {backend.fields['limit'].db_type(backend.connection)})",
+        "limit": f"CAST(NULL AS {tables.fields['limit'].db_type(tables.connection)})",
     }
     return ", ".join(
         f"{c[name]} = CASE WHEN {HANDED}.owner IS NOT NULL THEN {value} "

@@ -1,7 +1,7 @@
-"""PostgreSQL's purge and its fencing floor: the purge raises the floor before
-it deletes, and a first insert reads the floor locked (``FOR SHARE``), so a
-purged resource's token is never issued again; the purge skips the rows and
-holds that a lock operation holds locked, so it never deadlocks with one."""
+"""PostgreSQL's purge: it raises the fencing floor before it deletes, and a
+first insert reads the floor locked (``FOR SHARE``: ``postgresql.lock_rows``),
+so a purged resource's token is never issued again; the purge skips the rows
+and holds that a lock operation holds locked, so it never deadlocks with one."""
 
 from __future__ import annotations
 
@@ -13,20 +13,7 @@ from django_dlock.backends.purge import Purge, PurgedBatch
 
 
 class PostgreSQLPurge(Purge):
-    """The purge of ``PostgreSQLBackend``."""
-
-    def _floor_sql(self) -> str:
-        # FOR SHARE: a first insert waits for a purge that raised the floor and
-        # has not committed, and then reads the floor as it committed (a locking
-        # read returns the newest row, whatever the statement's snapshot). The
-        # purge raises the floor before it deletes (``_purge_batch``): so an
-        # insert that finds a purged resource's row gone (waiting for its
-        # deletion if need be) has read the floor above that row's token, or
-        # holds the floor, and the purge then deletes no row until it commits.
-        qn = self.qn
-        return f"SELECT {qn('value')} FROM {self.floor_table} WHERE {qn('id')} = 1 FOR SHARE"  # noqa: S608
-
-    def _purge_batch(self, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
+    def _delete_locks(self, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
         # One statement, one scan of the table:
         # - ``chosen``: the batch, read without locks, each row by its physical
         #   address (ctid: a TID scan reaches it without an index lookup) and
@@ -35,44 +22,45 @@ class PostgreSQLPurge(Purge):
         #   past them, where every token is larger, and go round the table.
         # - ``raised``: the floor raised to the largest token of the batch (its
         #   row created if missing), before any row is locked: the deletion
-        #   waits for it (see ``_floor_sql``).
+        #   waits for it (see ``PostgreSQLLockRows.floor_sql``).
         # - ``purged``: the chosen rows deleted, skipping those a lock
         #   operation holds locked (the purge waits for no lock row, and so
         #   never deadlocks with operations that lock several in their own
         #   order: ``acquire_all()``). A row renewed, taken or released since it
         #   was chosen has a new address and stays; so does one that is no
         #   longer expired. Every deleted token is at most the raised floor.
-        qn = self.qn
+        tables = self.tables
+        qn = tables.qn
         token, value, pk = qn("fencing_token"), qn("value"), qn("id")
         chosen_sql, chosen_params = (
-            self._purge_candidates(older_than, prefix)
+            self._candidates(older_than, prefix)
             .annotate(row=RawSQL("ctid", ()))
             .values("row", "fencing_token")[:batch_size]
-            .query.get_compiler(using=self.using)
+            .query.get_compiler(using=tables.using)
             .as_sql()
         )
         still_sql, still_params = self._still_expired_sql(older_than)
         sql = (
             f"WITH chosen AS MATERIALIZED ({chosen_sql}), "  # noqa: S608 - only compiled SQL and identifiers
-            f"raised AS (INSERT INTO {self.floor_table} AS floor ({pk}, {value}) "
+            f"raised AS (INSERT INTO {tables.floor_table} AS floor ({pk}, {value}) "
             f"SELECT 1, MAX({token}) FROM chosen HAVING COUNT(*) > 0 "
             f"ON CONFLICT ({pk}) DO UPDATE SET {value} = GREATEST(floor.{value}, EXCLUDED.{value}) "
             f"RETURNING {value}), "
-            f"purged AS (DELETE FROM {self.table} WHERE ctid = ANY(ARRAY("
-            f"SELECT ctid FROM {self.table} WHERE ctid = ANY(ARRAY(SELECT {qn('row')} FROM chosen)) "
+            f"purged AS (DELETE FROM {tables.table} WHERE ctid = ANY(ARRAY("
+            f"SELECT ctid FROM {tables.table} WHERE ctid = ANY(ARRAY(SELECT {qn('row')} FROM chosen)) "
             f"AND {still_sql} AND {token} <= (SELECT {value} FROM raised) "
             "FOR UPDATE SKIP LOCKED)) RETURNING 1) "
             "SELECT (SELECT COUNT(*) FROM chosen), (SELECT COUNT(*) FROM purged)"
         )
-        with self.connection.cursor() as cursor:
+        with self.tables.connection.cursor() as cursor:
             cursor.execute(sql, [*chosen_params, *still_params])
             chosen, deleted = cursor.fetchone()
         return PurgedBatch(chosen=int(chosen), deleted=int(deleted))
 
     def _delete_expired_holds(self, where: str, params: list[Any]) -> None:
-        table, _, column = self._hold_names
-        pk = column["id"]
-        with self.connection.cursor() as cursor:
+        table = self.tables.holds_table
+        pk = self.tables.hold_column_sql["id"]
+        with self.tables.connection.cursor() as cursor:
             cursor.execute(
                 f"DELETE FROM {table} WHERE {pk} = ANY(ARRAY(SELECT {pk} FROM {table} "  # noqa: S608
                 f"WHERE {where} FOR UPDATE SKIP LOCKED))",

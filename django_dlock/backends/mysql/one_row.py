@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django_dlock.backends.base import LockBackend
 from django_dlock.backends.clock import DatabaseNow
+from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS
 
@@ -48,11 +48,11 @@ class OneRowStatements:
     """``take`` and ``release`` of the exclusive lock on one alias: the
     ``UPDATE`` and the ``SELECT`` of what it kept."""
 
-    def __init__(self, backend: LockBackend) -> None:
+    def __init__(self, tables: LockTables) -> None:
         # Only quoted identifiers, constants and Django-compiled SQL are
         # formatted in; values are parameters.
-        c, table = backend.column_sql, backend.table
-        now_sql, _ = compile_expression(backend.using, DatabaseNow())
+        c, table = tables.column_sql, tables.table
+        now_sql, _ = compile_expression(tables.using, DatabaseNow())
         # The database's now: one value for the whole statement.
         valid = f"{c['owner']} <> '' AND {c['expires_at']} > {now_sql}"
         # The first assignment decides, on the row as it was; the id, the owner
@@ -153,7 +153,7 @@ class OneRowStatements:
             if name == "resource":
                 return "%(resource)s"
             kept = "@dlock_id" if name == "id" else _KEPT.format(name)
-            kind = backend.fields[name].get_internal_type()
+            kind = tables.fields[name].get_internal_type()
             if kind == "DateTimeField":
                 return f"CAST({kept} AS DATETIME(6))"
             if kind.endswith(("IntegerField", "AutoField")):

@@ -1,0 +1,128 @@
+"""PostgreSQL's waiter queue: a ticket queued in the statement that counts who
+is ahead, dead waiters told by their listener's server process, and the head
+woken with ``NOTIFY`` (``postgresql.wake``)."""
+
+from __future__ import annotations
+
+from django_dlock.backends.claim import Claim
+from django_dlock.backends.clock import DatabaseNow
+from django_dlock.backends.postgresql.wake import (
+    NO_TICKET_EXCLUDED,
+    fitting_sql,
+    head_sql,
+    wake_sql,
+)
+from django_dlock.backends.queue import WANTS, QueueRow, WaiterQueue
+from django_dlock.django_private import compile_expression
+from django_dlock.rules import EXCLUSIVE
+
+# A FROM item that makes the statement's own transaction (autocommit) commit
+# without waiting for its WAL to reach the disk. For the waiter queue only: a
+# ticket lost in a crash costs nothing (its waiter is gone too), and waiting for
+# the flush of each ticket would cost the queue a disk write per turn.
+ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true) AS commit_mode"
+ASYNC_COMMIT_CONDITION = "set_config('synchronous_commit', 'off', true) IS NOT NULL"
+
+
+class PostgreSQLQueue(WaiterQueue):
+    # -- waking the head of the queue ------------------------------------------------
+    # A release NOTIFYs the channel of the head of the resource's queue (its
+    # process's listener) with the head's ticket, and only when there is one:
+    # NOTIFY takes a lock on the whole database's notification queue at commit,
+    # which a release without waiters must not pay. The listener wakes that
+    # waiter alone.
+
+    def enqueue_waiter(
+        self, claim: Claim, seconds: float, *, channel: str = "", listener_pid: int | None = None
+    ) -> tuple[int, QueueRow]:
+        # FOR KEY SHARE of the lock row (when there is one) makes the INSERT wait
+        # for a release in flight, and a release wait for an INSERT in flight: a
+        # release either sees the ticket (and names it) or committed before the
+        # lock row was read here. (A locking read that waited returns the row as
+        # the release left it, though the statement's snapshot is older.) The
+        # queue ahead is counted in the same statement: one round trip, where
+        # an INSERT and then a look would take two, both on the path of a hand-over.
+        tables = self.tables
+        qn = tables.qn
+        now_sql, _ = compile_expression(tables.using, DatabaseNow())
+        expires_sql, expires_params = tables.from_now(seconds)
+        waiters = tables.waiters_table
+        names = ("resource", "owner", "expires_at", *WANTS)
+        sql = (
+            f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at, "  # noqa: S608
+            f"{qn('limit')} AS lim FROM {tables.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
+            f"queued AS (INSERT INTO {waiters} ({', '.join(qn(name) for name in names)}) "
+            f"SELECT %s, %s, {expires_sql}, %s, %s::interval, %s, %s::integer, %s, %s::integer "
+            "FROM (SELECT COUNT(*) FROM held) "
+            f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id), "
+            f"ahead AS (SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE w.{qn('mode')} = '{EXCLUSIVE}') "
+            f"AS x, MIN(w.{qn('id')}) AS h FROM {waiters} w, queued WHERE w.{qn('resource')} = %s "
+            f"AND w.{qn('id')} < queued.id AND {self.live_waiter_sql('w.')}) "
+            f"SELECT queued.id, held.owner, held.expires_at, {now_sql}, ahead.n, ahead.x, "
+            f"held.lim, ({self.holders_sql()}), ahead.h FROM queued CROSS JOIN ahead LEFT JOIN held ON TRUE"
+        )
+        with self.tables.connection.cursor() as cursor:
+            cursor.execute(
+                sql,
+                [
+                    claim.resource,
+                    claim.resource,
+                    claim.owner,
+                    *expires_params,
+                    *self.wants(claim, channel, listener_pid),
+                    claim.resource,
+                    claim.resource,
+                ],
+            )
+            ticket, *state = cursor.fetchone()
+        return int(ticket), QueueRow.of(*state)
+
+    def live_waiter_sql(self, alias: str = "") -> str:
+        # A ticket whose listener's server process is gone is a dead waiter's:
+        # killed, or its host lost (its connection then ends at the keepalive
+        # timeout the listener sets).
+        pid = f"{alias}{self.tables.qn('listener_pid')}"
+        return (
+            f"{super().live_waiter_sql(alias)} AND ({pid} IS NULL OR "
+            f"EXISTS (SELECT FROM pg_stat_get_activity({pid})))"
+        )
+
+    def session_pid(self) -> int | None:
+        connection = self.tables.connection
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (pid,) = cursor.fetchone()
+        # Behind a pooler the server's process changes from one transaction to
+        # the next (and is not the one the pooler reports): no such check then.
+        raw = connection.connection
+        reported = raw.info.backend_pid if hasattr(raw, "info") else raw.get_backend_pid()
+        return int(pid) if pid == reported else None
+
+    def wake_head(self, resource: str) -> None:
+        # NOTIFY goes out when the transaction commits. The waiters that fit
+        # beside the head (readers, the permits left free) are woken with it.
+        sql = f"WITH head AS ({head_sql(self)}), {fitting_sql(self)} {wake_sql(readers=True)}"
+        with self.tables.connection.cursor() as cursor:
+            cursor.execute(sql, [resource, NO_TICKET_EXCLUDED])
+
+    def give_up_waiting(self, resource: str, ticket: int) -> bool:
+        # Leaving without the lock while it is free: the next waiter would
+        # otherwise wait for a release that already happened. A ticket that is
+        # gone was handed the lock by a release (``handover``).
+        tables = self.tables
+        qn = tables.qn
+        now_sql, _ = compile_expression(tables.using, DatabaseNow())
+        held = (
+            f"SELECT 1 FROM {tables.table} l WHERE l.{qn('resource')} = %s "  # noqa: S608
+            f"AND l.{qn('owner')} <> '' AND l.{qn('expires_at')} > {now_sql}"
+        )
+        sql = (
+            f"WITH gone AS (DELETE FROM {tables.waiters_table} WHERE {qn('id')} = %s "  # noqa: S608
+            f"AND {ASYNC_COMMIT_CONDITION} RETURNING 1), "
+            f"head AS ({head_sql(self, f'AND NOT EXISTS ({held})')}), {fitting_sql(self)} "
+            f"SELECT (SELECT COUNT(*) FROM gone), ({wake_sql(readers=True)})"
+        )
+        with self.tables.connection.cursor() as cursor:
+            cursor.execute(sql, [ticket, resource, ticket, resource])
+            (queued, _) = cursor.fetchone()
+        return bool(queued)

@@ -1,0 +1,127 @@
+"""PostgreSQL's one statement for every release: the exclusive holder's, or a
+shared hold's (a reader's, a permit's), with the hand-over to the head of the
+queue (``handover``) and the wake-up of those that fit beside it (``wake``).
+What it shares with the shared acquisition, and the cases it leaves to the
+portable operation: ``locked``."""
+
+from __future__ import annotations
+
+from django_dlock.backends.base import LockBackend
+from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql
+from django_dlock.backends.postgresql.locked import PORTABLE, LockedRow
+from django_dlock.backends.postgresql.prepared import Statement
+from django_dlock.backends.postgresql.wake import (
+    NO_TICKET_EXCLUDED,
+    fitting_sql,
+    head_sql,
+    wake_sql,
+)
+
+# The answers' first column (or ``PORTABLE``).
+RELEASED = "released"
+DECREMENTED = "decremented"
+FORBIDDEN = "forbidden"
+NOT_FOUND = "not_found"
+
+
+class ReleaseStatement:
+    """``release_any``: a release by an owner on ``backend``'s alias. Its one
+    row: the answer, the locked row's owner, how many waiters it woke, then
+    the exclusive row as released and the shared hold as released or left
+    (NULLs where there is none)."""
+
+    def __init__(self, backend: LockBackend) -> None:
+        tables, queue, row = backend.tables, backend.queue, LockedRow(backend.tables)
+        c, table, pk = tables.column_sql, tables.table, tables.pk_column
+        holds, h = tables.holds_table, tables.hold_column_sql
+        now, locked, held, shared = row.now, row.cte, row.held, row.shared
+        hold_columns = row.hold_columns
+        # One hold of several (reentrant) goes; the last releases. The resource's
+        # row is released when its count says no shared hold is left (a count
+        # never smaller than the holds that are valid).
+        kept = f"l.{c['hold_count']} > 1"
+        # The release that frees the resource hands it to a listening head that
+        # wants it exclusively (``handover``): the header's UPDATE joins
+        # ``handed``. It returns the row as released, whoever holds it next.
+        as_released = {
+            "owner": f"CASE WHEN {kept} THEN l.{c['owner']} ELSE '' END",
+            "expires_at": f"CASE WHEN {kept} THEN l.{c['expires_at']} ELSE {now} END",
+            "hold_count": f"CASE WHEN {kept} THEN l.{c['hold_count']} - 1 ELSE l.{c['hold_count']} END",
+        }
+        released_columns = ", ".join(
+            f"{as_released.get(name, f'l.{column}')} AS {column}" for name, column in c.items()
+        )
+        exclusive = (
+            f"exclusive AS (UPDATE {table} SET {granting(tables, as_released, 'l.')} "  # noqa: S608
+            f"FROM locked l LEFT JOIN handed {HANDED} ON TRUE WHERE {table}.{pk} = l.{pk} "
+            f"AND {held} AND l.{c['owner']} = %(owner)s "
+            f"RETURNING {released_columns}, {now} AS db_now)"
+        )
+        my_hold = (
+            f"my_hold AS (SELECT {hold_columns} FROM {holds}, locked l WHERE {shared} "  # noqa: S608
+            f"AND {holds}.{h['resource']} = %(resource)s AND {holds}.{h['owner']} = %(owner)s "
+            f"AND {holds}.{h['expires_at']} > {now})"
+        )
+        one_less = (
+            f"one_less AS (UPDATE {holds} SET {h['hold_count']} = {holds}.{h['hold_count']} - 1 "  # noqa: S608
+            f"FROM my_hold m WHERE {holds}.{h['id']} = m.{h['id']} AND m.{h['hold_count']} > 1 "
+            f"AND {holds}.{h['expires_at']} > {now} RETURNING {hold_columns}, {now} AS db_now)"
+        )
+        gone = (
+            f"gone AS (DELETE FROM {holds} USING my_hold m WHERE {holds}.{h['id']} = m.{h['id']} "  # noqa: S608
+            f"AND m.{h['hold_count']} = 1 AND {holds}.{h['expires_at']} > {now} "
+            f"RETURNING {hold_columns}, {now} AS db_now)"
+        )
+        last = f"{table}.{c['hold_count']} <= 1"
+        as_left = {
+            "hold_count": f"GREATEST({table}.{c['hold_count']} - 1, 0)",
+            "owner": f"CASE WHEN {last} THEN '' ELSE {table}.{c['owner']} END",
+            "expires_at": f"CASE WHEN {last} THEN {now} ELSE {table}.{c['expires_at']} END",
+            "limit": f"CASE WHEN {last} THEN NULL ELSE {table}.{c['limit']} END",
+        }
+        shared_header = (
+            f"shared_header AS (UPDATE {table} SET {granting(tables, as_left, table + '.')} "  # noqa: S608
+            f"FROM locked l LEFT JOIN handed {HANDED} ON TRUE "
+            f"WHERE {table}.{pk} = l.{pk} AND EXISTS (SELECT FROM gone) "
+            f"RETURNING {table}.{c['owner']} AS left_owner, {table}.{c['limit']} AS left_limit)"
+        )
+        # The head takes the lock from a release that leaves nobody holding it:
+        # the exclusive holder's last hold, or the last shared hold (its count
+        # never smaller than the valid holds, so none is left).
+        frees = (
+            f"EXISTS (SELECT FROM locked l WHERE l.{c['hold_count']} <= 1 AND "  # noqa: S608
+            f"(({held} AND l.{c['owner']} = %(owner)s) "
+            f"OR ({shared} AND EXISTS (SELECT FROM gone))))"
+        )
+        # Released, or a permit freed: the head of the queue looks, and the
+        # readers that fit beside it when it reads.
+        freed = (
+            f"(SELECT {c['owner']} AS left_owner, {c['limit']} AS left_limit FROM exclusive "  # noqa: S608
+            "UNION ALL SELECT left_owner, left_limit FROM shared_header)"
+        )
+        release_woken = wake_sql(
+            "AND (EXISTS (SELECT FROM handed) OR EXISTS (SELECT FROM "  # noqa: S608
+            f"{freed} f WHERE f.left_owner = '' OR f.left_limit IS NOT NULL))",
+            readers=True,
+        )
+        outcome = (
+            f"CASE WHEN NOT {held} OR l.{c['owner']} IS NULL THEN '{NOT_FOUND}' "  # noqa: S608
+            f"WHEN EXISTS (SELECT FROM exclusive WHERE {c['owner']} <> '') THEN '{DECREMENTED}' "
+            f"WHEN EXISTS (SELECT FROM exclusive) THEN '{RELEASED}' "
+            f"WHEN EXISTS (SELECT FROM one_less) THEN '{DECREMENTED}' "
+            f"WHEN EXISTS (SELECT FROM gone) THEN '{RELEASED}' "
+            f"WHEN {shared} AND NOT EXISTS (SELECT FROM my_hold) THEN '{FORBIDDEN}' "
+            f"WHEN {shared} THEN '{PORTABLE}' ELSE '{FORBIDDEN}' END"
+        )
+        release_head = head_sql(
+            queue, resource="%(resource)s", ticket=str(NO_TICKET_EXCLUDED), locked=True
+        )
+        release = (
+            f"{locked}, {my_hold}, {gone}, head AS ({release_head}), "  # noqa: S608
+            f"{fitting_sql(queue, leaving='(SELECT COUNT(*) FROM gone)')}, "
+            f"{handed_sql(tables, frees)}, {exclusive}, {one_less}, {shared_header} "
+            f"SELECT {outcome}, l.{c['owner']}, ({release_woken}), e.*, w.* "
+            "FROM (SELECT) one LEFT JOIN locked l ON TRUE LEFT JOIN exclusive e ON TRUE "
+            "LEFT JOIN (SELECT * FROM one_less UNION ALL SELECT * FROM gone) w ON TRUE"
+        )
+        self.statement = Statement("release_any", release)

@@ -1,0 +1,98 @@
+"""The SQL of PostgreSQL's statements that find the head of a queue and wake
+it: the head (``head_sql``), the waiters that fit beside it (``fitting_sql``),
+and the ``NOTIFY`` on their processes' channels (``wake_sql``)."""
+
+from __future__ import annotations
+
+from django_dlock.backends.queue import WaiterQueue
+from django_dlock.rules import EXCLUSIVE, SHARED
+
+
+def head_sql(
+    queue: WaiterQueue,
+    condition: str = "",
+    *,
+    resource: str = "%s",
+    ticket: str = "%s",
+    locked: bool = False,
+) -> str:
+    """The live waiter first in line for ``resource`` (a placeholder), other
+    than ``ticket`` (one), if ``condition`` (SQL) holds: its ticket, channel
+    and what it wants. ``locked``: read ``FOR UPDATE``, which skips a waiter
+    whose ticket went while the statement ran (``handover``)."""
+    qn = queue.tables.qn
+    columns = ", ".join(f"w.{qn(name)} AS {qn(name)}" for name in HEAD_COLUMNS)
+    return (
+        f"SELECT {columns} FROM {queue.tables.waiters_table} w "  # noqa: S608
+        f"WHERE w.{qn('resource')} = {resource} AND w.{qn('id')} <> {ticket} "
+        f"AND {queue.live_waiter_sql('w.')} {condition} ORDER BY w.{qn('id')} LIMIT 1"
+        f"{' FOR UPDATE OF w' if locked else ''}"
+    )
+
+
+# The columns of the CTE ``head``: who the head is, how to wake it, what it
+# wants, and of which resource ("limit", a reserved word, is read quoted).
+HEAD_COLUMNS = ("id", "channel", "owner", "ttl", "label", "mode", "resource", "limit")
+
+
+def wake_sql(condition: str = "", *, readers: bool = False) -> str:
+    """SQL: NOTIFY the head of the queue (the CTE ``head``) on its process's
+    channel, with its ticket, if ``condition`` (SQL, ``AND ...``) holds; with
+    ``readers``, also the readers that fit beside a head that reads (the CTE
+    ``fitting``, ``fitting_sql``). A waiter that polls (no channel) is not
+    notified. Its value: how many were woken."""
+    # (OFFSET 0 keeps the filter in its subquery, ahead of the call: pg_notify()
+    # refuses an empty channel.)
+    woken = f"SELECT id, channel FROM head WHERE channel <> '' {condition}"  # noqa: S608
+    if readers:
+        woken += f" UNION ALL SELECT id, channel FROM fitting WHERE TRUE {condition}"  # noqa: S608
+    return (
+        f"SELECT COUNT(*) FROM ({woken} OFFSET 0) h, "  # noqa: S608
+        "LATERAL pg_notify(h.channel, h.id::text)"
+    )
+
+
+def fitting_sql(queue: WaiterQueue, *, leaving: str = "0") -> str:
+    """SQL: the CTE ``fitting``: the listening waiters behind the head of the
+    queue (the CTE ``head``) that may be admitted beside it. When the head is a
+    reader, the readers queued before the first writer; when it wants a permit,
+    the permit waiters of the same limit, as many as the permits the head leaves
+    free. A statement that frees the resource or a permit wakes them with the
+    head (``wake_sql(readers=True)``), so they take their holds side by side
+    instead of each waking the next after its own acquisition. A wake-up only
+    starts a take, which decides under the row lock: waking one too many costs
+    it a look, never a permit over the limit. (The writers that count are those
+    between the head and the reader: one before the head is a ticket that the
+    statement deletes, or passes over. The holds that count are the valid ones
+    the statement's snapshot sees less ``leaving``, SQL for how many of them the
+    statement itself deletes.)"""
+    qn = queue.tables.qn
+
+    def reader(alias: str) -> str:
+        return f"{alias}{qn('mode')} = '{SHARED}' AND {alias}{qn('limit')} IS NULL"
+
+    def between(alias: str) -> str:
+        return queue.queued_before_sql(
+            "head.resource", f"w.{qn('id')}", after="head.id", alias=alias
+        )
+
+    holders = queue.holders_sql("head.resource")
+    readers = (
+        f"{reader('head.')} AND {reader('w.')} "
+        f"AND NOT EXISTS (SELECT {between('x')} AND x.{qn('mode')} = '{EXCLUSIVE}')"
+    )
+    permits = (
+        f"head.{qn('limit')} IS NOT NULL AND w.{qn('limit')} = head.{qn('limit')} "
+        f"AND w.{qn('mode')} = '{SHARED}' "
+        f"AND (SELECT COUNT(*) {between('x')}) < head.{qn('limit')} - 1 - ({holders}) + {leaving}"
+    )
+    return (
+        f"fitting AS (SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel "  # noqa: S608
+        f"FROM head JOIN {queue.tables.waiters_table} w ON w.{qn('resource')} = head.resource "
+        f"AND w.{qn('id')} > head.id WHERE (({readers}) OR ({permits})) "
+        f"AND w.{qn('channel')} <> '' AND {queue.live_waiter_sql('w.')})"
+    )
+
+
+# No waiter has this ticket: mark_released() excludes none from the head.
+NO_TICKET_EXCLUDED = 0
