@@ -126,6 +126,25 @@ class OperationStatements:
         self.extend = Statement(
             "extend", decide_and_write(f"{c['expires_at']} = {now} + %(duration)s", owned)
         )
+        # The common release: the exclusive holder's, of a resource nobody waits
+        # for, or one hold of its reentrant holds, is one owner-checked UPDATE,
+        # without the CTEs of the full release (``shared.SharedStatements.release``),
+        # which runs where this one writes nothing: shared holders, a queue
+        # (even of dead waiters) when the lock would come free, or nothing of
+        # the owner's to release. A concurrent write of the row makes the UPDATE
+        # wait and judge the row anew, as the full release's FOR UPDATE does.
+        kept = f"{c['hold_count']} > 1"
+        self.release_alone = Statement(
+            "release_alone",
+            f"UPDATE {table} SET "  # noqa: S608
+            f"{c['owner']} = CASE WHEN {kept} THEN {c['owner']} ELSE '' END, "
+            f"{c['expires_at']} = CASE WHEN {kept} THEN {c['expires_at']} ELSE {now} END, "
+            f"{c['hold_count']} = CASE WHEN {kept} THEN {c['hold_count']} - 1 "
+            f"ELSE {c['hold_count']} END WHERE {c['resource']} = %(resource)s "
+            f"AND {c['owner']} = %(owner)s AND {c['expires_at']} > {now} AND ({kept} "
+            f"OR NOT EXISTS (SELECT FROM {backend.waiters_table} w "
+            f"WHERE w.{backend.qn('resource')} = %(resource)s)) RETURNING {after}, {now}",
+        )
         self.force_release = Statement(
             "force_release",
             decide_and_write(
