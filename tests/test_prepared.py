@@ -73,7 +73,7 @@ def test_a_session_that_lost_its_statements_runs_them_as_plain_sql(sent: list[st
     # SQL, and so does every operation after it.
     failed, acquire, release = sent
     assert failed.startswith("EXECUTE ")
-    assert acquire.startswith("WITH locked AS") and release.startswith("WITH locked AS")
+    assert acquire.startswith("WITH locked AS") and release.startswith("UPDATE ")
     assert Locks.get(resource="prep:2").fencing_token == 1
 
 

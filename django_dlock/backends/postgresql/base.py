@@ -58,6 +58,7 @@ class PostgreSQLBackend(LockBackend):
         super().__init__(using)
         self._exclusive = ExclusiveStatements(self)
         self._shared_take = shared_take.SharedTakeStatement(self).statement
+        self._release_alone = release.AloneReleaseStatement(self).statement
         self._release = release.ReleaseStatement(self).statement
         self._prepared = PreparedStatements(using)
 
@@ -139,8 +140,7 @@ class PostgreSQLBackend(LockBackend):
             return super().give_up(resource, owner, forced=forced)
         if owner is not None:
             params = {"resource": resource, "owner": owner}
-            answer = in_lock_transaction(self, lambda: self._run(self._release, params))
-            released = self._released(answer)
+            released = in_lock_transaction(self, lambda: self._owners_release(params))
             return super().give_up(resource, owner) if released is None else released
         # An operator's: whoever holds it (shared holds: the portable operation).
         params = {"resource": resource}
@@ -153,6 +153,21 @@ class PostgreSQLBackend(LockBackend):
             return super().give_up(resource, None, forced=True)
         held_row = replace(row, owner=held_by, expires_at=row.now)  # as it was held
         return Released(row=row, owner=held_by, result=ReleaseResult.RELEASED, released=(held_row,))
+
+    def _owners_release(self, params: dict[str, Any]) -> Released | None:
+        """The owner's release: the short statement where the row allows it (an
+        exclusive hold, no queue: ``release.AloneReleaseStatement``), else the
+        full one; None where the portable operation decides. Each statement is
+        a transaction of its own."""
+        alone = self._run(self._release_alone, params)
+        if alone is None:
+            return self._released(self._answer(self._release, params))
+        row = self.tables.row(alone)
+        if row.owner:  # one hold of several went
+            return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
+        held = replace(row, owner=params["owner"])
+        gone = replace(held, owner="")
+        return Released(row=gone, owner=held.owner, result=ReleaseResult.RELEASED, released=(held,))
 
     def _released(self, answer: Sequence[Any]) -> Released | None:
         """``Released`` from the answer of ``release.ReleaseStatement``; None where the
@@ -180,15 +195,23 @@ class PostgreSQLBackend(LockBackend):
         """Run one operation's statement: the locked row's owner (None without a
         row) and whether it was held, and the row as written (None without a
         write)."""
-        owner, held, *written = self._run(statement, params)
+        owner, held, *written = self._answer(statement, params)
         # A release's count of woken waiters may follow the row and its now.
         row = (
             None if written[0] is None else self.tables.row(written[: len(self.tables.columns) + 1])
         )
         return owner, bool(held), row
 
-    def _run(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any]:
-        """Run ``statement`` in the lock transaction; its one row.
+    def _answer(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any]:
+        """Run a statement that answers one row whatever it finds (its answer
+        is a ``SELECT`` from ``(SELECT) one LEFT JOIN ...``); that row."""
+        answer = self._run(statement, params)
+        assert answer is not None  # noqa: S101 - such a statement always answers
+        return answer
+
+    def _run(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any] | None:
+        """Run ``statement`` in the lock transaction; its one row (None from a
+        statement that wrote nothing and answers nothing then).
 
         The outermost lock transaction's only statement is sent in autocommit,
         where the server runs it as a transaction of its own: BEGIN and COMMIT
@@ -205,7 +228,7 @@ class PostgreSQLBackend(LockBackend):
             alone = atomic_depth(connection) == 1 and raw.info.transaction_status == PQTRANS_IDLE
             if not alone:
                 cursor.execute(statement.sql, params)
-                return cast(Sequence[Any], cursor.fetchone())
+                return cast(Sequence[Any] | None, cursor.fetchone())
             raw.autocommit = True
             try:
                 self._prepared.execute(cursor, raw, statement, params)
@@ -213,7 +236,7 @@ class PostgreSQLBackend(LockBackend):
                 # A connection that broke stays as it is: Django closes it.
                 if raw.info.transaction_status == PQTRANS_IDLE:
                     raw.autocommit = False
-            return cast(Sequence[Any], cursor.fetchone())  # the answer is one row
+            return cast(Sequence[Any] | None, cursor.fetchone())
 
     def mark_released(self, row: LockRow) -> None:
         # The portable release's write: the head takes the lock here too (``handover``).

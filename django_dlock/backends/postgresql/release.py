@@ -1,6 +1,8 @@
-"""PostgreSQL's one statement for every release: the exclusive holder's, or a
-shared hold's (a reader's, a permit's), with the hand-over to the head of the
-queue (``handover``) and the wake-up of those that fit beside it (``wake``).
+"""PostgreSQL's releases by an owner: the short one where the lock is the
+owner's alone (``AloneReleaseStatement``), and the one statement for every
+release (``ReleaseStatement``): the exclusive holder's, or a shared hold's (a
+reader's, a permit's), with the hand-over to the head of the queue
+(``handover``) and the wake-up of those that fit beside it (``wake``).
 What it shares with the shared acquisition, and the cases it leaves to the
 portable operation: ``locked``."""
 
@@ -22,6 +24,34 @@ RELEASED = "released"
 DECREMENTED = "decremented"
 FORBIDDEN = "forbidden"
 NOT_FOUND = "not_found"
+
+
+class AloneReleaseStatement:
+    """``release_alone``: the common release, the exclusive holder's of a
+    resource nobody waits for, or one of its reentrant holds, as one
+    owner-checked ``UPDATE`` without the CTEs of ``ReleaseStatement``, which
+    runs where this one writes nothing: shared holders, a queue (even of dead
+    waiters) when the lock would come free, or nothing of the owner's to
+    release. Its row: the lock's row as written and the database's now; none
+    where it wrote nothing. (A concurrent write of the row makes the ``UPDATE``
+    wait and judge the row anew, as the full release's ``FOR UPDATE`` does.)"""
+
+    def __init__(self, backend: LockBackend) -> None:
+        tables, row = backend.tables, LockedRow(backend.tables)
+        c, table, now = tables.column_sql, tables.table, row.now
+        after = ", ".join(f"{table}.{name}" for name in tables.columns)
+        kept = f"{c['hold_count']} > 1"
+        self.statement = Statement(
+            "release_alone",
+            f"UPDATE {table} SET "  # noqa: S608
+            f"{c['owner']} = CASE WHEN {kept} THEN {c['owner']} ELSE '' END, "
+            f"{c['expires_at']} = CASE WHEN {kept} THEN {c['expires_at']} ELSE {now} END, "
+            f"{c['hold_count']} = CASE WHEN {kept} THEN {c['hold_count']} - 1 "
+            f"ELSE {c['hold_count']} END WHERE {c['resource']} = %(resource)s "
+            f"AND {c['owner']} = %(owner)s AND {c['expires_at']} > {now} AND ({kept} "
+            f"OR NOT EXISTS (SELECT FROM {tables.waiters_table} w "
+            f"WHERE w.{tables.qn('resource')} = %(resource)s)) RETURNING {after}, {now}",
+        )
 
 
 class ReleaseStatement:
