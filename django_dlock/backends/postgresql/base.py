@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.claim import Claim
@@ -29,22 +29,26 @@ from django_dlock.backends.queue import NO_TICKET
 from django_dlock.backends.results import LockRow, Released, Renewed, Taken
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult
-from django_dlock.transactions import in_lock_transaction
+from django_dlock.transactions import in_lock_transaction, refuse_callers_transaction
+
+_T = TypeVar("_T")
 
 
 class PostgreSQLBackend(LockBackend):
     """Each lock operation is one statement and one round trip (``exclusive``,
-    ``shared_take``, ``release``): a CTE locks the resource's row (``SELECT ... FOR
-    UPDATE``), and the write that the row allows joins it, judged on the values
-    the lock returned. The decision is written in SQL, in the write's ``WHERE``;
-    ``STATEMENT_TIMESTAMP()`` is the database's now.
+    ``shared_take``, ``release``): a CTE locks the resource's row (``SELECT ...
+    FOR UPDATE``), and the write that the row allows joins it, judged on the
+    values the lock returned. The decision is written in SQL, in the write's
+    ``WHERE``; ``STATEMENT_TIMESTAMP()`` is the database's now. An owner's
+    release where the lock is its alone is a plain owner-checked ``UPDATE``
+    (``release.AloneReleaseStatement``); the full release runs where that one
+    writes nothing.
 
-    The statement runs in the operation's ``atomic()`` block, as the portable
-    statements would, and when that block is the outermost one, it is sent in
-    autocommit (see ``_run``): the server's transaction is the statement's own,
-    and BEGIN and COMMIT need no round trips of their own, where a portable
-    lock transaction (SELECT, decide, write, COMMIT) takes four. Where the statements do not apply (psycopg2, or
-    server-side binding), the operations are the portable ones.
+    The statement is sent in autocommit, outside ``atomic()`` (``_alone``):
+    the server's transaction is the statement's own, and BEGIN and COMMIT need
+    no round trips of their own, where a portable lock transaction (SELECT,
+    decide, write, COMMIT) takes four. Where the statements do not apply
+    (psycopg2, or server-side binding), the operations are the portable ones.
     """
 
     vendor = "postgresql"
@@ -66,7 +70,7 @@ class PostgreSQLBackend(LockBackend):
         if not self.features.one_statement:
             return super().take(claim)
         if not claim.exclusive:
-            taken = in_lock_transaction(self, lambda: self._take_shared(claim))
+            taken = self._alone(lambda: self._take_shared(claim))
             return super().take(claim) if taken is None else taken
         exclusive = self._exclusive
         statement = exclusive.take if claim.ticket is None else exclusive.take_leaving
@@ -79,7 +83,7 @@ class PostgreSQLBackend(LockBackend):
             "label": claim.label,
             "held": claim.held_token,
         }
-        taken = in_lock_transaction(self, lambda: self._taken(statement, params))
+        taken = self._alone(lambda: self._taken(statement, params))
         if taken.row is None and taken.previous_owner == SHARED_HOLDERS:
             # Shared holders: the only one of them upgrades, a semaphore is
             # another kind; the portable operation tells.
@@ -128,9 +132,7 @@ class PostgreSQLBackend(LockBackend):
         if not self.features.one_statement:
             return super().extend(resource, owner, duration)
         params = {"resource": resource, "owner": owner, "duration": duration}
-        held_by, held, row = in_lock_transaction(
-            self, lambda: self._decided(self._exclusive.extend, params)
-        )
+        held_by, held, row = self._alone(lambda: self._decided(self._exclusive.extend, params))
         if row is None and held and held_by == SHARED_HOLDERS:
             return super().extend(resource, owner, duration)  # a shared hold's
         return Renewed(row=row, exists=held_by not in (None, ""))
@@ -140,12 +142,12 @@ class PostgreSQLBackend(LockBackend):
             return super().give_up(resource, owner, forced=forced)
         if owner is not None:
             params = {"resource": resource, "owner": owner}
-            released = in_lock_transaction(self, lambda: self._owners_release(params))
+            released = self._alone(lambda: self._owners_release(params))
             return super().give_up(resource, owner) if released is None else released
         # An operator's: whoever holds it (shared holds: the portable operation).
         params = {"resource": resource}
-        held_by, held, row = in_lock_transaction(
-            self, lambda: self._decided(self._exclusive.force_release, params)
+        held_by, held, row = self._alone(
+            lambda: self._decided(self._exclusive.force_release, params)
         )
         if not held or held_by is None:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
@@ -202,6 +204,20 @@ class PostgreSQLBackend(LockBackend):
         )
         return owner, bool(held), row
 
+    def _alone(self, operation: Callable[[], _T]) -> _T:
+        """``operation()``, whose statements (``_run``) are each a transaction of
+        their own: outside ``atomic()``, which would only switch autocommit off
+        and on around them, where the caller has no transaction open (else
+        ``LockTransactionError``, as every lock operation). Each statement locks
+        the row, decides and writes, so it is as atomic as a lock transaction.
+        Inside Django's TestCase transaction, in a lock transaction (a
+        savepoint), as every operation."""
+        connection = self.connection
+        if atomic_depth(connection):
+            return in_lock_transaction(self, operation)
+        refuse_callers_transaction(self.using, connection)
+        return operation()
+
     def _answer(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any]:
         """Run a statement that answers one row whatever it finds (its answer
         is a ``SELECT`` from ``(SELECT) one LEFT JOIN ...``); that row."""
@@ -210,32 +226,22 @@ class PostgreSQLBackend(LockBackend):
         return answer
 
     def _run(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any] | None:
-        """Run ``statement`` in the lock transaction; its one row (None from a
-        statement that wrote nothing and answers nothing then).
+        """Run ``statement``; its one row (None from a statement that wrote
+        nothing and answers nothing then).
 
-        The outermost lock transaction's only statement is sent in autocommit,
-        where the server runs it as a transaction of its own: BEGIN and COMMIT
-        cost no round trip (psycopg would wait for its BEGIN before sending the
-        statement), and Django's commit on leaving ``atomic()`` finds no
-        transaction open and sends nothing. It runs prepared (see
-        ``django_dlock.backends.postgresql.prepared``). Inside another
-        transaction (Django's TestCase wraps each test in one) it runs in that
-        one, as plain SQL.
+        Outside ``atomic()`` (``_alone``) it is sent in autocommit, where the
+        server runs it as a transaction of its own: BEGIN and COMMIT cost no
+        round trip, and it runs prepared (see
+        ``django_dlock.backends.postgresql.prepared``). Inside Django's TestCase
+        transaction, the one transaction a lock operation runs in, it runs in
+        that one, as plain SQL.
         """
         connection = self.connection
         with connection.cursor() as cursor:
-            raw = connection.connection
-            alone = atomic_depth(connection) == 1 and raw.info.transaction_status == PQTRANS_IDLE
-            if not alone:
+            if atomic_depth(connection):
                 cursor.execute(statement.sql, params)
-                return cast(Sequence[Any] | None, cursor.fetchone())
-            raw.autocommit = True
-            try:
-                self._prepared.execute(cursor, raw, statement, params)
-            finally:
-                # A connection that broke stays as it is: Django closes it.
-                if raw.info.transaction_status == PQTRANS_IDLE:
-                    raw.autocommit = False
+            else:
+                self._prepared.execute(cursor, connection.connection, statement, params)
             return cast(Sequence[Any] | None, cursor.fetchone())
 
     def mark_released(self, row: LockRow) -> None:
@@ -253,7 +259,3 @@ class PostgreSQLBackend(LockBackend):
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql, [row.resource, *values, row.pk])
-
-
-# libpq's transaction status of a connection with no transaction open.
-PQTRANS_IDLE = 0
