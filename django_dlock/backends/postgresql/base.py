@@ -232,16 +232,28 @@ class PostgreSQLBackend(LockBackend):
         Outside ``atomic()`` (``_alone``) it is sent in autocommit, where the
         server runs it as a transaction of its own: BEGIN and COMMIT cost no
         round trip, and it runs prepared (see
-        ``django_dlock.backends.postgresql.prepared``). Inside Django's TestCase
+        ``django_dlock.backends.postgresql.prepared``), through Django's cursor
+        where an execute wrapper or the query log would see it. Inside Django's TestCase
         transaction, the one transaction a lock operation runs in, it runs in
         that one, as plain SQL.
         """
         connection = self.connection
-        with connection.cursor() as cursor:
-            if atomic_depth(connection):
-                cursor.execute(statement.sql, params)
-            else:
-                self._prepared.execute(cursor, connection.connection, statement, params)
+        in_test_transaction = atomic_depth(connection) > 0
+        if in_test_transaction or connection.execute_wrappers or connection.queries_logged:
+            with connection.cursor() as cursor:
+                if in_test_transaction:
+                    cursor.execute(statement.sql, params)
+                else:
+                    self._prepared.execute(cursor, connection.connection, statement, params)
+                return cast(Sequence[Any] | None, cursor.fetchone())
+        # Where nobody watches Django's cursor (no execute wrapper, no query
+        # log), a cursor of psycopg's own does the same with less of the
+        # client's CPU; errors are still Django's, and the connection marked
+        # as Django's cursor would mark it.
+        connection.ensure_connection()
+        raw = connection.connection
+        with connection.wrap_database_errors, raw.cursor() as cursor:
+            self._prepared.execute(cursor, raw, statement, params)
             return cast(Sequence[Any] | None, cursor.fetchone())
 
     def mark_released(self, row: LockRow) -> None:

@@ -22,8 +22,6 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DatabaseError
-
 logger = logging.getLogger("django_dlock")
 
 # The PostgreSQL type of each parameter of the lock operations' statements.
@@ -83,8 +81,9 @@ class PreparedStatements:
         self._sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
 
     def execute(self, cursor: Any, raw: Any, statement: Statement, params: dict[str, Any]) -> None:
-        """Run ``statement`` with ``params`` on ``cursor``, a cursor of the psycopg
-        connection ``raw`` in autocommit; its result is the cursor's current one."""
+        """Run ``statement`` with ``params`` on ``cursor`` (Django's, or psycopg's
+        own), a cursor of the psycopg connection ``raw`` in autocommit; its
+        result is the cursor's current one."""
         if not self.enabled:
             cursor.execute(statement.sql, params)
             return
@@ -99,8 +98,13 @@ class PreparedStatements:
             sql = f"{statement.prepare_sql(name)};\n{statement.execute_sql(name)}"
         try:
             cursor.execute(sql, params)
-        except DatabaseError as error:
-            if getattr(error.__cause__, "sqlstate", None) not in SESSION_CHANGED:
+        except Exception as error:
+            # Django's DatabaseError (its cursor) wraps psycopg's (a cursor of
+            # psycopg's own, which the caller's wrap_database_errors converts).
+            sqlstate = getattr(error, "sqlstate", None) or getattr(
+                error.__cause__, "sqlstate", None
+            )
+            if sqlstate not in SESSION_CHANGED:
                 raise
             self.enabled = False
             logger.info(
