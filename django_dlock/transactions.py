@@ -7,9 +7,10 @@ import itertools
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from django.db import DatabaseError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_dlock.django_private import atomic_depth, innermost_atomic_is_testcase
 from django_dlock.exceptions import LockTransactionError
@@ -27,7 +28,7 @@ class TransactionHooks(Protocol):
     def retry_after(self, error: Exception, attempt: int, started: float) -> float | None: ...
 
 
-def refuse_callers_transaction(using: str, connection: Any = None) -> None:
+def refuse_callers_transaction(using: str, connection: BaseDatabaseWrapper | None = None) -> None:
     """Raise ``LockTransactionError`` if the caller has a transaction open on
     ``using`` (whose connection the caller may pass, having it at hand).
 
