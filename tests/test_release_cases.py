@@ -127,6 +127,7 @@ WRITER = (Waiter(listens=True),)
 READER = (Waiter(shared=True, listens=True),)
 POLLING_WRITER = (Waiter(),)
 DEAD_WRITER = (Waiter(live=False, listens=True),)
+DEAD_POLLING_WRITER = (Waiter(live=False),)
 PERMITS = (permit_waiter(2, listens=True),) * 2
 
 A2 = (exclusive(holds=2),)
@@ -180,6 +181,13 @@ CASES = (
         release("a"),
         released("a", offered=True),
         queued=DEAD_WRITER + WRITER,
+    ),
+    Case(
+        "writer/release-past-dead-polling-writer",
+        (A,),
+        release("a"),
+        released("a", offered=True),
+        queued=DEAD_POLLING_WRITER + WRITER,
     ),
     Case("writer/release-by-other", (A,), release("z"), FORBIDDEN, queued=WRITER),
     Case("writer/renew", (A,), renew("a"), renewed("a"), queued=WRITER),
@@ -394,6 +402,8 @@ def state_after(backend: LockBackend, resource: str, before: Before) -> str:
             parts.append(f"free, token {row.fencing_token} (highest {before.highest})")
         elif row.owner and Locks.active().filter(pk=row.pk).exists():
             parts.append("free, its row still held")
+        elif row.limit is not None:
+            parts.append(f"free, its row still a semaphore of {row.limit}")
         else:
             parts.append("free")
     parts.sort()
