@@ -67,6 +67,7 @@ class Waiter:
     limit: int | None = None
     live: bool = True  # False: its process is gone (the ticket no longer counts)
     listens: bool = False  # a release can reach it (a channel), rather than it polling
+    has_ttl: bool = True  # False: its process predates the ttl column (it takes the lock itself)
 
 
 WRITER = Waiter()
@@ -157,6 +158,8 @@ def queue(
     )
     if not waiter.live and session is None and not waiter.listens:
         LockWaiter.objects.filter(pk=ticket).update(expires_at=expired_before(1))
+    if not waiter.has_ttl:
+        LockWaiter.objects.filter(pk=ticket).update(ttl=None)
     return ticket, owner
 
 

@@ -26,10 +26,11 @@ import pytest
 
 from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
+from django_dlock.backends.clock import DatabaseNow, now_plus
 from django_dlock.backends.results import LockRow, Released, Renewed
 from django_dlock.conf import conf
 from django_dlock.listeners.sqlite import host_address
-from django_dlock.models import LockWaiter
+from django_dlock.models import LockHold, LockWaiter
 from tests.lock_cases import (
     TTL,
     A,
@@ -121,11 +122,22 @@ class Case:
     expected: Outcome
     released: bool = False  # the holders released their holds (the row stays)
     queued: tuple[Waiter, ...] = ()  # lock()'s waiters, in the order they queued
+    # The row outlived its shared holds: held, though none is valid (as
+    # PostgreSQL's release statement can leave it: POSTGRESQL_STATEMENTS_GIVE).
+    outlived: bool = False
+    then: str | None = None  # the holder left releases too, by the same path
+
+    @property
+    def held_by_shared(self) -> bool:
+        """Whether shared holders hold the row when the operation comes."""
+        valid = any(holder.shared and not holder.expired for holder in self.held)
+        return not self.released and (valid or self.outlived)
 
 
 WRITER = (Waiter(listens=True),)
 READER = (Waiter(shared=True, listens=True),)
 POLLING_WRITER = (Waiter(),)
+WRITER_WITHOUT_TTL = (Waiter(listens=True, has_ttl=False),)
 DEAD_WRITER = (Waiter(live=False, listens=True),)
 DEAD_POLLING_WRITER = (Waiter(live=False),)
 PERMITS = (permit_waiter(2, listens=True),) * 2
@@ -156,6 +168,18 @@ CASES = (
     Case("expired-reader/release", EXPIRED_READ_A, release("a"), NOT_FOUND, queued=WRITER),
     Case("expired-reader/renew", EXPIRED_READ_A, renew("a"), REFUSED),
     Case("expired-reader/force", EXPIRED_READ_A, force(), NOT_FOUND, queued=WRITER),
+    # No valid hold, though the row says shared holders hold it.
+    Case(
+        "outlived-row/release-by-expired",
+        EXPIRED_READ_A,
+        release("a"),
+        NOT_FOUND,
+        queued=WRITER,
+        outlived=True,
+    ),
+    Case("outlived-row/release-by-other", EXPIRED_READ_A, release("z"), NOT_FOUND, outlived=True),
+    Case("outlived-row/renew", EXPIRED_READ_A, renew("a"), REFUSED, outlived=True),
+    Case("outlived-row/force", EXPIRED_READ_A, force(), NOT_FOUND, queued=WRITER, outlived=True),
     # -- an exclusive holder ----------------------------------------------------------
     Case("writer/release", (A,), release("a"), released("a")),
     Case(
@@ -172,6 +196,13 @@ CASES = (
     ),
     Case(
         "writer/release-to-polling-writer", (A,), release("a"), released("a"), queued=POLLING_WRITER
+    ),
+    Case(
+        "writer/release-to-writer-without-ttl",
+        (A,),
+        release("a"),
+        released("a"),
+        queued=WRITER_WITHOUT_TTL,
     ),
     # A dead waiter is never offered the lock, nor holds up the one behind it.
     Case("writer/release-to-dead-writer", (A,), release("a"), released("a"), queued=DEAD_WRITER),
@@ -230,6 +261,14 @@ CASES = (
     Case(
         "readers/release-one", READ_AB, release("a"), released("a", left=(("b", 1),)), queued=WRITER
     ),
+    Case(
+        "readers/release-both",
+        READ_AB,
+        release("a"),
+        released("a", offered=True),
+        queued=WRITER,
+        then="b",
+    ),
     Case("readers/release-by-other", READ_AB, release("z"), FORBIDDEN, queued=WRITER),
     Case("readers/renew-one", READ_AB, renew("b"), renewed("b")),
     Case("readers/force", READ_AB, force(), released("a", "b", offered=True), queued=WRITER),
@@ -274,6 +313,14 @@ CASES = (
         release("a"),
         released("a", left=(("b", 1),)),
         queued=PERMITS,
+    ),
+    Case(
+        "semaphore-2-of-2/release-both",
+        PERMIT_AB,
+        release("a"),
+        released("a"),
+        queued=PERMITS,
+        then="b",
     ),
     Case("semaphore-2-of-2/release-by-other", PERMIT_AB, release("z"), FORBIDDEN, queued=PERMITS),
     Case("semaphore-2-of-2/renew-one", PERMIT_AB, renew("a"), renewed("a")),
@@ -321,36 +368,38 @@ class Before:
     live: list[int]  # the tickets of the live waiters, in the order they queued
 
 
-def operation_paths(backend: LockBackend, ask: Ask) -> dict[str, Callable[[str], str]]:
-    """Every way this database carries out ``ask`` on a resource, each
+# A path: what it answers for a resource and an owner.
+Path = Callable[[str, str | None], str]
+
+
+def operation_paths(backend: LockBackend, ask: Ask) -> dict[str, Path]:
+    """Every way this database carries out ``ask``'s operation, each
     answering as the table does."""
-    owner = ask.owner
-    found: dict[str, Callable[[str], str]]
+    found: dict[str, Path]
     if ask.operation == RENEW:
-        assert owner is not None
         found = {
-            name: partial(renewal, extend, owner)
-            for name, extend in paths(backend, "extend").items()
+            name: partial(renewal, extend) for name, extend in paths(backend, "extend").items()
         }
-        found["renew_many"] = partial(renewal_in_batch, backend, owner)
+        found["renew_many"] = partial(renewal_in_batch, backend)
         return found
     forced = ask.operation == FORCE
     found = {
-        name: partial(release_answer, give_up, owner, forced)
+        name: partial(release_answer, give_up, forced)
         for name, give_up in paths(backend, "give_up").items()
     }
-    if owner is not None and not forced:
-        found["give_up_all"] = partial(release_in_batch, backend, owner)
+    if not forced:
+        found["give_up_all"] = partial(release_in_batch, backend)
     return found
 
 
 def release_answer(
-    give_up: Callable[..., Released], owner: str | None, forced: bool, resource: str
+    give_up: Callable[..., Released], forced: bool, resource: str, owner: str | None
 ) -> str:
     return answer_of(give_up(resource, owner, forced=forced))
 
 
-def release_in_batch(backend: LockBackend, owner: str, resource: str) -> str:
+def release_in_batch(backend: LockBackend, resource: str, owner: str | None) -> str:
+    assert owner is not None
     return answer_of(backend.give_up_all([resource], owner)[0])
 
 
@@ -363,14 +412,15 @@ def answer_of(released: Released) -> str:
     return answer
 
 
-def renewal(extend: Callable[..., Renewed], owner: str, resource: str) -> str:
+def renewal(extend: Callable[..., Renewed], resource: str, owner: str | None) -> str:
     renewed_ = extend(resource, owner, RENEWAL)
     if renewed_.row is not None:
         return "RENEWED"
     return "REFUSED" if renewed_.exists else "NO LOCK"
 
 
-def renewal_in_batch(backend: LockBackend, owner: str, resource: str) -> str:
+def renewal_in_batch(backend: LockBackend, resource: str, owner: str | None) -> str:
+    assert owner is not None
     renewed_ = backend.renew_many([(resource, owner)], RENEWAL.total_seconds())
     return "RENEWED" if (resource, owner) in renewed_ else "NOT RENEWED"
 
@@ -395,17 +445,7 @@ def state_after(backend: LockBackend, resource: str, before: Before) -> str:
                 text += " new grant"
         parts.append(text)
     if not parts:
-        row = Locks.filter(resource=resource).first()
-        if row is None:
-            parts.append("no row")
-        elif row.fencing_token != before.highest:
-            parts.append(f"free, token {row.fencing_token} (highest {before.highest})")
-        elif row.owner and Locks.active().filter(pk=row.pk).exists():
-            parts.append("free, its row still held")
-        elif row.limit is not None:
-            parts.append(f"free, its row still a semaphore of {row.limit}")
-        else:
-            parts.append("free")
+        parts.append(free_state(resource, before.highest))
     parts.sort()
     if before.live:
         left = set(LockWaiter.objects.filter(pk__in=before.live).values_list("pk", flat=True))
@@ -416,6 +456,24 @@ def state_after(backend: LockBackend, resource: str, before: Before) -> str:
         else:
             parts.append(f"tickets left: {sorted(left)} of {before.live}")
     return "; ".join(parts)
+
+
+def free_state(resource: str, highest: int) -> str:
+    """What the row of ``resource``, which nobody validly holds, says."""
+    row = Locks.filter(resource=resource).first()
+    if row is None:
+        return "no row"
+    holds = LockHold.objects.using(conf.DATABASE).filter(resource=resource)
+    left_behind = holds.filter(expires_at__gt=DatabaseNow()).count()
+    if left_behind:
+        return f"free, {left_behind} valid hold(s) left behind"
+    if row.fencing_token != highest:
+        return f"free, token {row.fencing_token} (highest {highest})"
+    if Locks.active().filter(pk=row.pk).exists():
+        return "free, its row still held" if row.owner else "free, its row unexpired"
+    if row.limit is not None:
+        return f"free, its row still a semaphore of {row.limit}"
+    return "expired" if row.owner else "free"  # expired: nobody released it
 
 
 def expected_state(case: Case, offered: bool) -> str:
@@ -432,11 +490,21 @@ def expected_state(case: Case, offered: bool) -> str:
     if offered:
         parts.append("head×1 offered")
     if not parts:
-        parts.append("free" if case.held else "no row")
+        parts.append(expected_free_state(case))
     parts.sort()
     if any(waiter.live for waiter in case.queued):
         parts.append("head dequeued" if offered else "queue kept")
     return "; ".join(parts)
+
+
+def expected_free_state(case: Case) -> str:
+    if not case.held:
+        return "no row"
+    if case.outlived:  # as it was: a release, a renewal or a force-release finds nothing
+        return "free, its row still held"
+    if not case.released and all(holder.expired for holder in case.held):
+        return "expired"  # as it was: a release finds nothing to release
+    return "free"
 
 
 def expected_answer(case: Case, path: str) -> str:
@@ -446,6 +514,8 @@ def expected_answer(case: Case, path: str) -> str:
     answer = outcome.answer
     if outcome.released:
         answer += f" of {', '.join(sorted(outcome.released))}"
+    if case.then is not None:
+        answer += f", then RELEASED of {case.then}"
     return answer
 
 
@@ -454,8 +524,7 @@ def decided_by_portable(vendor: str, case: Case) -> bool:
     PostgreSQL's a renewal or a force-release where shared holders hold the
     resource, and a force-release of one holder; MariaDB's a release where
     shared holders hold it, and every force-release."""
-    ask = case.asks
-    shared = not case.released and any(h.shared and not h.expired for h in case.held)
+    ask, shared = case.asks, case.held_by_shared
     if vendor == "postgresql":
         if ask.operation == FORCE:
             return ask.owner is not None or shared
@@ -467,21 +536,27 @@ def decided_by_portable(vendor: str, case: Case) -> bool:
 
 HANDED = ", handed to the portable operation"
 
-# Where PostgreSQL's one statement leaves a resource otherwise than its portable
-# operation does (and SQLite's), found by this table and not yet settled; each
-# entry is the state it leaves instead of the expected one:
+# Where PostgreSQL's one statement answers or leaves a resource otherwise than
+# its portable operation does (and SQLite's), found by this table and not yet
+# settled; each entry is what it gives instead of what the case expects:
 # - its force-release of an exclusive holder offers the lock to nobody (it
 #   only wakes the head, which then acquires by itself);
 # - its release frees the resource only when the row's count of shared holds
 #   says none is left, and a hold that expired unreleased still counts: the
 #   last valid holder's release leaves the row held by shared holders until
-#   that holder's own expiry, offers the lock to nobody and, where readers
-#   held it, wakes nobody.
-POSTGRESQL_STATEMENTS_LEAVE = {
-    "writer/force-to-writer": "free; queue kept",
-    "writer-entered-twice/force": "free; queue kept",
-    "readers-one-expired/release-by-valid": "free, its row still held; queue kept",
-    "semaphore-one-expired/release-by-valid": "free, its row still held; queue kept",
+#   that holder's own expiry (``Case.outlived``), offers the lock to nobody
+#   and, where readers held it, wakes nobody;
+# - on such a row, where no hold is valid, a release answers FORBIDDEN, not
+#   NOT_FOUND (CONTRACT.md: NOT_FOUND when there is no valid lock).
+POSTGRESQL_STATEMENTS_GIVE = {
+    "writer/force-to-writer": "RELEASED of a; free; queue kept",
+    "writer-entered-twice/force": "RELEASED of a; free; queue kept",
+    "readers-one-expired/release-by-valid": "RELEASED of b; free, its row still held; queue kept",
+    "semaphore-one-expired/release-by-valid": (
+        "RELEASED of b; free, its row still held; queue kept"
+    ),
+    "outlived-row/release-by-expired": "FORBIDDEN; free, its row still held; queue kept",
+    "outlived-row/release-by-other": "FORBIDDEN; free, its row still held",
 }
 
 
@@ -510,21 +585,27 @@ def test_every_path_of_the_database(
         resource = f"release:{case.id}:{name}".replace("/", ":").replace(" ", "-")
         before = build(case, resource, backend, channel)
         with handed_over(monkeypatch, method) as portable:
-            answer = run(resource)
+            answer = run(resource, case.asks.owner)
+            if case.then is not None:
+                answer += f", then {run(resource, case.then)}"
         answers[name] = (
             f"{answer}{HANDED if portable else ''}; {state_after(backend, resource, before)}"
         )
         statements = name == f"{backend.vendor} statements"
         handed = statements and decided_by_portable(backend.vendor, case)
-        state = expected_state(case, offered)
-        if statements and backend.vendor == "postgresql":
-            state = POSTGRESQL_STATEMENTS_LEAVE.get(case.id, state)
-        expected[name] = f"{expected_answer(case, name)}{HANDED if handed else ''}; {state}"
+        expected[name] = (
+            f"{expected_answer(case, name)}{HANDED if handed else ''}; "
+            f"{expected_state(case, offered)}"
+        )
+        if statements and backend.vendor == "postgresql" and case.id in POSTGRESQL_STATEMENTS_GIVE:
+            expected[name] = POSTGRESQL_STATEMENTS_GIVE[case.id]
     assert answers == expected
 
 
 def build(case: Case, resource: str, backend: LockBackend, channel: str) -> Before:
     grants = hold(resource, case.held, released=case.released)
+    if case.outlived:
+        Locks.filter(resource=resource).update(expires_at=now_plus(TTL))
     session = backend.session_pid()  # this connection's, which lives through the test
     tickets = [queue(backend, resource, waiter, session, channel) for waiter in case.queued]
     live = [ticket for (ticket, _), waiter in zip(tickets, case.queued, strict=True) if waiter.live]
