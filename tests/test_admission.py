@@ -17,11 +17,8 @@ exactly when the rule would admit a newcomer.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import partial
 
 import pytest
 
@@ -29,52 +26,31 @@ from django_dlock.backends import backend_for
 from django_dlock.backends.admission import Action, admit
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.claim import Claim
-from django_dlock.backends.clock import expired_before
 from django_dlock.backends.results import LockRow, Taken
 from django_dlock.conf import conf
 from django_dlock.locking.waiting import queue_state
-from django_dlock.models import DistributedLock, LockHold, LockWaiter
 from django_dlock.rules import SHARED_HOLDERS, kind_of
-
-Locks = DistributedLock.objects
-
-TTL = timedelta(seconds=60)
-
+from tests.lock_cases import (
+    DEAD_WRITER,
+    READER,
+    TTL,
+    WRITER,
+    A,
+    Grants,
+    Holder,
+    Waiter,
+    exclusive,
+    handed_over,
+    hold,
+    label_of,
+    paths,
+    permit,
+    permit_waiter,
+    queue,
+    reader,
+)
 
 # -- the table -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Holder:
-    """One holder of the resource when the claim comes."""
-
-    owner: str
-    shared: bool = False  # a reader; with a limit, a semaphore's permit
-    limit: int | None = None
-    holds: int = 1  # how many times it entered (reentrant)
-    expired: bool = False  # its ttl ran out, and nobody released it
-
-    @property
-    def exclusive(self) -> bool:
-        return not self.shared and self.limit is None
-
-
-@dataclass(frozen=True)
-class Waiter:
-    """A waiter of ``lock()`` in the resource's queue."""
-
-    shared: bool = False
-    limit: int | None = None
-    live: bool = True  # False: its process is gone (the ticket no longer counts)
-
-
-WRITER = Waiter()
-READER = Waiter(shared=True)
-DEAD_WRITER = Waiter(live=False)
-
-
-def permit_waiter(limit: int) -> Waiter:
-    return Waiter(shared=True, limit=limit)
 
 
 class Token(enum.Enum):
@@ -145,18 +121,6 @@ class Case:
     behind: tuple[Waiter, ...] = ()  # queued after the claimant's ticket
 
 
-def exclusive(owner: str = "a", *, holds: int = 1, expired: bool = False) -> Holder:
-    return Holder(owner, holds=holds, expired=expired)
-
-
-def reader(owner: str, *, holds: int = 1, expired: bool = False) -> Holder:
-    return Holder(owner, shared=True, holds=holds, expired=expired)
-
-
-def permit(owner: str, limit: int, *, expired: bool = False) -> Holder:
-    return Holder(owner, shared=True, limit=limit, expired=expired)
-
-
 def sem(
     limit: int, owner: str = "new", *, reentrant: bool = False, token: Token | None = None
 ) -> Ask:
@@ -164,7 +128,6 @@ def sem(
     return Ask(owner, shared=True, limit=limit, reentrant=reentrant, token=token)
 
 
-A = exclusive("a")
 WRITE, READ = Ask("new"), Ask("new", shared=True)
 
 
@@ -357,12 +320,7 @@ def test_the_case_ids_are_unique_and_those_named_exist() -> None:
 
 # -- the claim -------------------------------------------------------------------------
 
-
 CLAIMANT_LABEL = "claimant"
-
-
-def label_of(holder: str) -> str:
-    return f"held by {holder}"
 
 
 def the_claim(case: Case, resource: str, tokens: dict[str, int], ticket: int | None) -> Claim:
@@ -476,78 +434,27 @@ def test_the_python_rule(case: Case) -> None:
 
 # -- the rule in each database ---------------------------------------------------------
 
-# A server session id that no session has: a waiter whose connection is gone.
-NO_SESSION = 2**31 - 1
-
 
 @dataclass(frozen=True)
 class Situation:
-    tokens: dict[str, int]  # each holder's token
-    acquired: dict[str, datetime]  # when each holder's grant began
-    highest: int  # the largest token granted on the resource (0: none)
+    grants: Grants  # the holders'
     ticket: int | None  # the claimant's, where it waits
 
 
 def build(case: Case, resource: str, backend: LockBackend) -> Situation:
     """Make ``case``'s holders and queue on ``resource`` as the public calls
     and the waiter queue make them."""
-    tokens: dict[str, int] = {}
-    acquired: dict[str, datetime] = {}
-    for holder in case.held:
-        for _ in range(holder.holds):
-            hold = Locks.acquire(
-                resource,
-                owner=holder.owner,
-                ttl=TTL.total_seconds(),
-                reentrant=True,
-                shared=holder.shared,
-                limit=holder.limit,
-                label=label_of(holder.owner),
-            )
-            assert hold is not None, f"{holder} could not take its hold"
-            tokens[holder.owner] = hold.fencing_token
-            acquired[holder.owner] = hold.acquired_at
-    if case.released:
-        assert Locks.force_release(resource)
-    for holder in case.held:
-        if holder.expired:  # as if its ttl had run out: nobody released it
-            expire(resource, holder)
-    if case.held and all(holder.expired for holder in case.held):
-        Locks.filter(resource=resource).update(expires_at=expired_before(1))
+    grants = hold(resource, case.held, released=case.released)
     session = backend.queue.session_pid()  # this connection's, which lives through the test
     for waiter in case.ahead:
         queue(backend, resource, waiter, session)
     ticket = None
     if case.queued:
-        claim = the_claim(case, resource, tokens, None)
+        claim = the_claim(case, resource, grants.tokens, None)
         ticket, _ = backend.queue.enqueue_waiter(claim, TTL.total_seconds(), listener_pid=session)
     for waiter in case.behind:
         queue(backend, resource, waiter, session)
-    return Situation(tokens, acquired, max(tokens.values(), default=0), ticket)
-
-
-def expire(resource: str, holder: Holder) -> None:
-    if holder.exclusive:
-        Locks.filter(resource=resource).update(expires_at=expired_before(1))
-    else:  # the resource's row stays held while another hold is valid
-        holds = LockHold.objects.using(conf.DATABASE).filter(resource=resource, owner=holder.owner)
-        holds.update(expires_at=expired_before(1))
-
-
-def queue(backend: LockBackend, resource: str, waiter: Waiter, session: int | None) -> None:
-    """Queue ``waiter`` as ``lock()`` does. A dead one's session is gone where
-    the database can tell (PostgreSQL, MariaDB); elsewhere its ticket ran out."""
-    claim = Claim(
-        resource=resource,
-        owner=f"waiter-{LockWaiter.objects.count()}",
-        duration=TTL,
-        shared=waiter.shared,
-        limit=waiter.limit,
-    )
-    pid = session if waiter.live or session is None else NO_SESSION
-    ticket, _ = backend.queue.enqueue_waiter(claim, TTL.total_seconds(), listener_pid=pid)
-    if not waiter.live and session is None:
-        LockWaiter.objects.filter(pk=ticket).update(expires_at=expired_before(1))
+    return Situation(grants, ticket)
 
 
 def outcome_of(taken: Taken, claimant: tuple[int, datetime] | None, highest: int) -> Outcome:
@@ -570,16 +477,6 @@ def outcome_of(taken: Taken, claimant: tuple[int, datetime] | None, highest: int
         f"label {row.label!r}",
         holds=row.hold_count,
     )
-
-
-def paths(backend: LockBackend) -> dict[str, Callable[[Claim], Taken]]:
-    """Every way this database decides an acquisition: the portable operation,
-    and the vendor's own statements where it has them (PostgreSQL with psycopg
-    3's client-side binding, MariaDB), which hand it the cases they leave."""
-    found: dict[str, Callable[[Claim], Taken]] = {"portable": partial(LockBackend.take, backend)}
-    if backend.features.one_statement:
-        found[f"{backend.vendor} statements"] = backend.take
-    return found
 
 
 LOOK = "a waiter's look"
@@ -645,35 +542,21 @@ HANDED_OVER: dict[str, frozenset[str]] = {
 }
 
 
-@contextmanager
-def handed_over(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Claim]]:
-    """The claims a vendor's statements hand to the portable operation meanwhile."""
-    handed: list[Claim] = []
-    portable = LockBackend.take
-
-    def take(backend: LockBackend, claim: Claim) -> Taken:
-        handed.append(claim)
-        return portable(backend, claim)
-
-    with monkeypatch.context() as patched:
-        patched.setattr(LockBackend, "take", take)
-        yield handed
-
-
 @pytest.mark.django_db(transaction=True)  # the vendors' statements run only outside a transaction
 @pytest.mark.parametrize("case", table())
 def test_every_path_of_the_database(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
     backend = backend_for(conf.DATABASE)
     answers: dict[str, str] = {}
-    for name, take in paths(backend).items():
+    for name, take in paths(backend, "take").items():
         situation = build(case, resource_of(case, name), backend)
-        claim = the_claim(case, resource_of(case, name), situation.tokens, situation.ticket)
+        grants = situation.grants
+        claim = the_claim(case, resource_of(case, name), grants.tokens, situation.ticket)
         owner = case.asks.owner
         claimant = None
         if holds_still(case):
-            claimant = (situation.tokens[owner], situation.acquired[owner])
-        with handed_over(monkeypatch) as portable:
-            outcome = outcome_of(take(claim), claimant, situation.highest)
+            claimant = (grants.tokens[owner], grants.acquired[owner])
+        with handed_over(monkeypatch, "take") as portable:
+            outcome = outcome_of(take(claim), claimant, grants.highest)
         answers[name] = f"{outcome}{HANDED if portable and name != 'portable' else ''}"
     expected = dict.fromkeys(answers, str(case.expected))
     for name in answers.keys() - {"portable"}:
@@ -684,7 +567,7 @@ def test_every_path_of_the_database(case: Case, monkeypatch: pytest.MonkeyPatch)
         # rule admits it (and on a mismatch, so that the acquisition raises it);
         # a writer also waits for those queued before it.
         situation = build(case, resource_of(case, LOOK), backend)
-        claim = the_claim(case, resource_of(case, LOOK), situation.tokens, situation.ticket)
+        claim = the_claim(case, resource_of(case, LOOK), situation.grants.tokens, situation.ticket)
         state = queue_state(conf.DATABASE, claim, situation.ticket)
         answers[LOOK] = "tries" if state.admissible else "waits"
         writer_waits = claim.exclusive and any(waiter.live for waiter in case.ahead)
