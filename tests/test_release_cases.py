@@ -162,6 +162,7 @@ CASES = (
     Case("released/renew", (A,), renew("a"), NO_LOCK, released=True),
     Case("released/force", (A,), force(), NOT_FOUND, released=True, queued=WRITER),
     Case("expired-writer/release", EXPIRED_A, release("a"), NOT_FOUND, queued=WRITER),
+    Case("expired-writer/release-nobody-queued", EXPIRED_A, release("a"), NOT_FOUND),
     Case("expired-writer/release-by-other", EXPIRED_A, release("z"), NOT_FOUND),
     Case("expired-writer/renew", EXPIRED_A, renew("a"), REFUSED),
     Case("expired-writer/force", EXPIRED_A, force(), NOT_FOUND, queued=WRITER),
