@@ -123,7 +123,7 @@ class Case:
     released: bool = False  # the holders released their holds (the row stays)
     queued: tuple[Waiter, ...] = ()  # lock()'s waiters, in the order they queued
     # The row outlived its shared holds: held, though none is valid (as
-    # PostgreSQL's release statement can leave it: POSTGRESQL_STATEMENTS_GIVE).
+    # PostgreSQL's release statement once left it, see POSTGRESQL_STATEMENTS_GIVE).
     outlived: bool = False
     then: str | None = None  # the holder left releases too, by the same path
 
@@ -539,25 +539,15 @@ HANDED = ", handed to the portable operation"
 
 # Where PostgreSQL's one statement answers or leaves a resource otherwise than
 # its portable operation does (and SQLite's), found by this table and not yet
-# settled; each entry is what it gives instead of what the case expects:
-# - its force-release of an exclusive holder offers the lock to nobody (it
-#   only wakes the head, which then acquires by itself);
-# - its release frees the resource only when the row's count of shared holds
-#   says none is left, and a hold that expired unreleased still counts: the
-#   last valid holder's release leaves the row held by shared holders until
-#   that holder's own expiry (``Case.outlived``), offers the lock to nobody
-#   and, where readers held it, wakes nobody;
-# - on such a row, where no hold is valid, a release answers FORBIDDEN, not
-#   NOT_FOUND (CONTRACT.md: NOT_FOUND when there is no valid lock).
+# settled; each entry is what it gives instead of what the case expects: its
+# force-release of an exclusive holder offers the lock to nobody (it only wakes
+# the head, which then acquires by itself). (Its release once left the row held
+# by shared holders after the last valid one, while a hold that expired
+# unreleased still counted, and answered FORBIDDEN there: the ``outlived-row``
+# cases build such a row.)
 POSTGRESQL_STATEMENTS_GIVE = {
     "writer/force-to-writer": "RELEASED of a; free; queue kept",
     "writer-entered-twice/force": "RELEASED of a; free; queue kept",
-    "readers-one-expired/release-by-valid": "RELEASED of b; free, its row still held; queue kept",
-    "semaphore-one-expired/release-by-valid": (
-        "RELEASED of b; free, its row still held; queue kept"
-    ),
-    "outlived-row/release-by-expired": "FORBIDDEN; free, its row still held; queue kept",
-    "outlived-row/release-by-other": "FORBIDDEN; free, its row still held",
 }
 
 

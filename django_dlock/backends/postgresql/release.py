@@ -102,7 +102,24 @@ class ReleaseStatement:
             f"AND m.{h['hold_count']} = 1 AND {holds}.{h['expires_at']} > {now} "
             f"RETURNING {hold_columns}, {now} AS db_now)"
         )
-        last = f"{table}.{c['hold_count']} <= 1"
+        # The releasing hold is the last valid one by the row's count, or, where
+        # the others it counts expired unreleased (the count is never smaller
+        # than the valid holds, but may be larger), by the holds the statement
+        # sees. Those are read in the statement's snapshot, which a hold that
+        # joined while the lock waited for the row is not in; a join raises the
+        # row's token, so the holds count only while the row locked is the row
+        # of the snapshot.
+        unchanged = (
+            f"EXISTS (SELECT FROM {table} s, locked l WHERE s.{c['resource']} = %(resource)s "
+            f"AND s.{c['fencing_token']} = l.{c['fencing_token']} "
+            f"AND s.{c['hold_count']} = l.{c['hold_count']})"
+        )
+        others_valid = (
+            f"EXISTS (SELECT FROM {holds} o, my_hold m WHERE o.{h['resource']} = %(resource)s "
+            f"AND o.{h['expires_at']} > {now} AND o.{h['id']} <> m.{h['id']})"
+        )
+        none_other = f"({unchanged} AND NOT {others_valid})"
+        last = f"({table}.{c['hold_count']} <= 1 OR {none_other})"
         as_left = {
             "hold_count": f"GREATEST({table}.{c['hold_count']} - 1, 0)",
             "owner": f"CASE WHEN {last} THEN '' ELSE {table}.{c['owner']} END",
@@ -116,12 +133,11 @@ class ReleaseStatement:
             f"RETURNING {table}.{c['owner']} AS left_owner, {table}.{c['limit']} AS left_limit)"
         )
         # The head takes the lock from a release that leaves nobody holding it:
-        # the exclusive holder's last hold, or the last shared hold (its count
-        # never smaller than the valid holds, so none is left).
+        # the exclusive holder's last hold, or the last valid shared hold.
         frees = (
-            f"EXISTS (SELECT FROM locked l WHERE l.{c['hold_count']} <= 1 AND "  # noqa: S608
-            f"(({held} AND l.{c['owner']} = %(owner)s) "
-            f"OR ({shared} AND EXISTS (SELECT FROM gone))))"
+            f"EXISTS (SELECT FROM locked l WHERE (l.{c['hold_count']} <= 1 "  # noqa: S608
+            f"AND {held} AND l.{c['owner']} = %(owner)s) OR ({shared} AND EXISTS "
+            f"(SELECT FROM gone) AND (l.{c['hold_count']} <= 1 OR {none_other})))"
         )
         # Released, or a permit freed: the head of the queue looks, and the
         # readers that fit beside it when it reads.
@@ -140,6 +156,8 @@ class ReleaseStatement:
             f"WHEN EXISTS (SELECT FROM exclusive) THEN '{RELEASED}' "
             f"WHEN EXISTS (SELECT FROM one_less) THEN '{DECREMENTED}' "
             f"WHEN EXISTS (SELECT FROM gone) THEN '{RELEASED}' "
+            f"WHEN {shared} AND {unchanged} AND NOT EXISTS (SELECT FROM {holds} o WHERE "
+            f"o.{h['resource']} = %(resource)s AND o.{h['expires_at']} > {now}) THEN '{NOT_FOUND}' "
             f"WHEN {shared} AND NOT EXISTS (SELECT FROM my_hold) THEN '{FORBIDDEN}' "
             f"WHEN {shared} THEN '{PORTABLE}' ELSE '{FORBIDDEN}' END"
         )
