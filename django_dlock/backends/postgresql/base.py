@@ -92,7 +92,7 @@ class PostgreSQLBackend(LockBackend):
 
     def _take_shared(self, claim: Claim) -> Taken | None:
         """A reader's or a permit's acquisition in one statement; None where the
-        portable operation decides (see ``postgresql.shared``)."""
+        portable operation decides (see ``postgresql.shared_take``)."""
         params = {
             "resource": claim.resource,
             "owner": claim.owner,
