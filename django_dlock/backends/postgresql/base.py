@@ -33,6 +33,9 @@ from django_dlock.transactions import in_lock_transaction, refuse_callers_transa
 
 _T = TypeVar("_T")
 
+# How many shared holds' names a process keeps as a hint for their release.
+SHARED_HINTS = 10_000
+
 
 class PostgreSQLBackend(LockBackend):
     """Each lock operation is one statement and one round trip (``exclusive``,
@@ -65,13 +68,22 @@ class PostgreSQLBackend(LockBackend):
         self._release_alone = release.AloneReleaseStatement(self).statement
         self._release = release.ReleaseStatement(self).statement
         self._prepared = PreparedStatements(using)
+        #: The (resource, owner) pairs this process took as shared holds, whose
+        #: release skips the short statement that cannot release them. A hint
+        #: only: a pair missing (or left over) costs a round trip, never a
+        #: wrong answer.
+        self._shared_here: dict[tuple[str, str], None] = {}
 
     def take(self, claim: Claim) -> Taken:
         if not self.features.one_statement:
             return super().take(claim)
         if not claim.exclusive:
-            taken = self._alone(lambda: self._take_shared(claim))
-            return super().take(claim) if taken is None else taken
+            taken = self._alone(lambda: self._take_shared(claim)) or super().take(claim)
+            if taken.row is not None:
+                if len(self._shared_here) >= SHARED_HINTS:
+                    self._shared_here.clear()
+                self._shared_here[claim.resource, claim.owner] = None
+            return taken
         exclusive = self._exclusive
         statement = exclusive.take if claim.ticket is None else exclusive.take_leaving
         params = {
@@ -159,11 +171,15 @@ class PostgreSQLBackend(LockBackend):
     def _owners_release(self, params: dict[str, Any]) -> Released | None:
         """The owner's release: the short statement where the row allows it (an
         exclusive hold, no queue: ``release.AloneReleaseStatement``), else the
-        full one; None where the portable operation decides. Each statement is
-        a transaction of its own."""
-        alone = self._run(self._release_alone, params)
+        full one, at once for a hold this process took shared; None where the
+        portable operation decides. Each statement is a transaction of its own."""
+        key = (params["resource"], params["owner"])
+        alone = None if key in self._shared_here else self._run(self._release_alone, params)
         if alone is None:
-            return self._released(self._answer(self._release, params))
+            released = self._released(self._answer(self._release, params))
+            if released is None or released.result is not ReleaseResult.DECREMENTED:
+                self._shared_here.pop(key, None)
+            return released
         row = self.tables.row(alone)
         if row.owner:  # one hold of several went
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
