@@ -212,6 +212,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--profile", action="store_true", help="then a cProfile of each django-dlock variant"
     )
     parser.add_argument(
+        "--json",
+        type=Path,
+        help="also write the table, as the key 'acquire' of this JSON file (added to what it "
+        "holds: scripts/benchmark.sh adds it to docs/benchmark.json)",
+    )
+    parser.add_argument(
         "--run",
         choices=sorted(RUNNABLE),
         help="only CYCLES cycles of this variant, after 100 to warm up, and no output: to count "
@@ -260,6 +266,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f", synchronous_commit {cursor.fetchone()[0]}", end="")
     print(f"; metrics {'installed' if args.metrics else 'not installed'}")
     print_table(samples, args.rounds, args.cycles)
+    if args.json:
+        add_to_json(args.json, summary(samples, args.rounds, args.cycles))
     if other is not None:
         print_paired(samples, other.label)
     print("statements per operation (BEGIN and COMMIT included):")
@@ -303,6 +311,46 @@ def print_table(samples: dict[str, list[tuple[float, float]]], rounds: int, cycl
             f"{wall:6.3f} [{min(walls):.3f}-{max(walls):.3f}] "
             f"{floor_wall * 1000 / wall:>7.2f} {cpu / (floor_cpu * 1000):>6.1f}"
         )
+
+
+def summary(
+    samples: dict[str, list[tuple[float, float]]], rounds: int, cycles: int
+) -> dict[str, Any]:
+    """The table as data: each variant's median client CPU and wall time per
+    cycle (ms), and their multiples of the floor's (cycles/s: x floor)."""
+    from django.db import connection
+
+    floor_cpu = statistics.median(cpu for cpu, _ in samples[FLOOR])
+    floor_wall = statistics.median(wall for _, wall in samples[FLOOR])
+    setting = ""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('synchronous_commit')")
+            setting = cursor.fetchone()[0]
+    variants = {}
+    for name, runs in samples.items():
+        cpu = statistics.median(cpu for cpu, _ in runs)
+        wall = statistics.median(wall for _, wall in runs)
+        variants[name] = {
+            "client_cpu_ms": round(cpu * 1000, 4),
+            "wall_ms": round(wall * 1000, 4),
+            "x_floor": round(floor_wall / wall, 3),
+            "client_cpu_x_floor": round(cpu / floor_cpu, 2),
+        }
+    return {
+        "database": connection.vendor,
+        "synchronous_commit": setting,
+        "rounds": rounds,
+        "cycles": cycles,
+        "variants": variants,
+    }
+
+
+def add_to_json(path: Path, table: dict[str, Any]) -> None:
+    """``table`` as the key ``acquire`` of the JSON object in ``path`` (made if missing)."""
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results["acquire"] = table
+    path.write_text(json.dumps(results, indent=1) + "\n")
 
 
 def print_paired(samples: dict[str, list[tuple[float, float]]], label: str) -> None:

@@ -53,10 +53,12 @@ def test_an_operation_is_prepared_on_its_first_run_and_executed_by_name_after(
     Locks.acquire("prep:1", owner="a", ttl=30)
     Locks.acquire("prep:2", owner="a", ttl=30)
 
-    first, second = sent
-    assert first.startswith("PREPARE ") and "FOR UPDATE" in first
-    assert first.split(";\n")[1].startswith("EXECUTE ")
-    assert second.startswith("EXECUTE ") and "FOR UPDATE" not in second
+    # A new resource's row: the short acquisition finds none, the full one inserts it.
+    first_run, second_run = sent[:2], sent[2:]
+    assert [sql.split(" ", 2)[:1] for sql in first_run] == [["PREPARE"], ["PREPARE"]]
+    assert all(sql.split(";\n")[1].startswith("EXECUTE ") for sql in first_run)
+    assert "FOR UPDATE" not in first_run[0] and "FOR UPDATE" in first_run[1]
+    assert len(second_run) == 2 and all(sql.startswith("EXECUTE ") for sql in second_run)
     assert [lock.owner for lock in Locks.filter(resource__startswith="prep:")] == ["a", "a"]
 
 
@@ -71,8 +73,9 @@ def test_a_session_that_lost_its_statements_runs_them_as_plain_sql(sent: list[st
 
     # The EXECUTE that failed changed nothing; the acquisition ran again as
     # SQL, and so does every operation after it.
-    failed, acquire, release = sent
+    failed, short_acquire, acquire, release = sent
     assert failed.startswith("EXECUTE ")
+    assert short_acquire.startswith("WITH written AS (UPDATE")
     assert acquire.startswith("WITH locked AS") and release.startswith("UPDATE ")
     assert Locks.get(resource="prep:2").fencing_token == 1
 

@@ -95,7 +95,10 @@ class PostgreSQLBackend(LockBackend):
             "label": claim.label,
             "held": claim.held_token,
         }
-        taken = self._alone(lambda: self._taken(statement, params))
+        if claim.ticket is None and claim.held_token is None:
+            taken = self._alone(lambda: self._take_released(claim, params))
+        else:
+            taken = self._alone(lambda: self._taken(statement, params))
         if taken.row is None and taken.previous_owner == SHARED_HOLDERS:
             # Shared holders: the only one of them upgrades, a semaphore is
             # another kind; the portable operation tells.
@@ -125,6 +128,19 @@ class PostgreSQLBackend(LockBackend):
             return None
         row = self.holds.row(hold)
         return Taken(row=row, previous_owner=header_owner, renewed=action == shared_take.AGAIN)
+
+    def _take_released(self, claim: Claim, params: dict[str, Any]) -> Taken:
+        """An exclusive acquisition by the short statement where the row settles
+        it (released, or the owner's own hold: taken; another owner's valid
+        hold: refused), else by ``take``: no row yet, an expired holder's (see
+        ``ExclusiveStatements.take_released``)."""
+        owner, held, *written = self._answer(self._exclusive.take_released, params)
+        if written[0] is not None:
+            row = self.tables.row(written)
+            return Taken(row=row, previous_owner=owner, renewed=row.acquired_at < row.now)
+        if held and owner != claim.owner:  # refused; shared holders: see take()
+            return Taken(row=None, previous_owner=owner, renewed=False)
+        return self._taken(self._exclusive.take, params)
 
     def _taken(self, statement: Statement, params: dict[str, Any]) -> Taken:
         owner, _, row = self._decided(statement, params)

@@ -116,6 +116,23 @@ class ExclusiveStatements:
             "written AS (SELECT * FROM updated UNION ALL SELECT * FROM inserted)"
         )
         self.take = Statement("take", f"{taken} {answer} LEFT JOIN written ON TRUE")
+        # The common acquisition, of a released row (or a re-acquisition of
+        # the owner's own), is an UPDATE without the lock CTE and the INSERT;
+        # its answer is the row's owner and whether it was held, as the
+        # statement's snapshot has them, then the row as written. Where it
+        # writes nothing and the snapshot shows another owner's valid hold,
+        # that is the refusal: the UPDATE judged that same version (a row that
+        # fails the WHERE in the snapshot is not read again). Else ``take``
+        # decides, in a statement of its own: no row yet, an expired holder's
+        # (whose name the ``lock_taken_over`` signal needs, as it was locked).
+        self.take_released = Statement(
+            "take_released",
+            f"WITH written AS (UPDATE {table} SET {take} "  # noqa: S608
+            f"WHERE {c['resource']} = %(resource)s AND ({table}.{c['owner']} = '' OR {mine}) "
+            f"RETURNING {after}, {now}) SELECT snapshot.{c['owner']}, "
+            f"{valid_in('snapshot.')}, written.* FROM (SELECT) one LEFT JOIN {table} snapshot "
+            f"ON snapshot.{c['resource']} = %(resource)s LEFT JOIN written ON TRUE",
+        )
         # lock()'s waiter that takes the lock leaves its queue in the same statement.
         self.take_leaving = Statement(
             "take_leaving",
