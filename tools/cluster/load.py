@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.torture.history import Recorder, error_fields, lock_fields, now, pause
+from tools.torture.release_all import release_all_told
 
 # (weight, kind) of a turn.
 TURNS = [(45, "exclusive"), (25, "shared"), (15, "permit"), (15, "several")]
@@ -152,20 +153,13 @@ def several(
     pause(hold)
     for cs, lock in zip(parts, taken["locks"], strict=True):
         recorder.write("cs_exit", cs=cs, t=now(), expires_at=lock["expires_at"])
-    released = _call(
-        recorder,
-        "release_all",
-        lambda: {
-            "results": [r.value for r in DistributedLock.objects.release_all(resources, owner)]
-        },
-        resources=resources,
-        owner=owner,
-        set=owner,
+    release_all_told(
+        lambda op, run, **fields: _call(recorder, op, run, **fields),
+        lambda cs, how: recorder.write("cs_told", cs=cs, t=now(), how=how),
+        resources,
+        owner,
+        parts,
     )
-    results = released["results"] if released else ["failed"] * len(parts)
-    for cs, result in zip(parts, results, strict=True):
-        if result != "released":
-            recorder.write("cs_told", cs=cs, t=now(), how=f"release_all: {result}")
 
 
 def _all_fields(holds: list[Any] | None) -> list[dict[str, Any] | None] | None:

@@ -18,6 +18,7 @@ from django_dlock.models import DistributedLock, ReleaseResult
 from tools.torture.asked import EXCLUSIVE, Asked
 from tools.torture.history import error_fields, lock_fields, now, pause
 from tools.torture.operations import Operations, fresh
+from tools.torture.release_all import release_all_told
 
 
 class KindOperations(Operations):
@@ -184,19 +185,7 @@ class KindOperations(Operations):
         if context is not None:
             self._leave_several(context, held, parts, fields)
             return
-        outcome = self.call(
-            "release_all",
-            lambda: {
-                "results": [r.value for r in DistributedLock.objects.release_all(resources, owner)]
-            },
-            resources=resources,
-            owner=owner,
-            set=owner,
-        )
-        results = outcome["results"] if outcome else ["failed"] * len(parts)
-        for cs, result in zip(parts, results, strict=True):
-            if result != ReleaseResult.RELEASED.value:
-                self.told(cs, f"release_all: {result}")
+        release_all_told(self.call, self.told, resources, owner, parts)
 
     def _acquire_all(self, items: list[tuple[str, bool]], owner: str, ttl: float) -> dict[str, Any]:
         asked = [(resource, "shared") if shared else resource for resource, shared in items]
