@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, connection
 
-from django_dlock.models import DistributedLock
+from django_dlock.models import DistributedLock, ReleaseResult
 from tests.utils import is_waiting_on_a_lock, postgres_dsn, run_in_thread, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -19,14 +19,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_backend_terminated_while_waiting_raises() -> None:
     import psycopg
 
+    # A released row: the acquisition below must lock it (another owner's valid
+    # hold would be refused from the row as the statement's snapshot has it).
     assert DistributedLock.objects.acquire("job:42", owner="holder", ttl=30) is not None
+    assert DistributedLock.objects.release("job:42", owner="holder") is ReleaseResult.RELEASED
     dsn = postgres_dsn()
     with (
         psycopg.connect(dsn, autocommit=False) as holder,
         psycopg.connect(dsn, autocommit=True) as admin,
     ):
-        # Another session keeps the row locked, so the acquire below waits in its
-        # SELECT ... FOR UPDATE; then its server process is killed.
+        # Another session keeps the row locked, so the acquire below waits for
+        # its lock; then its server process is killed.
         holder.execute("SELECT id FROM distributed_locks WHERE resource = 'job:42' FOR UPDATE")
 
         def acquire(outcome: dict[str, Any]) -> object:
