@@ -107,7 +107,9 @@ def test_the_app_creates_the_tables_the_readme_names() -> None:
         model._meta.db_table for model in apps.get_app_config("django_dlock").get_models()
     )
     quickstart = section(README, "## Quickstart")
-    assert f"creates {['one', 'two', 'three', 'four', 'five'][len(tables) - 1]} tables" in quickstart
+    assert (
+        f"creates {['one', 'two', 'three', 'four', 'five'][len(tables) - 1]} tables" in quickstart
+    )
     for table in tables:
         assert f"`{table}`" in quickstart
 
