@@ -16,6 +16,7 @@ __all__ = [
     "LockHold",
     "LockWaiter",
     "ReleaseResult",
+    "ThrottleKey",
     "ThrottleSlot",
 ]
 
@@ -222,6 +223,9 @@ class ThrottleSlot(models.Model):
     # used_at plus the rate's period: when this use leaves the window. The
     # purge deletes a key once every one of its rows is free.
     free_at = models.DateTimeField(_("free at"), null=True, blank=True)
+    # The rate of the use, as written ("10/m"): for the admin, which shows a
+    # key's rate as its last use had it.
+    rate = models.CharField(_("rate"), max_length=64, blank=True, default="")
 
     class Meta:
         db_table = "distributed_lock_throttle_slots"
@@ -239,3 +243,13 @@ class ThrottleSlot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} #{self.slot}"
+
+
+class ThrottleKey(ThrottleSlot):
+    """A throttle key as the admin lists it: the key's slot 0, one per key,
+    with the key's other rows counted beside it."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("throttle key")
+        verbose_name_plural = _("throttle keys")

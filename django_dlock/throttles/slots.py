@@ -101,13 +101,13 @@ def _decide(key: str, rate: Rate, using: str) -> ThrottleDecision:
     reusable = [row for row in free if row.slot < rate.limit]
     if reusable:
         oldest = min(reusable, key=lambda row: (row.used_at is not None, row.used_at, row.slot))
-        slots.filter(pk=oldest.pk).update(used_at=now, free_at=now + rate.period)
+        slots.filter(pk=oldest.pk).update(used_at=now, free_at=now + rate.period, rate=str(rate))
     else:
         # Every row below the limit is in the window, and they are fewer than
         # the limit: a slot number below it is unused.
         taken = {row.slot for row in rows}
         slot = next(number for number in range(rate.limit) if number not in taken)
-        slots.create(key=key, slot=slot, used_at=now, free_at=now + rate.period)
+        slots.create(key=key, slot=slot, used_at=now, free_at=now + rate.period, rate=str(rate))
     # Rows past the limit (the rate was lowered) go once out of the window.
     beyond = [row.pk for row in free if row.slot >= rate.limit]
     if beyond:
