@@ -68,6 +68,11 @@ class Throttled(DlockError):
             f"allowed in {retry_after.total_seconds():.3f} s."
         )
 
+    def __reduce__(self) -> tuple[type[Throttled], tuple[str, Rate, timedelta]]:
+        # Pickled with its fields, not its message: a task queue (Celery's
+        # retry, a result backend) carries it between processes.
+        return (type(self), (self.key, self.rate, self.retry_after))
+
 
 # Not a DlockError: code that catches DlockError around a lock operation (to
 # treat it as "not acquired", say) must not start hiding its own bad arguments.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pickle
 from datetime import timedelta
 from typing import Any
 
@@ -91,6 +92,19 @@ def test_throttled_is_a_dlock_error_with_key_rate_and_retry_after() -> None:
     assert str(error) == (
         "Throttled: 'email:42' was used 10 time(s) within the last 1 min, as many as the "
         "rate 10/m allows; the next use is allowed in 1.500 s."
+    )
+
+
+@pytest.mark.vendor_independent
+def test_throttled_survives_pickling() -> None:
+    # Task queues carry it between processes (Celery's retry, result backends).
+    error = Throttled("email:1", parse_rate("10/m"), timedelta(seconds=3))
+    copy = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+    assert (copy.key, copy.rate, copy.retry_after, str(copy)) == (
+        error.key,
+        error.rate,
+        error.retry_after,
+        str(error),
     )
 
 
