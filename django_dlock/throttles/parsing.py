@@ -17,11 +17,16 @@ from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument
 from django_dlock.throttles.rate import Rate
 
-__all__ = ["MAX_LIMIT", "parse_rate", "resolve_rate"]
+__all__ = ["MAX_LIMIT", "MAX_PERIOD", "parse_rate", "resolve_rate"]
 
 # A use reads every recorded use of its key in the window: one row each. Past
 # this many, a throttle is better served by a counter per fixed window.
 MAX_LIMIT = 10_000
+# The longest period: a use's free_at (its time plus the period) stays far
+# from the end of what a datetime holds.
+MAX_PERIOD = timedelta(days=3650)
+# How long a written rate may be: each use stores it (ThrottleSlot.rate).
+MAX_TEXT = 32
 
 _UNITS = {
     "s": 1,
@@ -55,6 +60,8 @@ def _invalid(rate: object, problem: str) -> InvalidArgument:
 def parse_rate(text: str) -> Rate:
     """The ``Rate`` that ``text`` ("10/m", "5/10m") writes; ``InvalidArgument``
     when it writes none."""
+    if len(text.strip()) > MAX_TEXT:
+        raise _invalid(text, f"it is longer than {MAX_TEXT} characters")
     match = _RATE.fullmatch(text.strip().lower())
     if match is None:
         raise _invalid(text, "it is not a number of uses, a '/' and a period")
@@ -64,8 +71,8 @@ def parse_rate(text: str) -> Rate:
     limit, count = int(match["limit"]), int(match["count"] or 1)
     if not 1 <= limit <= MAX_LIMIT:
         raise _invalid(text, f"the number of uses must be 1 to {MAX_LIMIT}")
-    if count < 1:
-        raise _invalid(text, "the period must be at least one unit")
+    if not 1 <= count * unit <= MAX_PERIOD.total_seconds():
+        raise _invalid(text, "the period must be one second to 3650 days")
     return Rate(limit=limit, period=timedelta(seconds=count * unit), text=text.strip())
 
 
