@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -11,6 +12,8 @@ from django_dlock import throttle
 from django_dlock.backends.clock import expired_before
 from django_dlock.models import ThrottleSlot
 from django_dlock.throttles.purge import count_free_keys, purge_free_keys
+from tests import workers_throttles
+from tests.utils import database_settings, run_in_processes, spawn
 
 pytestmark = pytest.mark.django_db
 
@@ -78,3 +81,30 @@ def test_purge_locks_reports_throttle_keys_on_a_line_of_their_own() -> None:
     assert purge() == "Deleted 0 lock(s)\nDeleted 1 throttle key(s)\n"
     assert purge() == "Deleted 0 lock(s)\n"
     assert keys() == ["email:2"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_purge_running_beside_the_uses_never_lets_a_window_hold_more() -> None:
+    """Two processes use four keys at random moments at 2 uses a second, so keys often
+    go free, while a third purges free keys in a loop: the purge deletes keys again and
+    again, and by the database's times no second ever holds more than 2 granted uses of
+    a key, and each refusal came while one held 2."""
+    keys = [f"purged:{n}" for n in range(4)]
+    start = spawn.Barrier(3)
+    limit, period = 2, timedelta(seconds=1)
+
+    *users, deleted = run_in_processes(
+        workers_throttles.use_or_purge,
+        [("wander", database_settings(), keys, "2/s", 2.5, start)] * 2
+        + [("purge", database_settings(), 2.5, start)],
+    )
+
+    assert deleted > 0
+    decisions = sorted((d for worker in users for d in worker), key=lambda d: d[2])
+    for key in keys:
+        grants = [at for k, granted, at in decisions if k == key and granted]
+        for earlier, later in zip(grants, grants[limit:], strict=False):
+            assert later - earlier >= period, f"{key}: {limit + 1} uses within {later - earlier}"
+        for k, granted, at in decisions:
+            if k == key and not granted:
+                assert sum(at - period < g <= at for g in grants) == limit

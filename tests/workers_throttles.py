@@ -30,3 +30,40 @@ def hammer(
         decisions.append((decision.granted, decision.at, decision.retry_after))
         time.sleep(random.uniform(0, 0.002))
     return decisions
+
+
+def wander(
+    db: dict[str, Any], keys: list[str], rate: str, seconds: float, start: Any
+) -> list[tuple[str, bool, datetime]]:
+    """Use a random one of ``keys`` every 0 to 0.5 s for ``seconds``; (key, granted,
+    database time) of each use."""
+    setup_worker(db)
+    from django_dlock import throttle
+
+    start.wait()
+    deadline = time.monotonic() + seconds
+    decisions = []
+    while time.monotonic() < deadline:
+        decision = throttle(random.choice(keys), rate=rate).try_use()
+        decisions.append((decision.key, decision.granted, decision.at))
+        time.sleep(random.uniform(0, 0.5))
+    return decisions
+
+
+def purge_continually(db: dict[str, Any], seconds: float, start: Any) -> int:
+    """Purge free throttle keys in a loop for ``seconds``; how many it deleted."""
+    setup_worker(db)
+    from django_dlock.throttles.purge import purge_free_keys
+
+    start.wait()
+    deadline = time.monotonic() + seconds
+    deleted = 0
+    while time.monotonic() < deadline:
+        deleted += purge_free_keys("default")
+        time.sleep(random.uniform(0.01, 0.03))
+    return deleted
+
+
+def use_or_purge(what: str, *args: Any) -> Any:
+    """One worker process of several kinds: ``wander`` or ``purge_continually``."""
+    return purge_continually(*args) if what == "purge" else wander(*args)
