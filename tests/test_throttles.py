@@ -273,7 +273,8 @@ def test_each_decision_is_signalled() -> None:
 def test_no_window_of_the_period_holds_more_than_the_limit_across_processes() -> None:
     """Four processes use one new key as fast as they can for 2.5 s at 5 uses a
     second: by the database's times of the decisions, every window of a second holds
-    at most 5 granted uses, and every refusal came while one held 5."""
+    at most 5 granted uses, and every refusal came while one held 5, with a
+    retry_after to the moment the oldest of them left it."""
     limit, period = 5, timedelta(seconds=1)
     start = spawn.Barrier(4)
 
@@ -289,5 +290,7 @@ def test_no_window_of_the_period_holds_more_than_the_limit_across_processes() ->
     for earlier, later in zip(grants, grants[limit:], strict=False):
         assert later - earlier >= period, f"{limit + 1} uses within {later - earlier}"
     for at, retry in refusals:
+        in_window = [granted for granted in grants if at - period < granted <= at]
+        assert len(in_window) == limit
+        assert retry == in_window[0] + period - at
         assert timedelta(0) < retry <= period
-        assert sum(at - period < granted <= at for granted in grants) == limit
