@@ -12,11 +12,13 @@ from django_dlock.exceptions import (
     LockNotAcquired,
     LockNotOwned,
     LockTransactionError,
+    Throttled,
 )
 
 if TYPE_CHECKING:
     from django_dlock.kinds import LockKind
     from django_dlock.locking import lock
+    from django_dlock.throttles import throttle
 
 __all__ = [
     "DlockError",
@@ -27,7 +29,9 @@ __all__ = [
     "LockNotAcquired",
     "LockNotOwned",
     "LockTransactionError",
+    "Throttled",
     "lock",
+    "throttle",
 ]
 
 
@@ -38,6 +42,10 @@ def __getattr__(name: str) -> Any:
         from django_dlock.locking import lock
 
         return lock
+    if name == "throttle":
+        from django_dlock.throttles import throttle
+
+        return throttle
     if name == "LockKind":
         from django_dlock.kinds import LockKind
 

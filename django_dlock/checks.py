@@ -18,6 +18,8 @@ from django_dlock.backends import BACKENDS, backend_for
 from django_dlock.backends.checks import is_seconds
 from django_dlock.conf import Settings, conf
 from django_dlock.contrib.labels import group_function
+from django_dlock.exceptions import InvalidArgument
+from django_dlock.throttles.parsing import parse_rate
 
 # A ttl beyond this would push expires_at past what a datetime can hold.
 LONGEST_TTL = 100 * 365 * 86400
@@ -61,6 +63,7 @@ def check_settings(
     errors.extend(_check_backoff())
     errors.extend(_check_resource_group())
     errors.extend(_check_resource_groups())
+    errors.extend(_check_throttle_rates())
     known = {
         f"DLOCK_{name}" for name, value in vars(Settings).items() if isinstance(value, property)
     }
@@ -160,6 +163,32 @@ def _check_resource_groups() -> list[CheckMessage]:
             'unset (the part before the first ":", at most 100 groups a process).',
             id="django_dlock.E502",
         )
+    ]
+
+
+def _check_throttle_rates() -> list[CheckMessage]:
+    """The named rates of ``throttle()``, each of which must read as a rate."""
+    setting = conf.THROTTLE_RATES
+    if not isinstance(setting, dict):
+        problems = [f"must be a dict of names and rates, not {setting!r}."]
+    else:
+        problems = []
+        for name, rate in setting.items():
+            if not isinstance(name, str) or not name or "/" in name:
+                problems.append(f"has the name {name!r}: a name is a string without '/'.")
+                continue
+            try:
+                parse_rate(rate if isinstance(rate, str) else repr(rate))
+            except InvalidArgument as error:
+                problems.append(f"[{name!r}] does not read: {error.message}")
+    return [
+        Error(
+            f"DLOCK_THROTTLE_RATES {problem}",
+            hint='Write each rate as uses "/" period, e.g. {"email": "10/m", "export": "5/10m"}; '
+            "the period is s, m, h or d, with an optional count.",
+            id="django_dlock.E601",
+        )
+        for problem in problems
     ]
 
 

@@ -90,6 +90,12 @@ class Settings:
         None: every such part (up to a per-process cap)."""
         return self._setting("RESOURCE_GROUPS", None)
 
+    @property
+    def THROTTLE_RATES(self) -> dict[str, str]:
+        """Named throttle rates: ``throttle(key, rate="email")`` uses
+        ``DLOCK_THROTTLE_RATES["email"]`` ("10/m"), read at each use."""
+        return self._setting("THROTTLE_RATES", {})
+
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"django-dlock has no setting DLOCK_{name}")
 

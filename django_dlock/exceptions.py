@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
 from django.core.exceptions import ValidationError
+
+if TYPE_CHECKING:
+    from django_dlock.throttles.rate import Rate
 
 
 class DlockError(Exception):
@@ -42,6 +48,30 @@ class LockKindMismatch(DlockError):
 class LockHeldByCaller(LockNotAcquired):
     """A ``lock()`` that is not reentrant was entered on a resource that the
     same thread (or asyncio task) holds already: it would wait for itself."""
+
+
+class Throttled(DlockError):
+    """A throttle refused a use of ``key``: ``rate`` allows no more uses now.
+
+    ``retry_after`` is how long, on the database's clock, until the oldest use
+    in the window leaves it and a use would be granted (if nobody takes that
+    slot first): more than zero, at most the rate's period.
+    """
+
+    def __init__(self, key: str, rate: Rate, retry_after: timedelta) -> None:
+        self.key = key
+        self.rate = rate
+        self.retry_after = retry_after
+        super().__init__(
+            f"Throttled: {key!r} was used {rate.limit} time(s) within the last "
+            f"{rate.period_text}, as many as the rate {rate} allows; the next use is "
+            f"allowed in {retry_after.total_seconds():.3f} s."
+        )
+
+    def __reduce__(self) -> tuple[type[Throttled], tuple[str, Rate, timedelta]]:
+        # Pickled with its fields, not its message: a task queue (Celery's
+        # retry, a result backend) carries it between processes.
+        return (type(self), (self.key, self.rate, self.retry_after))
 
 
 # Not a DlockError: code that catches DlockError around a lock operation (to

@@ -10,7 +10,15 @@ from django_dlock.managers import DistributedLockManager
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, ReleaseResult
 from django_dlock.validators import MAX_LENGTH, validate_owner, validate_resource
 
-__all__ = ["DistributedLock", "FencingFloor", "LockHold", "LockWaiter", "ReleaseResult"]
+__all__ = [
+    "DistributedLock",
+    "FencingFloor",
+    "LockHold",
+    "LockWaiter",
+    "ReleaseResult",
+    "ThrottleKey",
+    "ThrottleSlot",
+]
 
 # The holds of the kinds (reentrant, shared, semaphore) have these columns,
 # each with a database default, so that processes of the previous version
@@ -194,3 +202,54 @@ class LockWaiter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.resource} ({self.owner})"
+
+
+class ThrottleSlot(models.Model):
+    """One recorded use of a throttle key (``django_dlock.throttle``).
+
+    A key with the rate N per period has at most N rows, numbered by ``slot``:
+    a use takes a row whose ``used_at`` is a period old or more (or a new one),
+    so every use within the last period is a row of its own, and a use is
+    refused while N of them are. The key's slot 0 is also its mutex: every use
+    locks it first (``SELECT ... FOR UPDATE``), so uses of a key are decided
+    one at a time on every database.
+    """
+
+    key = models.CharField(_("key"), max_length=MAX_LENGTH)
+    slot = models.PositiveIntegerField(_("slot"))
+    # Null while the row has never been used: a key's slot 0 is inserted
+    # before its first use is decided, to have a row to lock.
+    used_at = models.DateTimeField(_("used at"), null=True, blank=True)
+    # used_at plus the rate's period: when this use leaves the window. The
+    # purge deletes a key once every one of its rows is free.
+    free_at = models.DateTimeField(_("free at"), null=True, blank=True)
+    # The rate of the use, as written ("10/m"): for the admin, which shows a
+    # key's rate as its last use had it.
+    rate = models.CharField(_("rate"), max_length=64, blank=True, default="")
+
+    class Meta:
+        db_table = "distributed_lock_throttle_slots"
+        verbose_name = _("throttle slot")
+        verbose_name_plural = _("throttle slots")
+        ordering = ["key", "slot"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["key", "slot"], name="distributed_lock_throttle_slots_key"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["free_at"], name="distributed_lock_throttle_free"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} #{self.slot}"
+
+
+class ThrottleKey(ThrottleSlot):
+    """A throttle key as the admin lists it: the key's slot 0, one per key,
+    with the key's other rows counted beside it."""
+
+    class Meta:
+        proxy = True
+        verbose_name = _("throttle key")
+        verbose_name_plural = _("throttle keys")

@@ -55,6 +55,12 @@ lock_refused = Signal(use_caching=True)
 # when the database failed), mode and limit (as for lock_refused).
 lock_wait_ended = Signal(use_caching=True)
 
+# A throttle (``django_dlock.throttle``) granted or refused a use, once its
+# decision is committed. Sender: the ``ThrottleSlot`` model. Keyword arguments:
+# key, rate (a ``Rate``), granted (bool), retry_after (a timedelta, zero when
+# granted).
+throttle_used = Signal(use_caching=True)
+
 
 def send_refused(sender: type, claim: Claim) -> None:
     """``lock_refused`` for ``claim``, an acquisition that does not wait and

@@ -58,6 +58,7 @@ _PLAIN_ASCII_NAME = re.compile(rf"[!-.0-~]{{1,{MAX_LENGTH}}}")
 A_RESOURCE = gettext_lazy("A resource")
 A_PREFIX = gettext_lazy("A prefix")
 A_LABEL = gettext_lazy("A label")
+A_THROTTLE_KEY = gettext_lazy("A throttle key")
 AN_OWNER = gettext_lazy("An owner")
 
 
@@ -140,6 +141,12 @@ def validate_resource(value: object) -> str:
     in Unicode normal form NFC.
     """
     return _check_name(value, A_RESOURCE)
+
+
+def validate_throttle_key(value: object) -> str:
+    """Return ``value`` if it is a valid throttle key, else raise
+    ``InvalidArgument``: the rules of a resource name (``validate_resource``)."""
+    return _check_name(value, A_THROTTLE_KEY)
 
 
 def validate_resource_prefix(value: object) -> str:

@@ -29,6 +29,7 @@ TEMPLATES = {
     "lock-list": "/api/locks",
     "lock-detail": "/api/locks/{resource}",
     "lock-renew": "/api/locks/{resource}/renew",
+    "throttle-use": "/api/throttles/{key}",
 }
 
 
@@ -71,7 +72,8 @@ def assert_matches_schema(response: Any) -> None:
         )
         assert response["Content-Type"] == PROBLEM
         if response.status_code == 400:
-            assert list(json.loads(response.content)["errors"]) == ["resource"]
+            named = "key" if "/throttles/" in response.wsgi_request.path_info else "resource"
+            assert list(json.loads(response.content)["errors"]) == [named]
         return
     if method == "options":  # DRF's metadata: no operation of the schema
         assert response["Content-Type"] == "application/json"
@@ -113,7 +115,7 @@ class CheckedClient(APIClient):
 
     def request(self, **kwargs: Any) -> Any:
         response = super().request(**kwargs)
-        if response.wsgi_request.path_info.startswith("/api/locks"):
+        if response.wsgi_request.path_info.startswith(("/api/locks", "/api/throttles")):
             assert_matches_schema(response)
         return response
 

@@ -228,9 +228,12 @@ def test_example_project_serves_schema_and_offline_docs() -> None:
         from django.contrib.staticfiles import finders
         schema = client.get("/api/schema/", HTTP_ACCEPT="application/json")
         assert schema.status_code == 200, schema.status_code
-        # The lock API, and not the view that serves the schema.
+        # The lock and throttle API, and not the view that serves the schema.
         paths = sorted(schema.json()["paths"])
-        assert paths == ["/api/locks", "/api/locks/{resource}", "/api/locks/{resource}/renew"], paths
+        assert paths == [
+            "/api/locks", "/api/locks/{resource}", "/api/locks/{resource}/renew",
+            "/api/throttles/{key}",
+        ], paths
         docs = client.get("/api/docs/")
         assert docs.status_code == 200, docs.status_code
         html = docs.content.decode()

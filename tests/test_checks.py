@@ -53,6 +53,20 @@ def test_a_misspelled_setting_is_reported(settings: Any) -> None:
     assert messages[0].hint == "Did you mean DLOCK_DEFAULT_TTL?"
 
 
+@pytest.mark.parametrize(
+    "value",
+    [["10/m"], {"email": "often"}, {"email": "0/m"}, {"email": 10}, {"a/b": "1/m"}, {"": "1/m"}],
+)
+def test_throttle_rates_must_name_rates_that_read(settings: Any, value: object) -> None:
+    settings.DLOCK_THROTTLE_RATES = value
+    assert ids() == ["django_dlock.E601"]
+
+
+def test_throttle_rates_that_read_pass(settings: Any) -> None:
+    settings.DLOCK_THROTTLE_RATES = {"email": "10/m", "export": "5/10m", "sms": "1/day"}
+    assert ids() == []
+
+
 def test_database_must_be_a_configured_alias(settings: Any) -> None:
     settings.DLOCK_DATABASE = "nope"
     messages = check_settings()

@@ -111,6 +111,21 @@ class TestServer:
             with connection.cursor() as cursor:
                 cursor.execute("ALTER TABLE distributed_locks_fencing_floor ENGINE=InnoDB")
 
+    def test_a_case_insensitive_throttle_key_column(self) -> None:
+        alter = (
+            "ALTER TABLE distributed_lock_throttle_slots MODIFY `key` VARCHAR(255) "
+            "CHARACTER SET utf8mb4 COLLATE {} NOT NULL"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(alter.format("utf8mb4_general_ci"))
+        try:
+            messages = check_database(databases=["default"])
+            assert [m.id for m in messages] == ["django_dlock.E403"]
+            assert "distributed_lock_throttle_slots.key" in messages[0].msg
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute(alter.format("utf8mb4_bin"))
+
     @pytest.mark.parametrize("table", ["distributed_locks", "distributed_lock_waiters"])
     def test_a_case_insensitive_resource_column(self, table: str) -> None:
         alter = (

@@ -180,3 +180,22 @@ def test_without_declared_groups_the_attribute_is_the_prefix_up_to_the_cap(
     groups = [attributes["dlock.resource_group"] for _, attributes in spans(exporter)]
     assert groups[: labels.GROUP_LIMIT] == [f"tenant-{i}" for i in range(labels.GROUP_LIMIT)]
     assert groups[labels.GROUP_LIMIT :] == ["other"] * 20 + ["tenant-0"]
+
+
+def test_throttle_uses(exporter: InMemorySpanExporter) -> None:
+    from django_dlock import throttle
+
+    granted = throttle("job:42", rate="1/m").try_use()
+    refused = throttle("job:42", rate="1/m").try_use()
+
+    [first, second] = [span for span in spans(exporter) if span[0] == "dlock.throttle"]
+    assert first[1] == {
+        "dlock.key": "job:42",
+        "dlock.resource_group": "job",
+        "dlock.rate": "1/m",
+        "dlock.outcome": "granted",
+        "dlock.retry_after_seconds": 0.0,
+    }
+    assert second[1]["dlock.outcome"] == "refused"
+    assert second[1]["dlock.retry_after_seconds"] == refused.retry_after.total_seconds() > 0
+    assert granted

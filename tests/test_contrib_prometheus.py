@@ -421,3 +421,29 @@ def test_kinds(registry: CollectorRegistry) -> None:
     assert sample("dlock_holders", kind="semaphore", group="gpu") == 2
     assert sample("dlock_holders", kind="exclusive", group="job") == 1
     assert sample("dlock_holders", kind="exclusive", group="doc") is None
+
+
+def test_throttle_uses_by_group_and_outcome(registry: CollectorRegistry) -> None:
+    from django_dlock import throttle
+
+    text = scrape(registry)
+    for outcome in ("granted", "refused"):
+        assert f'dlock_throttle_uses_total{{group="",outcome="{outcome}"}} 0.0' in text
+
+    for key in ("order:1", "order:1", "order:2", "user-7:mail"):
+        throttle(key, rate="1/m").try_use()
+
+    uses = {
+        (group, outcome): registry.get_sample_value(
+            "dlock_throttle_uses_total", {"group": group, "outcome": outcome}
+        )
+        for group in ("order", "other")
+        for outcome in ("granted", "refused")
+    }
+    assert uses == {
+        ("order", "granted"): 2,
+        ("order", "refused"): 1,
+        ("other", "granted"): 1,
+        ("other", "refused"): None,
+    }
+    assert "order:1" not in scrape(registry)

@@ -161,7 +161,7 @@ def _problem(description: str, slugs: list[str], invalid: bool = False) -> OpenA
     )
 
 
-def _problems(*statuses: int) -> dict[Any, Any]:
+def problem_responses(*statuses: int) -> dict[Any, Any]:
     known = {
         400: _problem(
             "Invalid input: the resource, a field of the body, a query parameter, or a "
@@ -194,7 +194,7 @@ def _problems(*statuses: int) -> dict[Any, Any]:
     return {(code, PROBLEM_CONTENT_TYPE): known[code] for code in sorted({*common, *statuses})}
 
 
-def _json(code: int, response: Any) -> dict[Any, Any]:
+def json_response(code: int, response: Any) -> dict[Any, Any]:
     return {(code, "application/json"): response}
 
 
@@ -212,8 +212,8 @@ def document(viewset: type) -> None:
             tags=[TAG],
             parameters=[PREFIX, CURSOR, PAGE_SIZE, *COMMON_HEADERS],
             responses={
-                **_json(200, LockSerializer(many=True)),
-                **_problems(400),
+                **json_response(200, LockSerializer(many=True)),
+                **problem_responses(400),
             },
         ),
         retrieve=extend_schema(
@@ -224,8 +224,8 @@ def document(viewset: type) -> None:
             tags=[TAG],
             parameters=[RESOURCE, *COMMON_HEADERS],
             responses={
-                **_json(200, LockSerializer),
-                **_problems(400),
+                **json_response(200, LockSerializer),
+                **problem_responses(400),
                 (404, PROBLEM_CONTENT_TYPE): _problem(
                     "No lock is held on the resource (never acquired, released or expired), "
                     "or no such route.",
@@ -247,7 +247,7 @@ def document(viewset: type) -> None:
             parameters=[RESOURCE, RETRY_AFTER, *COMMON_HEADERS],
             request=AcquireRequestSerializer,
             responses={
-                **_json(
+                **json_response(
                     200,
                     OpenApiResponse(
                         inline_serializer_or(AcquiredSerializer, NotAcquiredSerializer),
@@ -255,7 +255,7 @@ def document(viewset: type) -> None:
                         "with the holder's `expires_at` and a `Retry-After` header.",
                     ),
                 ),
-                **_problems(400, 413, 415),
+                **problem_responses(400, 413, 415),
                 (409, PROBLEM_CONTENT_TYPE): _problem(
                     "The resource is another kind of lock while it has holders (a semaphore "
                     "where a lock was asked for, a lock where a semaphore was, or another "
@@ -284,8 +284,8 @@ def document(viewset: type) -> None:
             parameters=[RESOURCE, *COMMON_HEADERS],
             request=RenewRequestSerializer,
             responses={
-                **_json(200, OwnedLockSerializer),
-                **_problems(400, 413, 415),
+                **json_response(200, OwnedLockSerializer),
+                **problem_responses(400, 413, 415),
                 (404, PROBLEM_CONTENT_TYPE): _problem(
                     "There is no lock (never acquired, released or purged), or no such route.",
                     ["lock-not-found", "not-found"],
@@ -305,14 +305,14 @@ def document(viewset: type) -> None:
             parameters=[RESOURCE, *COMMON_HEADERS],
             request=ReleaseRequestSerializer,
             responses={
-                **_json(
+                **json_response(
                     200,
                     OpenApiResponse(
                         OwnedLockSerializer, description="One hold of several released."
                     ),
                 ),
                 204: OpenApiResponse(description="Released."),
-                **_problems(400, 413, 415),
+                **problem_responses(400, 413, 415),
                 (403, PROBLEM_CONTENT_TYPE): _problem(
                     "Another owner holds the lock; or not authenticated / not permitted.",
                     ["lock-owner-mismatch", "not-authenticated", "permission-denied"],

@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.urls import re_path
 from rest_framework.routers import Route, SimpleRouter
 
+from django_dlock.api.throttles import ThrottleView
 from django_dlock.api.views import LockViewSet, RouteNotFoundView
 
 if not apps.is_installed("django_dlock.api"):
@@ -62,4 +63,6 @@ router.register("locks", LockViewSet, basename="lock")
 urlpatterns = [
     *router.urls,
     re_path(r"^locks/.*$", RouteNotFoundView.as_view(), name="lock-not-found"),
+    re_path(r"^throttles/(?P<key>[^/]+)(?:/)?$", ThrottleView.as_view(), name="throttle-use"),
+    re_path(r"^throttles/.*$", RouteNotFoundView.as_view(), name="throttle-not-found"),
 ]

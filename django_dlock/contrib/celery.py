@@ -10,6 +10,9 @@ def build_report(month: str, fencing_token: int) -> None:
     ...
 ```
 
+``throttled_task("email:{user_id}", rate="10/m")`` runs each call as one use
+of a throttle instead, and retries a refused run when the throttle frees.
+
 It never creates a Celery app: it wraps the function that your app's
 ``@app.task``/``@shared_task`` registers (so it goes underneath them). See
 docs/celery.md.
@@ -18,7 +21,9 @@ docs/celery.md.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -39,8 +44,11 @@ from django_dlock.contrib.task_locks import (
     owner_for_task,
     task_skipped,
 )
-from django_dlock.exceptions import LockNotAcquired
+from django_dlock.exceptions import LockNotAcquired, Throttled
 from django_dlock.locking import LockHandle
+from django_dlock.locking.names import ResourceName
+from django_dlock.throttles import Rate, throttle
+from django_dlock.throttles.parsing import resolve_rate
 
 if TYPE_CHECKING:
     from django_dlock.locking import lock
@@ -51,11 +59,15 @@ __all__ = [
     "SKIPPED",
     "locked_task",
     "task_skipped",
+    "throttled_task",
 ]
+
+logger = logging.getLogger("django_dlock.tasks")
 
 _R = TypeVar("_R")
 
 OnLocked = Literal["skip", "retry", "raise"]
+OnThrottled = Literal["skip", "retry", "raise"]
 
 
 def locked_task(
@@ -186,3 +198,64 @@ def _on_locked(
         countdown = backoff(retries, min_countdown, resource)
         raise task.retry(countdown=countdown, exc=error)
     raise error
+
+
+def throttled_task(
+    key: str | Callable[..., str],
+    rate: str | Rate,
+    *,
+    on_throttled: OnThrottled = "retry",
+    using: str | None = None,
+) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
+    """Run each call of the task function as one use of ``throttle(key, rate)``.
+
+    ``key`` is a template filled from the task's arguments by name
+    (``"email:{user_id}"``), or a function of them returning the key; ``rate``
+    is the throttle's (``"10/m"``, or a name in ``DLOCK_THROTTLE_RATES``). The
+    use is recorded before the body runs and counts also when it fails. When
+    the rate allows no use now, ``on_throttled`` says what happens:
+
+    - ``"retry"``: ``task.retry()`` with a countdown of the throttle's
+      ``retry_after`` (when its oldest use leaves the window); the task's
+      ``max_retries`` applies, after which ``Throttled`` is raised. Called
+      directly, outside a worker, it raises ``Throttled``;
+    - ``"skip"``: the run returns ``SKIPPED`` without running the body, and
+      logs it with the task id and the time until the next use;
+    - ``"raise"``: ``Throttled`` (the task fails).
+    """
+    if on_throttled not in ("skip", "retry", "raise"):
+        raise ValueError(f"on_throttled must be 'skip', 'retry' or 'raise', not {on_throttled!r}")
+    resolve_rate(rate)  # refuse a bad rate at import, not at the first run
+
+    def decorate(function: Callable[..., _R]) -> Callable[..., _R]:
+        if issubclass(type(function), (Task, Proxy)):
+            raise TypeError(
+                f"@throttled_task is above @shared_task/@app.task on {function!r}: put it "
+                "underneath, so that Celery registers the throttled function."
+            )
+        if inspect.iscoroutinefunction(function):
+            raise TypeError(f"Celery runs sync task functions; {function!r} is async.")
+        name = ResourceName(key, function, what="throttle key")
+
+        @functools.wraps(function)
+        def run_throttled(*args: Any, **kwargs: Any) -> Any:
+            decision = throttle(name.format(args, kwargs), rate, using=using).try_use()
+            if decision:
+                return function(*args, **kwargs)
+            error = Throttled(decision.key, decision.rate, decision.retry_after)
+            task = _running_task(run_throttled)
+            if on_throttled == "skip":
+                logger.info(
+                    "Skipped task %s[%s]: %s",
+                    task.name if task is not None else function.__qualname__,
+                    task.request.id if task is not None else None,
+                    error,
+                )
+                return SKIPPED
+            if on_throttled == "retry" and task is not None:
+                raise task.retry(countdown=decision.retry_after.total_seconds(), exc=error)
+            raise error
+
+        return run_throttled
+
+    return decorate

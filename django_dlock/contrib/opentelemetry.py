@@ -9,11 +9,15 @@ current there (the request's, the task's):
 - ``dlock.wait``: a blocking acquisition, over the time it waited;
 - ``dlock.acquire``: an acquisition or a refusal, at the moment it happened;
 - ``dlock.release``: a release, with how long the lock was held;
-- ``dlock.lost``: a holder found its lock lost.
+- ``dlock.lost``: a holder found its lock lost;
+- ``dlock.throttle``: a throttle granted or refused a use.
 
 Attributes: ``dlock.resource``, ``dlock.resource_group``, ``dlock.kind``,
 ``dlock.outcome`` and, where they apply, ``dlock.wait_seconds``,
-``dlock.hold_seconds``, ``dlock.fencing_token``. Never the owner: it is a secret.
+``dlock.hold_seconds``, ``dlock.fencing_token``; a throttle's span has
+``dlock.key``, ``dlock.resource_group`` (the key's), ``dlock.rate``,
+``dlock.outcome`` and ``dlock.retry_after_seconds``. Never the owner: it is a
+secret.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ import time
 from typing import Any
 
 from django.apps import AppConfig
+from django.dispatch import Signal
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode, TracerProvider
 
+from django_dlock import signals
 from django_dlock.contrib.labels import lock_kind, resource_group
 from django_dlock.contrib.receivers import LockSignalReceivers
 
@@ -40,6 +46,9 @@ class LockTracing(LockSignalReceivers):
 
     def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
         self.tracer = trace.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider)
+
+    def _receivers(self) -> list[tuple[Signal, Any]]:
+        return [*super()._receivers(), (signals.throttle_used, self._throttle_used)]
 
     def _span(
         self,
@@ -96,6 +105,21 @@ class LockTracing(LockSignalReceivers):
         attributes = {"dlock.outcome": "lost", "dlock.lost_reason": reason}
         kind = lock_kind(**kwargs)
         self._span("dlock.lost", resource, kind, attributes, error=True)
+
+    def _throttle_used(
+        self, sender: Any, *, key: str, rate: Any, granted: bool, retry_after: Any, **kwargs: Any
+    ) -> None:
+        span = self.tracer.start_span(
+            "dlock.throttle",
+            attributes={
+                "dlock.key": key,
+                "dlock.resource_group": resource_group(key),
+                "dlock.rate": str(rate),
+                "dlock.outcome": "granted" if granted else "refused",
+                "dlock.retry_after_seconds": retry_after.total_seconds(),
+            },
+        )
+        span.end()
 
 
 _installed: LockTracing | None = None

@@ -20,12 +20,14 @@ from typing import Any, TypeVar, cast
 from django.apps import AppConfig
 from django.db import DatabaseError
 from django.db.models import Case, CharField, Value, When
+from django.dispatch import Signal
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from django_dlock import signals
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.conf import conf
 from django_dlock.contrib.labels import EXCLUSIVE, SEMAPHORE, SHARED, lock_kind, resource_group
@@ -40,6 +42,8 @@ ATTEMPT_OUTCOMES = ("acquired", "refused", "timeout", "cancelled", "error")
 WAIT_OUTCOMES = ("acquired", "timeout", "cancelled", "error")
 # How a lock was released (dlock_releases_total).
 RELEASE_OUTCOMES = ("released", "forced")
+# What a throttle decided for a use (dlock_throttle_uses_total).
+THROTTLE_OUTCOMES = ("granted", "refused")
 # Seconds: from a wait that found the lock free to one that waited minutes.
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 # Seconds: from a request's critical section to an hour-long job.
@@ -91,6 +95,14 @@ class LockMetrics(LockSignalReceivers):
             buckets=HOLD_BUCKETS,
             registry=registry,
         )
+        # Labelled by the key's group, as locks are by their resource's (a key
+        # names a user or a phone: never a label itself).
+        self.throttle_uses = Counter(
+            "dlock_throttle_uses",
+            "Uses of throttle keys, granted or refused, by the key's group.",
+            ("group", "outcome"),
+            registry=registry,
+        )
         self.gauges = LockGauges(max_age=gauge_max_age)
         registry.register(self.gauges)
         # Pre-registered: each series of the default group ("", the names
@@ -103,6 +115,11 @@ class LockMetrics(LockSignalReceivers):
             self.wait_seconds.labels(EXCLUSIVE, "", outcome)
         self.lost.labels(EXCLUSIVE, "")
         self.hold_seconds.labels(EXCLUSIVE, "")
+        for outcome in THROTTLE_OUTCOMES:
+            self.throttle_uses.labels("", outcome)
+
+    def _receivers(self) -> list[tuple[Signal, Any]]:
+        return [*super()._receivers(), (signals.throttle_used, self._throttle_used)]
 
     def _series(self, metric: _Metric, *labels: str) -> _Metric:
         """``metric.labels(*labels)``, kept: prometheus_client's ``labels()``
@@ -141,6 +158,10 @@ class LockMetrics(LockSignalReceivers):
 
     def _lost(self, sender: Any, *, resource: str, reason: str, **kwargs: Any) -> None:
         self._series(self.lost, lock_kind(**kwargs), resource_group(resource)).inc()
+
+    def _throttle_used(self, sender: Any, *, key: str, granted: bool, **kwargs: Any) -> None:
+        outcome = "granted" if granted else "refused"
+        self._series(self.throttle_uses, resource_group(key), outcome).inc()
 
 
 class LockGauges(Collector):

@@ -11,13 +11,16 @@ def ship(order_id: int, fencing_token: int) -> None:
     ...
 ```
 
-``locked_task`` goes underneath ``@task``. See docs/tasks.md.
+``locked_task`` goes underneath ``@task``; so does ``throttled_task``, which
+runs each call as one use of a throttle and defers a refused run until the
+throttle frees. See docs/tasks.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import importlib
 import inspect
 import logging
@@ -42,8 +45,11 @@ from django_dlock.contrib.task_locks import (
     backoff,
     task_skipped,
 )
-from django_dlock.exceptions import LockNotAcquired
+from django_dlock.exceptions import LockNotAcquired, Throttled
 from django_dlock.locking import LockHandle
+from django_dlock.locking.names import ResourceName
+from django_dlock.throttles import Rate, ThrottleDecision, throttle
+from django_dlock.throttles.parsing import resolve_rate
 
 if TYPE_CHECKING:
     from django.tasks import TaskResult
@@ -57,6 +63,7 @@ __all__ = [
     "locked_task",
     "task_framework",
     "task_skipped",
+    "throttled_task",
 ]
 
 logger = logging.getLogger("django_dlock.tasks")
@@ -64,6 +71,7 @@ logger = logging.getLogger("django_dlock.tasks")
 _R = TypeVar("_R")
 
 OnLocked = Literal["skip", "defer", "raise"]
+OnThrottled = Literal["skip", "defer", "raise"]
 
 #: The keyword argument a deferred run is enqueued with: its attempt number (the
 #: first run is attempt 1). The body never sees it.
@@ -278,5 +286,112 @@ class _Policy:
             attempt + 1,
             self.max_attempts,
             resource,
+        )
+        return {"django_dlock": DEFERRED, "result_id": str(again.id), "attempt": attempt + 1}
+
+
+def throttled_task(
+    key: str | Callable[..., str],
+    rate: str | Rate,
+    *,
+    on_throttled: OnThrottled = "defer",
+    max_attempts: int = 10,
+    using: str | None = None,
+) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
+    """Run each call of the task function (sync or async) as one use of
+    ``throttle(key, rate)``.
+
+    ``key`` is a template filled from the task's arguments by name
+    (``"email:{user_id}"``), or a function of them returning the key; ``rate``
+    is the throttle's (``"10/m"``, or a name in ``DLOCK_THROTTLE_RATES``). The
+    use is recorded before the body runs and counts also when it fails. When
+    the rate allows no use now, ``on_throttled`` says what happens:
+
+    - ``"defer"``: the task is enqueued again with ``run_after`` the throttle's
+      ``retry_after`` from now (when its oldest use leaves the window) and its
+      attempt number; this run returns ``{"django_dlock": "deferred",
+      "result_id": ..., "attempt": ...}`` (``deferred_to``). The run of attempt
+      ``max_attempts``, a direct call, or a backend without ``run_after``
+      (``supports_defer``) raises ``Throttled`` instead;
+    - ``"skip"``: the run returns ``SKIPPED`` without running the body, and
+      logs it with the result id and the time until the next use;
+    - ``"raise"``: ``Throttled`` (the task fails).
+    """
+    if on_throttled not in ("skip", "defer", "raise"):
+        raise ValueError(f"on_throttled must be 'skip', 'defer' or 'raise', not {on_throttled!r}")
+    if not (isinstance(max_attempts, int) and max_attempts >= 1):
+        raise ValueError(f"max_attempts must be a whole number >= 1, not {max_attempts!r}")
+    resolve_rate(rate)  # refuse a bad rate at import, not at the first run
+    task_class = importlib.import_module(f"{task_framework().__name__}.base").Task
+
+    def decorate(function: Callable[..., _R]) -> Callable[..., _R]:
+        if isinstance(function, task_class):
+            raise TypeError(
+                f"@throttled_task is above @task on {function!r}: put it underneath, so that "
+                "the task runs the throttled function."
+            )
+        name = ResourceName(key, function, what="throttle key")
+        refused = _Throttled(on_throttled, max_attempts, function.__name__)
+
+        if inspect.iscoroutinefunction(function):
+
+            @functools.wraps(function)
+            async def arun_throttled(*args: Any, **kwargs: Any) -> Any:
+                attempt = kwargs.pop(ATTEMPT_ARG, 1)
+                limiter = throttle(name.format(args, kwargs), rate, using=using)
+                decision = await limiter.atry_use()
+                if decision:
+                    return await function(*args, **kwargs)
+                result = _running_result(arun_throttled)
+                return await sync_to_async(refused.apply)(result, decision, attempt)
+
+            return arun_throttled  # type: ignore[return-value]
+
+        @functools.wraps(function)
+        def run_throttled(*args: Any, **kwargs: Any) -> Any:
+            attempt = kwargs.pop(ATTEMPT_ARG, 1)
+            decision = throttle(name.format(args, kwargs), rate, using=using).try_use()
+            if decision:
+                return function(*args, **kwargs)
+            return refused.apply(_running_result(run_throttled), decision, attempt)
+
+        return run_throttled
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class _Throttled:
+    """What a run does when its throttle refused it (``on_throttled``)."""
+
+    on_throttled: OnThrottled
+    max_attempts: int
+    function_name: str
+
+    def apply(
+        self, result: TaskResult[..., Any] | None, decision: ThrottleDecision, attempt: int
+    ) -> Any:
+        error = Throttled(decision.key, decision.rate, decision.retry_after)
+        if self.on_throttled == "skip":
+            name = result.task.name if result is not None else self.function_name
+            logger.info("Skipped task %s[%s]: %s", name, result.id if result else None, error)
+            return SKIPPED
+        if self.on_throttled != "defer" or result is None or attempt >= self.max_attempts:
+            raise error
+        task = result.task
+        if not task.get_backend().supports_defer:
+            raise error
+        again = task.using(run_after=timezone.now() + decision.retry_after).enqueue(
+            *result.args, **{**result.kwargs, ATTEMPT_ARG: attempt + 1}
+        )
+        logger.info(
+            "Deferred task %s[%s] by %.3f s as %s (attempt %d of %d): %s",
+            task.name,
+            result.id,
+            decision.retry_after.total_seconds(),
+            again.id,
+            attempt + 1,
+            self.max_attempts,
+            error,
         )
         return {"django_dlock": DEFERRED, "result_id": str(again.id), "attempt": attempt + 1}

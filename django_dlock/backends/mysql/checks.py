@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 # Django opens MySQL connections in this isolation level unless
 # OPTIONS["isolation_level"] says otherwise.
 READ_COMMITTED = "read committed"
+# The fields of django-dlock's models that hold a name compared byte for byte:
+# a resource, or a throttle key.
+NAME_FIELDS = ("resource", "key")
 
 _ISOLATION_WHY = (
     "Under REPEATABLE READ and SERIALIZABLE a SELECT ... FOR UPDATE that finds "
@@ -71,7 +74,8 @@ class MySQLChecks(BackendChecks):
             level = cursor.fetchone()[1].replace("-", " ").lower()
             if level != READ_COMMITTED:
                 messages.append(self._isolation_error(f"{level} (the server's default)"))
-        # Every table of django-dlock, and every column of them that holds a resource name.
+        # Every table of django-dlock, and every column of them that holds a resource
+        # name or a throttle key.
         models = list(apps.get_app_config("django_dlock").get_models())
         tables = [model._meta.db_table for model in models]
         placeholders = ", ".join(["%s"] * len(tables))
@@ -95,7 +99,7 @@ class MySQLChecks(BackendChecks):
             (model._meta.db_table, field.column): field
             for model in models
             for field in model._meta.concrete_fields
-            if field.name == "resource"
+            if field.name in NAME_FIELDS
         }
         pairs = ", ".join(["(%s, %s)"] * len(resource_fields))
         cursor.execute(
@@ -110,10 +114,11 @@ class MySQLChecks(BackendChecks):
                     Error(
                         f"The column {table}.{column} of DLOCK_DATABASE {alias!r} has the "
                         f"collation {collation}, which compares names regardless of case "
-                        "or accents: 'job:42' and 'JOB:42' would be one lock.",
+                        "or accents: 'job:42' and 'JOB:42' would be one lock (or one "
+                        "throttle key).",
                         hint=f"ALTER TABLE {table} MODIFY {column} VARCHAR({length}) "
                         "CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL; "
-                        "(django_dlock's migration 0003 does this).",
+                        "(django_dlock's migrations 0003, 0006 and 0007 do this).",
                         id="django_dlock.E403",
                     )
                 )

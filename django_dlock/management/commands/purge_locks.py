@@ -13,6 +13,7 @@ from django_dlock.cli import arguments
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockTransactionError
 from django_dlock.models import DistributedLock
+from django_dlock.throttles.purge import count_free_keys, purge_free_keys
 
 logger = logging.getLogger("django_dlock.purge_locks")
 
@@ -34,7 +35,8 @@ class Command(BaseCommand):
     help = (
         "Delete expired and released locks, in batches of their own transaction. "
         "A lock renewed or acquired while the command runs is kept, and fencing tokens "
-        "keep increasing for purged resources."
+        "keep increasing for purged resources. Also deletes throttle keys whose every "
+        "use has left its window."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
@@ -43,7 +45,8 @@ class Command(BaseCommand):
             type=arguments.seconds,
             default=0,
             metavar="SECONDS",
-            help="Keep locks that expired less than SECONDS ago (default: 0, delete all expired).",
+            help="Keep locks that expired less than SECONDS ago, and throttle keys whose last "
+            "use left its window less than SECONDS ago (default: 0, delete all expired).",
         )
         parser.add_argument(
             "--dry-run",
@@ -62,7 +65,7 @@ class Command(BaseCommand):
             type=arguments.prefix,
             default=None,
             metavar="STR",
-            help="Only locks whose resource starts with STR.",
+            help="Only locks whose resource, and throttle keys that, start with STR.",
         )
 
     def handle(
@@ -81,11 +84,21 @@ class Command(BaseCommand):
                 if dry_run:
                     count = self._count(older_than=older_than, prefix=prefix)
                     logger.info("Would delete %d lock(s)", count)
+                    keys = count_free_keys(conf.DATABASE, older_than=older_than, prefix=prefix)
+                    if keys:
+                        logger.info("Would delete %d throttle key(s)", keys)
                 else:
                     deleted = self._purge(
                         older_than=older_than, batch_size=batch_size, prefix=prefix
                     )
                     logger.info("Deleted %d lock(s)", deleted)
+                    keys = purge_free_keys(
+                        conf.DATABASE, older_than=older_than, batch_size=batch_size, prefix=prefix
+                    )
+                    # A line of its own, only when there were any: the first
+                    # line stays what scripts that read it expect.
+                    if keys:
+                        logger.info("Deleted %d throttle key(s)", keys)
             except LockTransactionError as error:
                 raise CommandError(str(error)) from error
 
