@@ -17,6 +17,7 @@ from django_dlock.exceptions import (
 if TYPE_CHECKING:
     from django_dlock.kinds import LockKind
     from django_dlock.locking import lock
+    from django_dlock.once import once_per
 
 __all__ = [
     "DlockError",
@@ -28,6 +29,7 @@ __all__ = [
     "LockNotOwned",
     "LockTransactionError",
     "lock",
+    "once_per",
 ]
 
 
@@ -38,6 +40,10 @@ def __getattr__(name: str) -> Any:
         from django_dlock.locking import lock
 
         return lock
+    if name == "once_per":
+        from django_dlock.once import once_per
+
+        return once_per
     if name == "LockKind":
         from django_dlock.kinds import LockKind
 
