@@ -15,6 +15,7 @@ from django.db import connection, connections
 from django_dlock import InvalidArgument, once_per
 from django_dlock.exceptions import LockHeldByCaller
 from django_dlock.models import DistributedLock
+from tests.docs_utils import run_example
 from tests.utils import database_settings
 from tests.workers_once import run_workers
 
@@ -115,3 +116,31 @@ def test_nested_in_itself_it_raises_rather_than_skip() -> None:
 def test_an_invalid_every_is_refused(every: Any) -> None:
     with pytest.raises(InvalidArgument, match="every must be"):
         once_per("once:invalid", every=every)
+
+
+# -- the docs' examples ---------------------------------------------------------------------------
+
+
+def test_usage_example_runs_the_digest_and_warms_each_site_once() -> None:
+    mailed: list[int] = []
+    namespace = run_example(
+        "once per", mail_the_digest=lambda: mailed.append(1), fill_the_cache=lambda site: 3
+    )
+    namespace["send_digest"]()
+    namespace["send_digest"]()
+    assert mailed == [1]
+    assert namespace["warm_cache"]("a") == 3
+    assert namespace["warm_cache"]("a") is None
+    assert namespace["warm_cache"]("b") == 3
+
+
+def test_daily_report_recipe_sends_it_once_whichever_host_comes() -> None:
+    sent: list[int] = []
+    daily_report = run_example("daily report", send_daily_report=lambda: sent.append(1))[
+        "daily_report"
+    ]
+    assert daily_report() is True
+    assert daily_report() is False  # another host, later the same day
+    assert sent == [1]
+    [holder] = Locks.holders("report:daily")
+    assert holder.label == "daily report"
