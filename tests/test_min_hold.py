@@ -101,6 +101,22 @@ def test_only_the_outermost_exit_of_a_reentrant_lock_keeps_it(sent: list[str]) -
     assert 2 <= kept_for("mh:again") < 2 + QUICK
 
 
+@pytest.mark.parametrize(
+    ("kind", "excluded"),
+    [({"shared": True}, {}), ({"limit": 1}, {"limit": 1})],
+    ids=["a reader and a writer", "the permit of a semaphore of 1 and another"],
+)
+def test_a_reader_or_a_permit_is_kept_as_well(
+    kind: dict[str, Any], excluded: dict[str, Any]
+) -> None:
+    with lock("mh:kind", min_hold=2, **kind):
+        pass
+
+    [hold] = Locks.holders("mh:kind")
+    assert 2 <= (hold.expires_at - hold.acquired_at).total_seconds() < 2 + QUICK
+    assert Locks.acquire("mh:kind", ttl=5, **excluded) is None  # waits out the kept hold
+
+
 def test_the_decorator_keeps_each_calls_lock() -> None:
     @lock("mh:job:{n}", min_hold=2)
     def job(n: int) -> int:
