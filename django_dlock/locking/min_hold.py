@@ -5,7 +5,8 @@ before a host whose clock is behind (or whose cron fires late) even tries, and
 that host would run the job again. With ``min_hold`` the last exit does not
 release a lock taken less than ``min_hold`` ago: it renews it to the time left,
 and the lock expires by itself ``min_hold`` after it was taken. The caller never
-waits for that (``dlock run --min-hold`` used to keep its process holding).
+waits for that (``dlock run --min-hold``, older, keeps its process holding the
+lock instead, and accepts holds longer than ``DLOCK_MAX_TTL``).
 
 The time left is measured with this process's monotonic clock from the moment
 the acquisition returned, and the database adds it to its own now: the client's
