@@ -18,6 +18,7 @@ from django_dlock.exceptions import (
 if TYPE_CHECKING:
     from django_dlock.kinds import LockKind
     from django_dlock.locking import lock
+    from django_dlock.once import once_per
     from django_dlock.throttles import throttle
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "LockTransactionError",
     "Throttled",
     "lock",
+    "once_per",
     "throttle",
 ]
 
@@ -46,6 +48,10 @@ def __getattr__(name: str) -> Any:
         from django_dlock.throttles import throttle
 
         return throttle
+    if name == "once_per":
+        from django_dlock.once import once_per
+
+        return once_per
     if name == "LockKind":
         from django_dlock.kinds import LockKind
 

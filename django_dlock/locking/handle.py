@@ -65,6 +65,9 @@ class LockHandle:
         # the database's expiry is never earlier. Without auto_renew nothing else
         # would tell the holder that the lock expired and maybe was taken over.
         self.deadline = started + ttl
+        # Read once the acquisition returned (so after the database's acquired_at):
+        # ``min_hold`` counts from here, on the monotonic clock (see ``min_hold``).
+        self.held_since = time.monotonic()
 
     def __repr__(self) -> str:
         state = "lost" if self.is_lost else "held"
