@@ -27,6 +27,7 @@ from django_dlock.exceptions import InvalidArgument
 from django_dlock.locking.renewal import RenewalFailure, renew_lock
 from django_dlock.rules import ReleaseResult
 from django_dlock.service import service_for
+from django_dlock.validators import validate_ttl
 
 if TYPE_CHECKING:
     from django_dlock.locking.handle import LockHandle
@@ -50,22 +51,14 @@ def validate_min_hold(
             "min_hold is for a lock() of one resource, not of a list of them.", code="min_hold"
         )
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+    try:
+        return validate_ttl(seconds)  # the renewal that keeps the lock is a ttl
+    except InvalidArgument:
         raise InvalidArgument(
-            f"{what} must be a timedelta or a number of seconds, not {value!r}.",
+            f"{what} must be a timedelta or a number of seconds, more than 0 and at most "
+            f"DLOCK_MAX_TTL ({conf.MAX_TTL:g}) seconds, not {value!r}.",
             code=what,
-        )
-    max_ttl = conf.MAX_TTL
-    # An int too large for a float (10**400) is out of range, not an OverflowError.
-    if (isinstance(seconds, int) and abs(seconds) > 2**53) or not (
-        math.isfinite(seconds) and 0 < seconds <= max_ttl
-    ):
-        raise InvalidArgument(
-            f"{what} must be more than 0 and at most DLOCK_MAX_TTL ({max_ttl:g}) seconds, "
-            f"not {value!r}.",
-            code=what,
-        )
-    return float(seconds)
+        ) from None
 
 
 def release_or_keep(using: str, handle: LockHandle, min_hold: float | None) -> ReleaseResult:
