@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, ClassVar
 
@@ -126,7 +126,7 @@ class LockBackend:
                 header = self.rows.select_for_update(claim.resource)
             if header is None:  # the winner's row is gone already; rare enough to
                 return Taken(row=None, previous_owner=None, renewed=False)  # call it held
-        holds = self.holds.valid_holds(claim.resource) if header.held_by_shared else []
+        holds = self.holds.valid_holds(claim.resource, header.now) if header.held_by_shared else []
         queued = (
             (0, 0) if claim.exclusive else self.queue.queued_before(claim.resource, claim.ticket)
         )
@@ -153,7 +153,7 @@ class LockBackend:
             return Renewed(row=None, exists=False)
         expires_at = header.now + duration
         if header.held_by_shared:
-            mine = self._hold_of(resource, owner)
+            mine = self._hold_of(resource, owner, header.now)
             if mine is None:
                 return Renewed(row=None, exists=True)
             hold = replace(mine, expires_at=expires_at)
@@ -166,10 +166,14 @@ class LockBackend:
         self.rows.update(row, ["expires_at"])
         return Renewed(row=row, exists=True)
 
-    def _hold_of(self, resource: str, owner: str) -> LockRow | None:
-        """``owner``'s valid shared hold of ``resource``."""
+    def _hold_of(self, resource: str, owner: str, now: datetime) -> LockRow | None:
+        """``owner``'s shared hold of ``resource``, valid at ``now``."""
         return next(
-            (hold for hold in self.holds.valid_holds(resource) if same_owner(hold.owner, owner)),
+            (
+                hold
+                for hold in self.holds.valid_holds(resource, now)
+                if same_owner(hold.owner, owner)
+            ),
             None,
         )
 
@@ -200,7 +204,7 @@ class LockBackend:
         )
 
     def _give_up_shared(self, header: LockRow, owner: str | None, forced: bool) -> Released:
-        holds = self.holds.valid_holds(header.resource)
+        holds = self.holds.valid_holds(header.resource, header.now)
         if not holds:  # they all expired (or were purged) since the row last covered them
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
         if owner is None:  # an operator's: every hold goes
@@ -246,7 +250,7 @@ class LockBackend:
         header = self.tables.fetch_row(self.rows.read_sql, [resource])
         if header is None or not header.held:
             return []
-        return self.holds.valid_holds(resource) if header.held_by_shared else [header]
+        return self.holds.valid_holds(resource, header.now) if header.held_by_shared else [header]
 
     def take_all(self, claims: Sequence[Claim]) -> list[Taken] | None:
         """Every acquisition of ``claims`` in one lock transaction, in the order

@@ -7,7 +7,8 @@ time, and need no row locks of their own."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -27,12 +28,13 @@ class Holds:
 
     @cached_property
     def valid_select(self) -> tuple[str, Converters]:
-        """SELECT of a resource's valid holds (oldest first, with the database's
-        now), and the converters of its columns."""
+        """SELECT of a resource's holds (oldest first, with the database's now),
+        and the converters of its columns. (Which are valid is decided on the
+        caller's now: ``valid_holds``.)"""
         tables = self.tables
         queryset: QuerySet[Any] = (
             tables.hold_model._default_manager.using(tables.using)
-            .filter(resource=PLACEHOLDER, expires_at__gt=DatabaseNow())
+            .filter(resource=PLACEHOLDER)
             .annotate(db_now=DatabaseNow())
             .order_by("acquired_at", "id")
         )
@@ -57,12 +59,21 @@ class Holds:
             raise AssertionError(f"unexpected SELECT for {tables.using!r}: {sql}")
         return sql
 
-    def valid_holds(self, resource: str) -> list[LockRow]:
-        """The holds of ``resource`` that are valid now, oldest first."""
+    def valid_holds(self, resource: str, now: datetime | None = None) -> list[LockRow]:
+        """The holds of ``resource`` that are valid at ``now``, oldest first
+        (each with that ``now``): the now of the decision that reads them, which
+        is the header's, read by an earlier statement of the lock transaction.
+        (A now of their own statement would be later: a hold that expired
+        between the two would be missing from a decision that still counts it
+        valid, and a writer admitted beside a valid reader.) Without ``now``,
+        the database's now as this statement reads it."""
         sql, _ = self.valid_select
         with self.tables.connection.cursor() as cursor:
             cursor.execute(sql, [resource])
-            return [self.row(row) for row in cursor.fetchall()]
+            holds = [self.row(row) for row in cursor.fetchall()]
+        if now is None:
+            return [hold for hold in holds if hold.expires_at > hold.now]
+        return [replace(hold, now=now) for hold in holds if hold.expires_at > now]
 
     def row(self, values: Sequence[Any]) -> LockRow:
         """A hold's ``LockRow`` of the hold's columns followed by the database's now."""
