@@ -97,6 +97,16 @@ def test_a_reader_releases_after_another_reader_joined() -> None:
     assert check(reader("a", 1, 1, 4) + reader("b", 2, 2, 3)) == []
 
 
+def test_a_reader_releases_after_an_earlier_writers_call_returned_late() -> None:
+    # w was granted token 1 and force-released; a took token 2, then b joined it
+    # (3); w's call returned only after a's: it took nothing from a, whose
+    # release is its own.
+    w = holder("w", 1, 1, None, ttl=1, told=True)
+    w[0]["t1"] = 2.5
+    a, b = reader("a", 2, 2.1, 4), reader("b", 3, 2.2, 3)
+    assert check(w + [force_release(1.5, 1.6)] + a + b) == []
+
+
 def test_a_readers_release_after_a_writer_took_the_lock_is_rejected() -> None:
     # a's hold expired (ttl 1) and w took the lock; a's release still said released.
     a = reader("a", 1, 1, 5, ttl=1, told=True)

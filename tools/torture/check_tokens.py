@@ -125,8 +125,13 @@ def owners(history: History) -> Iterable[Violation]:
             since = acquisitions[
                 bisect.bisect_right(ends, mine.t1) : bisect.bisect_left(ends, call["t0"])
             ]
+            # Those since with a smaller token were granted before this owner's
+            # (their calls returned later): they cannot have taken it from it.
             taken = holder.owner != owner and not (
-                mine.mode == SHARED and all(a.mode == SHARED for a in since if a.owner != owner)
+                mine.mode == SHARED
+                and all(
+                    a.mode == SHARED for a in since if a.owner != owner and a.token > mine.token
+                )
             )
             if taken:
                 yield Violation(
