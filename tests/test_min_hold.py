@@ -168,10 +168,13 @@ def test_another_process_takes_it_no_sooner_than_min_hold_after_it_was_taken() -
         "min_hold", [([], {"db": database_settings(), "resource": "mh:hosts", "min_hold": 2})]
     )
     taken_by_a = datetime.fromisoformat(seen["acquired_at"])
+    left_by_a = Locks.get(resource="mh:hosts")
     while (taken := Locks.acquire("mh:hosts", ttl=5)) is None:
         time.sleep(0.02)
 
     assert seen["exit_seconds"] < QUICK
+    # A's exit left the lock held, to expire min_hold after it was taken (plus
+    # the time its acquisition took to return), not a ttl (60 s) later.
+    assert left_by_a.owner != "" and left_by_a.fencing_token == taken.fencing_token - 1
+    assert timedelta(seconds=2) <= left_by_a.expires_at - taken_by_a < timedelta(seconds=2 + 10)
     assert taken.acquired_at - taken_by_a >= timedelta(seconds=2)
-    # Ours is the first acquisition after A's: the lock expired on its own.
-    assert taken.acquired_at - taken_by_a < timedelta(seconds=2 + 1.5)
