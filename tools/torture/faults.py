@@ -238,7 +238,10 @@ def read_only(run: Run) -> None:
     mount."""
     assert run.operations is not None
     held = READ_ONLY_OWNER
-    run.operations.acquire("victim:ro", held, 60)
+    if run.operations.acquire("victim:ro", held, 60) is None:
+        # A starved machine (SQLite's write lock held past the busy timeout):
+        # without the runner's hold there is nothing for the victim to renew.
+        raise RuntimeError("the runner could not take victim:ro before the fault")
     if run.server is not None:
         t0 = now()
         run.server.read_only(True)
