@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 
 from django_dlock.api.problems import PROBLEM_CONTENT_TYPE, problem_type
 from django_dlock.api.schema import COMMON_HEADERS, json_response, problem_responses
+from django_dlock.api.schema_extensions import InvalidInputErrorsExtension
 from django_dlock.validators import resource_character_class
 
 TAG = "throttles"
@@ -30,17 +30,10 @@ RETRY_AFTER = OpenApiParameter(
 )
 
 
-class ThrottleInvalidInputErrorsExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+class ThrottleInvalidInputErrorsExtension(InvalidInputErrorsExtension):  # type: ignore[no-untyped-call]
     """``errors`` of an invalid throttle use names no input but those listed."""
 
     target_class = "django_dlock.api.throttles.ThrottleInvalidInputErrorsSerializer"
-
-    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
-        schema: dict[str, Any] = auto_schema._map_serializer(
-            self.target, direction, bypass_extensions=True
-        )
-        schema["additionalProperties"] = False
-        return schema
 
 
 def document(view: type, *, request: type, response: type, invalid_input: type) -> None:
