@@ -2,10 +2,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.db import connection
+
+if TYPE_CHECKING:
+    from tests.task_processes import DbWorkers
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -32,6 +36,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def vendor() -> str:
     """The backend the suite runs on: 'sqlite' or 'postgresql'."""
     return connection.vendor
+
+
+@pytest.fixture
+def db_workers(tmp_path: Path, django_db_setup: None) -> Iterator[DbWorkers]:
+    """django-tasks-db ``db_worker`` processes on the test database, stopped after the test."""
+    from tests.task_processes import DbWorkers
+
+    workers = DbWorkers(tmp_path, connection.settings_dict["NAME"])
+    try:
+        yield workers
+    finally:
+        workers.stop_all()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -5,7 +5,6 @@ processes (django-tasks-db) on the test database, and the ImmediateBackend in th
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 
 pytest.importorskip("django_tasks_db")
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from django_dlock.exceptions import LockTransactionError
 from django_dlock.models import DistributedLock
@@ -24,15 +23,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 Locks = DistributedLock.objects
-
-
-@pytest.fixture
-def db_workers(tmp_path: Path, django_db_setup: None) -> Iterator[DbWorkers]:
-    workers = DbWorkers(tmp_path, connection.settings_dict["NAME"])
-    try:
-        yield workers
-    finally:
-        workers.stop_all()
 
 
 def test_tasks_on_two_keys_across_four_db_workers_never_overlap(db_workers: DbWorkers) -> None:

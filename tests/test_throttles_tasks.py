@@ -3,30 +3,17 @@ the throttle frees, and the ImmediateBackend in this process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
 pytest.importorskip("django_tasks_db")
 
-from django.db import connection
-
 from django_dlock.contrib.tasks import SKIPPED, deferred_to, throttled_task
 from tests.task_processes import DbWorkers, finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def db_workers(tmp_path: Path, django_db_setup: None) -> Iterator[DbWorkers]:
-    workers = DbWorkers(tmp_path, connection.settings_dict["NAME"])
-    try:
-        yield workers
-    finally:
-        workers.stop_all()
 
 
 def test_a_refused_run_is_deferred_until_the_throttle_frees(db_workers: DbWorkers) -> None:
