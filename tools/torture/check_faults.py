@@ -1,6 +1,7 @@
 """Invariant 4: a lock call made while a fault made the database unusable
 raised a database error: it never came back as "not acquired" nor as a
-success. A holder whose auto-renew connection was killed is told."""
+success (a throttle's use: never granted; a ``once_per`` run: never due nor
+"not due"). A holder whose auto-renew connection was killed is told."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def faults(history: History) -> Iterable[Violation]:
                     c for c in process_calls[max(before - 3, 0) : before] if c["t1"] >= fault["t0"]
                 ]
             for call in inside + spanning:
-                if not call.get("error", {}).get("db"):
+                if not call.get("error", {}).get("db") and not _refused_use(call):
                     outcome = call.get("error", {}).get("class") or _outcome(call)
                     yield Violation(
                         4,
@@ -58,8 +59,16 @@ def faults(history: History) -> Iterable[Violation]:
                     )
 
 
+def _refused_use(call: Event) -> bool:
+    """A throttle's refusal writes nothing: a read-only database may answer it
+    (invariant 14 judges it). A grant must raise."""
+    return call["op"] == "throttle" and call.get("granted") is False
+
+
 def _outcome(call: Event) -> str:
-    for key in ("lock", "locks", "result", "results", "released", "deleted"):
+    if call["op"] == "once_per" and "due" in call:
+        return "due" if call["due"] else "not due"
+    for key in ("granted", "lock", "locks", "result", "results", "released", "deleted"):
         if key in call:
             value = call[key]
             if key in ("lock", "locks") and value is None:
