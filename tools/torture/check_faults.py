@@ -1,7 +1,7 @@
 """Invariant 4: a lock call made while a fault made the database unusable
 raised a database error: it never came back as "not acquired" nor as a
-success (a throttle's use: never granted; a ``once_per`` run: never due nor
-"not due"). A holder whose auto-renew connection was killed is told."""
+success (a throttle's use: neither granted nor refused, each locks its key's
+row first; a ``once_per`` run: neither due nor "not due"). A holder whose auto-renew connection was killed is told."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def faults(history: History) -> Iterable[Violation]:
                     c for c in process_calls[max(before - 3, 0) : before] if c["t1"] >= fault["t0"]
                 ]
             for call in inside + spanning:
-                if not call.get("error", {}).get("db") and not _refused_use(call):
+                if not call.get("error", {}).get("db"):
                     outcome = call.get("error", {}).get("class") or _outcome(call)
                     yield Violation(
                         4,
@@ -57,12 +57,6 @@ def faults(history: History) -> Iterable[Violation]:
                         f"{section.cs} was not told that its lock was lost by {fault['kind']}",
                         (fault, section.events[0]),
                     )
-
-
-def _refused_use(call: Event) -> bool:
-    """A throttle's refusal writes nothing: a read-only database may answer it
-    (invariant 14 judges it). A grant must raise."""
-    return call["op"] == "throttle" and call.get("granted") is False
 
 
 def _outcome(call: Event) -> str:
