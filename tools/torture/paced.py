@@ -67,8 +67,8 @@ def window(
     if granted:
         fields["lock"] = granted[-1]
     ops.recorder.write("once_per", t0=t0, t1=now(), **fields)
-    if isinstance(fields.get("error"), dict) and fields["error"]["db"]:
-        ops.reset()
+    if fields.get("error", {}).get("db"):
+        ops.reset()  # as ``Operations.call`` does: the next call reconnects
 
 
 def _run(resource: str, every: float, body: float, kind: str, ttl: float) -> bool:
