@@ -1,6 +1,7 @@
 """Invariant 4: a lock call made while a fault made the database unusable
 raised a database error: it never came back as "not acquired" nor as a
-success. A holder whose auto-renew connection was killed is told."""
+success (a throttle's use: neither granted nor refused, each locks its key's
+row first; a ``once_per`` run: neither due nor "not due"). A holder whose auto-renew connection was killed is told."""
 
 from __future__ import annotations
 
@@ -59,7 +60,9 @@ def faults(history: History) -> Iterable[Violation]:
 
 
 def _outcome(call: Event) -> str:
-    for key in ("lock", "locks", "result", "results", "released", "deleted"):
+    if call["op"] == "once_per" and "due" in call:
+        return "due" if call["due"] else "not due"
+    for key in ("granted", "lock", "locks", "result", "results", "released", "deleted"):
         if key in call:
             value = call[key]
             if key in ("lock", "locks") and value is None:

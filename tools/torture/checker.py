@@ -20,6 +20,12 @@ A pure function of the history (see ``history.py``, read back by
 11. An all-or-nothing call never leaves a part held (``check_kinds``).
 12. At most one valid leader term at a time, and terms strictly increase
     (``check_holds`` and ``check_tokens`` on the leaders' resources).
+13. No window of one period holds more than N granted uses of a throttle's
+    key (``check_throttles``).
+14. A throttle refuses only while the period before holds N grants, and its
+    ``retry_after`` and ``remaining`` agree with them (``check_throttles``).
+15. Two grants of a ``once_per`` (or ``min_hold``) resource are at least
+    ``every`` apart (``check_windows``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ from tools.torture.check_holds import overlaps, permits, readers_together
 from tools.torture.check_kinds import all_or_nothing, hold_counts, writer_preference
 from tools.torture.check_snapshots import snapshots
 from tools.torture.check_store import counter
+from tools.torture.check_throttles import decisions, limits
 from tools.torture.check_tokens import owners, tokens
+from tools.torture.check_windows import windows
 from tools.torture.history import Event
 from tools.torture.sections import read
 from tools.torture.violations import INVARIANTS, Violation
@@ -52,4 +60,7 @@ def check(events: list[Event]) -> list[Violation]:
     violations += hold_counts(history)
     violations += writer_preference(history)
     violations += all_or_nothing(history)
+    violations += limits(history)
+    violations += decisions(history)
+    violations += windows(history)
     return sorted(violations, key=lambda violation: violation.invariant)

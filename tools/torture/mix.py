@@ -2,7 +2,9 @@
 contended resources until its stop file exists. Each entry of ``MIX`` is a
 weight and a call; the read-write resources take writers, readers, reentrant
 holds, mode changes and all-or-nothing sets, the semaphores take permits
-(each its one limit), the leaders' resource terms."""
+(each its one limit), the leaders' resource terms; throttle keys take uses
+(each its one rate), and resources of their own take ``once_per`` runs and
+``lock(min_hold=...)`` (``paced.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 from tools.torture.asked import EXCLUSIVE, Asked
 from tools.torture.kinds import KindOperations
+from tools.torture.paced import MIN_HOLD, ONCE_PER, use, window
 
 Config = dict[str, Any]
 Call = Callable[[KindOperations, random.Random, Config], None]
@@ -129,6 +132,26 @@ def purge(ops: KindOperations, rng: random.Random, config: Config) -> None:
     ops.purge(command=rng.random() < 0.1)
 
 
+def throttled(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    """A burst of one to four uses of a key: some meet a full window."""
+    key = rng.choice(sorted(config["throttles"]))
+    for _ in range(rng.randint(1, 4)):
+        use(ops, key, str(config["throttles"][key]))
+
+
+def once(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    resource = rng.choice(sorted(config["once_per"]))
+    window(ops, resource, float(config["once_per"][resource]), _write(rng), ONCE_PER, 0)
+
+
+def min_hold(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    """``lock(min_hold=...)``, with a ttl shorter than ``min_hold`` now and then
+    (the exit then keeps the lock past its ttl)."""
+    resource = rng.choice(sorted(config["min_hold"]))
+    every = float(config["min_hold"][resource])
+    window(ops, resource, every, _write(rng), MIN_HOLD, rng.choice((every / 2, every * 2)))
+
+
 def instant(ops: KindOperations, rng: random.Random, config: Config) -> None:
     ops.manager_section(_rw(rng, config), _ttl(rng), 0, EXCLUSIVE)
 
@@ -152,6 +175,9 @@ MIX: list[tuple[float, Call]] = [
     (3, operator),
     (4, purge),
     (13, instant),
+    (4, throttled),
+    (3, once),
+    (1, min_hold),
 ]
 
 

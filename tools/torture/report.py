@@ -72,6 +72,8 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
         "readers": {"sections": readers, "overlapping pairs": together},
         "writes": dict(writes),
         "reads": dict(reads),
+        "throttle_uses": dict(_answers(events, "throttle", "granted")),
+        "once_per_runs": dict(_answers(events, "once_per", "due")),
         "faults": dict(run.faults),
         "violations": {n: sum(1 for v in violations if v.invariant == n) for n in INVARIANTS},
         "violation_messages": examples(violations),
@@ -89,10 +91,11 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
     }
 
 
-def _answers(events: list[Event], op: str) -> Counter[str]:
-    """Fenced writes or reads: accepted, refused, failed (an error)."""
+def _answers(events: list[Event], op: str, answer: str = "accepted") -> Counter[str]:
+    """Fenced writes or reads, throttle uses (``granted``), once_per and
+    min_hold runs (``due``): accepted, refused, failed (an error)."""
     return Counter(
-        "accepted" if e.get("accepted") else "refused" if "accepted" in e else "failed"
+        "accepted" if e.get(answer) else "refused" if answer in e else "failed"
         for e in events
         if e["op"] == op
     )
@@ -106,7 +109,8 @@ def combine(summaries: list[dict[str, Any]]) -> dict[str, Any]:
             total[key] += summary.get(key, 0)
         for key in ("unexplained_errors", "other_errors"):
             total[key] += summary.get(key, 0)
-        for key in ("writes", "reads", "faults", "violations", "kinds", "readers"):
+        merged_keys = ("writes", "reads", "throttle_uses", "once_per_runs", "faults")
+        for key in (*merged_keys, "violations", "kinds", "readers"):
             merged = Counter(total.get(key, {}))
             merged.update(summary.get(key, {}))
             total[key] = dict(merged)
@@ -158,6 +162,10 @@ def table(summary: dict[str, Any]) -> str:
         f"{readers.get('sections', 0):,} / {readers.get('overlapping pairs', 0):,} |",
         f"| fenced writes (accepted / refused / failed) | {_three(summary['writes'])} |",
         f"| fenced reads (accepted / refused / failed) | {_three(summary.get('reads', {}))} |",
+        f"| throttle uses (granted / refused / failed) | "
+        f"{_three(summary.get('throttle_uses', {}))} |",
+        f"| once_per and min_hold runs (due / not due / failed) | "
+        f"{_three(summary.get('once_per_runs', {}))} |",
     ]
     for kind, count in sorted(summary["faults"].items()):
         lines.append(f"| fault: {kind} | {count} |")

@@ -25,6 +25,12 @@ RESOURCES = ["r0", "r1", "r2", "r3"]
 SEMAPHORES = {"sem:2": 2, "sem:3": 3}
 # What leaders campaign for.
 LEADERS = ["leader"]
+# Throttle keys, each with its one rate (another rate would count its uses anew).
+THROTTLES = {"throttle:a": "3/2s", "throttle:b": "2/1s", "throttle:c": "5/3s"}
+# Resources of once_per runs and of lock(min_hold=...), by their window (s);
+# nobody else takes them, nor force-releases them.
+ONCE_PER = {"once:a": 0.4, "once:b": 0.25}
+MIN_HOLD = {"min-hold:a": 0.3}
 VICTIM_RESOURCES = ["victim:kill", "victim:stop", "victim:renew", "victim:wait", "victim:ro"]
 VICTIM_RESOURCES += ["victim:kill-shared", "victim:stop-shared", "victim:leader"]
 SKEW_RESOURCES = ["skew:plus", "skew:minus"]
@@ -86,6 +92,9 @@ class Run:
             "resources": RESOURCES,
             "semaphores": SEMAPHORES,
             "leaders": LEADERS,
+            "throttles": THROTTLES,
+            "once_per": ONCE_PER,
+            "min_hold": MIN_HOLD,
             "wait_for_go": wait_for_go,
             **config,
         }

@@ -17,6 +17,7 @@ LOCK_OPS = frozenset(
     {
         "acquire", "renew", "release", "force_release", "purge", "lock", "unlock",
         "acquire_all", "lock_all", "release_all", "unlock_all", "upgrade", "downgrade",
+        "throttle", "once_per",
     }
 )  # fmt: skip
 # The per-resource calls that grant a hold.
@@ -28,6 +29,9 @@ EXCLUSIVE = "exclusive"
 SHARED = "shared"
 PERMIT = "permit"
 LEADER = "leader"
+# The runs of a window held at least ``every`` after its grant (``once_per`` events).
+ONCE_PER = "once_per"
+MIN_HOLD = "min_hold"
 
 
 def when(value: str) -> datetime:

@@ -124,3 +124,63 @@ def snapshot(
 ) -> dict[str, Any]:
     event = {"p": "runner", "op": "snapshot", "t0": t, "t1": t + 0.01, "now": at(t), "rows": rows}
     return event if holds is None else event | {"holds": holds}
+
+
+def use(
+    process: str,
+    t: float,
+    granted: bool,
+    *,
+    key: str = "k",
+    limit: int = 3,
+    period: float = 2,
+    retry_after: float = 0,
+    remaining: int = 0,
+) -> dict[str, Any]:
+    """A throttle's decision at ``t`` (database clock = monotonic time) under
+    ``limit`` per ``period`` seconds."""
+    return {
+        "p": process,
+        "op": "throttle",
+        "key": key,
+        "rate": f"{limit}/{period:g}s",
+        "t0": t - 0.001,
+        "t1": t + 0.001,
+        "granted": granted,
+        "at": at(t),
+        "retry_after": round(retry_after * 1e6),
+        "remaining": remaining,
+        "limit": limit,
+        "period": round(period * 1e6),
+    }
+
+
+def uses(times: list[float], *, limit: int = 3, period: float = 2) -> Events:
+    """Grants at ``times``, each answering the room left as a correct throttle would."""
+    events: Events = []
+    for n, t in enumerate(times):
+        before = sum(1 for earlier in times[:n] if t - period < earlier < t)
+        remaining = limit - 1 - before
+        events.append(use(f"p{n}", t, True, limit=limit, period=period, remaining=remaining))
+    return events
+
+
+def window_run(
+    process: str,
+    granted_at: float | None,
+    *,
+    every: float = 1,
+    kind: str = "once_per",
+    ttl: float | None = None,
+    resource: str = "once",
+    **fields: Any,
+) -> dict[str, Any]:
+    """A ``once_per`` (or ``min_hold``) run: granted at ``granted_at`` (not
+    due when None)."""
+    event = {"p": process, "op": "once_per", "resource": resource, "every": every, "kind": kind}
+    event |= {"ttl": every if ttl is None else ttl, "due": granted_at is not None}
+    if granted_at is None:
+        return event | {"t0": 0, "t1": 0.01} | fields
+    lock = {"owner": f"{process}.1", "token": 1, "acquired_at": at(granted_at)}
+    lock |= {"expires_at": at(granted_at + every), "mode": "exclusive", "hold_count": 1}
+    return event | {"t0": granted_at - 0.01, "t1": granted_at + 0.05, "lock": lock} | fields

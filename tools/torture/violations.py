@@ -20,6 +20,9 @@ INVARIANTS = {
     10: "no reader admitted past a queued writer",
     11: "all or nothing",
     12: "one valid leader term, terms increase",
+    13: "at most N throttle grants per period",
+    14: "throttle decisions agree with the grants",
+    15: "once_per / min_hold windows kept",
 }
 
 

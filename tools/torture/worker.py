@@ -194,6 +194,7 @@ def every_call(operations: Any, config: dict[str, Any]) -> None:
     that every call has something to write; ``free`` was never locked."""
     from django_dlock.models import DistributedLock
     from tools.torture.asked import Asked
+    from tools.torture.paced import every_paced_call
 
     resource, owner, free = config["resource"], config["owner"], config["free"]
     operations.acquire(resource, owner, 5)
@@ -220,6 +221,7 @@ def every_call(operations: Any, config: dict[str, Any]) -> None:
     operations.lock_section(f"{free}:sem", 5, 0, 1.0, False, Asked(limit=2))
     operations.several_section([(f"{free}:a", False), (f"{free}:b", True)], 5, 0, None)
     operations.several_section([(f"{free}:b", True), (f"{free}:a", False)], 5, 0, 1.0)
+    every_paced_call(operations, free)
 
 
 def sqlite_write_lock(operations: Any, config: dict[str, Any]) -> None:
