@@ -300,7 +300,7 @@ class EnqueueOnce(Task):  # type: ignore[type-arg]
         if duplicate is not None:
             if deduplication.on_duplicate == "raise":
                 raise duplicate
-            logger.info("Not sent: %s", duplicate)
+            logger.info("%s", duplicate)  # on_duplicate="skip"
             return None
         try:
             return super().apply_async(args, kwargs, task_id, *more, **options)
