@@ -521,9 +521,12 @@ def test_a_call_that_retries_keeps_its_mark_until_its_run(
 
 
 def test_on_duplicate_arguments_are_checked_at_decoration() -> None:
+    from celery import Celery
+
     from django_dlock.contrib.celery import EnqueueOnce, locked_task
     from django_dlock.exceptions import InvalidArgument
-    from tests.workers_celery import app
+
+    app = Celery("decoration")  # its own: tests.workers_celery's must not bind before its broker
 
     with pytest.raises(ValueError, match="on_duplicate must be None, 'raise' or 'skip'"):
         locked_task("x:{a}", on_duplicate="return")  # type: ignore[arg-type]
@@ -543,8 +546,13 @@ def test_on_duplicate_arguments_are_checked_at_decoration() -> None:
 
 
 def test_on_duplicate_without_the_enqueue_once_task_class_fails_its_run() -> None:
+    from celery import Celery
+
     from django_dlock.contrib.celery import locked_task
-    from tests.workers_celery import app
+
+    # Its own app: apply() would bind tests.workers_celery's result backend before the
+    # workers fixture gives it the test broker (and later tests would wait on another).
+    app = Celery("unmarked")
 
     @app.task(name="tests.unmarked", lazy=False)
     @locked_task("x:{a}", on_duplicate="raise")
