@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -391,3 +391,174 @@ def test_the_example_projects_worker_runs_its_task(
     finally:
         worker.terminate()
         worker.wait(15)
+
+
+# -- on_duplicate: enqueue-time de-duplication -----------------------------------------
+
+
+def _mark(resource: str) -> Any:
+    """The valid mark of a queued call whose lock is ``resource``, or None."""
+    return Locks.active().filter(resource=f"queued:{resource}").first()
+
+
+def _sent(result: Any) -> Any:
+    """The AsyncResult of an enqueue that was not refused."""
+    assert result is not None, "the enqueue was refused"
+    return result
+
+
+def test_a_call_queued_and_not_yet_running_makes_an_equal_enqueue_a_duplicate(
+    workers: CeleryWorkers, runs: Callable[..., list[dict[str, Any]]]
+) -> None:
+    from django_dlock.contrib.celery import AlreadyQueued
+    from django_dlock.exceptions import DlockError
+    from tests.workers_celery import once, once_skipping
+
+    first = _sent(once.apply_async(("q",), queue="parked-once"))  # no worker takes it yet
+    assert _mark("once:q").label == first.id
+    with pytest.raises(AlreadyQueued) as refused:
+        once.apply_async(("q",), queue="parked-once")
+    assert isinstance(refused.value, DlockError)
+    assert refused.value.task_id == first.id
+    assert str(refused.value) == f"tests.once was not sent: task {first.id} is queued ('once:q')."
+    assert once_skipping.delay("q") is None  # the same lock: "skip" sends nothing
+    assert once.delay("other") is not None  # another lock is no duplicate
+    assert _mark("once:q").label == first.id
+
+    workers.start("once-parked", queues="parked-once")
+    assert first.get(timeout=60) == "ran"
+    assert [entry["month"] for entry in runs("once")].count("q") == 1
+    assert runs("once_skipping") == []
+    assert _mark("once:q") is None and not Locks.active().filter(resource="once:q").exists()
+    assert _sent(once.delay("q")).get(timeout=60) == "ran"  # nothing queued or running: sent
+
+
+def test_a_running_call_makes_an_equal_enqueue_a_duplicate_until_it_ends(
+    workers: CeleryWorkers, runs: Callable[..., list[dict[str, Any]]]
+) -> None:
+    from django_dlock.contrib.celery import AlreadyQueued
+    from tests.workers_celery import once
+
+    running = _sent(once.delay("r", True))
+    wait_for(lambda: runs("once"), 60, "the run to start")
+    assert _mark("once:r") is None  # given up once the run took its lock
+    with pytest.raises(AlreadyQueued) as refused:
+        once.delay("r")
+    assert refused.value.task_id is None  # a run holds the lock
+    assert _mark("once:r") is None  # the refused enqueue left no mark behind
+
+    redis.Redis.from_url(workers.broker_url).rpush("gate:r", "go")
+    assert running.get(timeout=60) == "ran"
+    assert _sent(once.delay("r")).get(timeout=60) == "ran"
+    assert len(runs("once")) == 2
+
+
+def test_a_worker_killed_mid_run_refuses_equal_enqueues_only_until_the_locks_ttl(
+    workers: CeleryWorkers, runs: Callable[..., list[dict[str, Any]]]
+) -> None:
+    from django_dlock.contrib.celery import AlreadyQueued
+    from tests.workers_celery import once
+
+    doomed = workers.start("once-doomed", queues="once-doomed")
+    once.apply_async(("k", True), queue="once-doomed")
+    wait_for(lambda: runs("once"), 60, "the run to start")
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(10)
+    held = Locks.active().get(resource="once:k")  # renewed by nobody now (ttl 3)
+    assert _mark("once:k") is None  # no queued mark outlives the run's start
+
+    with pytest.raises(AlreadyQueued):
+        once.delay("k")
+
+    def sent() -> Any:
+        try:
+            return once.delay("k")
+        except AlreadyQueued:
+            return None
+
+    again = wait_for(sent, 30, "an enqueue to be accepted")
+    assert datetime.now(UTC) >= held.expires_at - timedelta(seconds=0.5)  # clocks' skew
+    assert _sent(again).get(timeout=60) == "ran"
+    assert len(runs("once")) == 2
+
+
+def test_a_lost_message_leaves_its_mark_only_until_queued_ttl(
+    workers: CeleryWorkers, runs: Callable[..., list[dict[str, Any]]]
+) -> None:
+    from tests.workers_celery import once_skipping
+
+    client = redis.Redis.from_url(workers.broker_url)
+    assert once_skipping.apply_async(("lost",), queue="nobody") is not None
+    mark = _mark("once:lost")
+    assert client.delete("nobody") == 1  # the broker lost it (a purge, say)
+    assert once_skipping.apply_async(("lost",), queue="nobody") is None
+    again = wait_for(lambda: once_skipping.apply_async(("lost",), queue="nobody"), 30, "a send")
+    assert datetime.now(UTC) >= mark.expires_at - timedelta(seconds=0.5)  # queued_ttl=2
+    assert _mark("once:lost").label == again.id
+    client.delete("nobody")
+
+
+def test_a_call_that_retries_keeps_its_mark_until_its_run(
+    workers: CeleryWorkers, runs: Callable[..., list[dict[str, Any]]]
+) -> None:
+    from django_dlock.contrib.celery import AlreadyQueued
+    from tests.workers_celery import once_retrying
+
+    first = _sent(once_retrying.apply_async(("retried",), queue="parked-retry"))
+    Locks.acquire("once:retried", "someone-else", ttl=60)  # taken before the run
+    workers.start("once-retry", queues="parked-retry")
+    wait_for(lambda: first.state == "RETRY", 60, "the run to retry")
+    refusals: list[str | None] = []
+    for _ in range(20):  # the task is sent again on each retry, under its own id
+        with pytest.raises(AlreadyQueued) as refused:
+            once_retrying.delay("retried")
+        refusals.append(refused.value.task_id)
+    assert set(refusals) == {first.id}  # refused by its mark, all along
+    Locks.release("once:retried", "someone-else")
+    assert first.get(timeout=60) >= 1  # it retried, then ran once
+    assert [entry["month"] for entry in runs("once_retrying")] == ["retried"]
+    assert _mark("once:retried") is None
+
+
+def test_on_duplicate_arguments_are_checked_at_decoration() -> None:
+    from celery import Celery
+
+    from django_dlock.contrib.celery import EnqueueOnce, locked_task
+    from django_dlock.exceptions import InvalidArgument
+
+    app = Celery("decoration")  # its own: tests.workers_celery's must not bind before its broker
+
+    with pytest.raises(ValueError, match="on_duplicate must be None, 'raise' or 'skip'"):
+        locked_task("x:{a}", on_duplicate="return")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="exclusive lock"):
+        locked_task("x:{a}", shared=True, on_duplicate="raise")
+    with pytest.raises(ValueError, match="exclusive lock"):
+        locked_task("x:{a}", limit=2, on_duplicate="skip")
+    with pytest.raises(ValueError, match="give on_duplicate"):
+        locked_task("x:{a}", queued_ttl=60)
+    with pytest.raises(InvalidArgument):
+        locked_task("x:{a}", on_duplicate="raise", queued_ttl=-1)
+
+    def plain(a: int) -> None: ...
+
+    with pytest.raises(TypeError, match="base=EnqueueOnce on plain"):
+        app.task(name="tests.plain_once", base=EnqueueOnce, lazy=False)(locked_task("x:{a}")(plain))
+
+
+def test_on_duplicate_without_the_enqueue_once_task_class_fails_its_run() -> None:
+    from celery import Celery
+
+    from django_dlock.contrib.celery import locked_task
+
+    # Its own app: apply() would bind tests.workers_celery's result backend before the
+    # workers fixture gives it the test broker (and later tests would wait on another).
+    app = Celery("unmarked")
+
+    @app.task(name="tests.unmarked", lazy=False)
+    @locked_task("x:{a}", on_duplicate="raise")
+    def unmarked(a: int) -> None:
+        pytest.fail("must not run")
+
+    result = unmarked.apply((1,))
+    assert isinstance(result.result, TypeError)
+    assert "base=EnqueueOnce" in str(result.result)

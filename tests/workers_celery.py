@@ -23,7 +23,7 @@ django.setup()
 import redis  # noqa: E402
 from celery import Celery, current_task  # noqa: E402
 
-from django_dlock.contrib.celery import locked_task, task_skipped  # noqa: E402
+from django_dlock.contrib.celery import EnqueueOnce, locked_task, task_skipped  # noqa: E402
 from django_dlock.exceptions import LockExpired  # noqa: E402
 from django_dlock.locking import LockHandle  # noqa: E402
 
@@ -145,3 +145,30 @@ def redelivered(name: str, fencing_token: int) -> int:
 @locked_task("bound:{name}", ttl=10, timeout=0, on_locked="retry", min_countdown=0.2)
 def bound(self: Any, name: str, fencing_token: int) -> list[Any]:
     return [self.request.retries, fencing_token]
+
+
+@app.task(name="tests.once", base=EnqueueOnce)
+@locked_task("once:{name}", ttl=3, on_duplicate="raise", queued_ttl=60)
+def once(name: str, gate: bool = False) -> str:
+    """With ``gate``, runs until the test pushes to the Redis list ``gate:<name>``."""
+    record("once", name, began=time.time())
+    if gate:
+        redis.Redis.from_url(BROKER_URL).blpop([f"gate:{name}"], timeout=60)
+    return "ran"
+
+
+@app.task(name="tests.once_skipping", base=EnqueueOnce)
+@locked_task("once:{name}", ttl=3, on_duplicate="skip", queued_ttl=2)
+def once_skipping(name: str) -> str:
+    record("once_skipping", name)
+    return "ran"
+
+
+@app.task(name="tests.once_retrying", base=EnqueueOnce, max_retries=30)
+@locked_task(
+    "once:{name}", ttl=10, timeout=0, on_locked="retry", min_countdown=0.2, on_duplicate="raise"
+)
+def once_retrying(name: str) -> int:
+    retries: int = current_task.request.retries
+    record("once_retrying", name, retries=retries)
+    return retries

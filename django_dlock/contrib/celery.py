@@ -12,6 +12,8 @@ def build_report(month: str, fencing_token: int) -> None:
 
 ``throttled_task("email:{user_id}", rate="10/m")`` runs each call as one use
 of a throttle instead, and retries a refused run when the throttle frees.
+``locked_task(..., on_duplicate="raise")`` with ``@shared_task(base=EnqueueOnce)``
+refuses to send a call whose lock is queued or running already.
 
 It never creates a Celery app: it wraps the function that your app's
 ``@app.task``/``@shared_task`` registers (so it goes underneath them). See
@@ -24,12 +26,16 @@ import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from celery import Task, current_task
+from celery import Task, current_task, uuid
+from celery.exceptions import Retry
 from celery.local import Proxy
+from celery.result import AsyncResult
 
+from django_dlock.contrib.enqueue_once import AlreadyQueued, Deduplication, OnDuplicate
 from django_dlock.contrib.task_locks import (
     FENCING_TOKEN_ARG,
     HANDLE_ARG,
@@ -57,6 +63,8 @@ __all__ = [
     "FENCING_TOKEN_ARG",
     "HANDLE_ARG",
     "SKIPPED",
+    "AlreadyQueued",
+    "EnqueueOnce",
     "locked_task",
     "task_skipped",
     "throttled_task",
@@ -68,6 +76,10 @@ _R = TypeVar("_R")
 
 OnLocked = Literal["skip", "retry", "raise"]
 OnThrottled = Literal["skip", "retry", "raise"]
+
+# The attribute of a locked task function that holds its ``Deduplication``
+# (and its ``LockedFunction``) for ``EnqueueOnce``.
+_DEDUPLICATION = "_dlock_deduplication"
 
 
 def locked_task(
@@ -83,6 +95,8 @@ def locked_task(
     reentrant: bool = False,
     label: str = "",
     min_countdown: float = 1.0,
+    on_duplicate: OnDuplicate | None = None,
+    queued_ttl: float | None = None,
 ) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
     """Run each call of the task function holding the lock named by ``key``.
 
@@ -115,10 +129,19 @@ def locked_task(
     If the lock is lost while the task runs, the task fails with
     ``LockExpired``/``LockNotOwned`` saying why; ``on_lost="stop"`` raises it in
     the body as soon as the loss is found (within ttl/3), rather than at its end.
+
+    ``on_duplicate`` (with ``@shared_task(base=EnqueueOnce)``) refuses to send
+    a call while one with the same lock is queued or running: ``"raise"``
+    raises ``AlreadyQueued`` at the caller, ``"skip"`` returns ``None`` from
+    ``apply_async()``/``delay()``. A queued call is marked for ``queued_ttl``
+    seconds (default ``DLOCK_DEFAULT_TTL``) plus its countdown; see
+    ``contrib.enqueue_once`` and docs/celery.md.
     """
     if on_locked not in ("skip", "retry", "raise"):
         raise ValueError(f"on_locked must be 'skip', 'retry' or 'raise', not {on_locked!r}")
     wait = RETRY_WAIT if timeout is None and on_locked == "retry" else timeout
+    kind = LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant)
+    deduplication = Deduplication.of(on_duplicate, queued_ttl, kind)
 
     def decorate(function: Callable[..., _R]) -> Callable[..., _R]:
         if issubclass(type(function), (Task, Proxy)):
@@ -134,7 +157,7 @@ def locked_task(
             ttl=ttl,
             auto_renew=auto_renew,
             on_lost=on_lost,
-            kind=LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant),
+            kind=kind,
             label=label,
         )
 
@@ -143,16 +166,24 @@ def locked_task(
             task = _running_task(run_locked)
             task_id = task.request.id if task is not None else None
             owner = owner_for_task(task_id, resource) if task_id else None
+            unmark = _unmark(deduplication, task, resource)
             with contextlib.ExitStack() as stack:
                 # Only taking the task's lock is guarded: a LockNotAcquired from the
                 # body (a lock it takes itself) fails the task as raised.
                 try:
                     held: LockHandle = stack.enter_context(_take(locked, resource, owner, wait))
                 except LockNotAcquired as error:
-                    return _on_locked(on_locked, task, resource, error, min_countdown, args, kwargs)
+                    with _unless_retried(unmark):
+                        return _on_locked(
+                            on_locked, task, resource, error, min_countdown, args, kwargs
+                        )
+                unmark()  # from now on the lock itself says that a run is on
                 return locked.run(held, args, kwargs)
 
-        return locked.wraps(run_locked)
+        wrapped = locked.wraps(run_locked)
+        if deduplication is not None:
+            setattr(wrapped, _DEDUPLICATION, (deduplication, locked))
+        return wrapped
 
     return decorate
 
@@ -163,6 +194,36 @@ def _take(locked: LockedFunction, resource: str, owner: str | None, wait: float 
     if owner is not None and holds_own_lock(resource, owner):
         return locked.hold(resource, owner, None)
     return locked.hold(resource, owner, wait)
+
+
+def _unmark(
+    deduplication: Deduplication | None, task: Task[Any, Any] | None, resource: str
+) -> Callable[[], None]:
+    """What gives up the mark of the running task's enqueue (a no-op without one)."""
+    if deduplication is None or task is None or not task.request.id:
+        return lambda: None
+    if not isinstance(task, EnqueueOnce):
+        raise TypeError(
+            f"{task.name} has locked_task(on_duplicate=...) but is not an EnqueueOnce: "
+            "declare it with @shared_task(base=EnqueueOnce) (or @app.task(base=EnqueueOnce)), "
+            "else its enqueues are never de-duplicated."
+        )
+    task_id: str = task.request.id
+    return lambda: deduplication.release(resource, task_id)
+
+
+@contextlib.contextmanager
+def _unless_retried(unmark: Callable[[], None]) -> Iterator[None]:
+    """Run ``unmark`` when the block ends, unless it ends in a retry: the retry's
+    enqueue renewed the mark, for the task queued again."""
+    try:
+        yield
+    except Retry:
+        raise
+    except BaseException:
+        unmark()
+        raise
+    unmark()
 
 
 def _running_task(run_locked: Callable[..., Any]) -> Task[Any, Any] | None:
@@ -198,6 +259,70 @@ def _on_locked(
         countdown = backoff(retries, min_countdown, resource)
         raise task.retry(countdown=countdown, exc=error)
     raise error
+
+
+class EnqueueOnce(Task):  # type: ignore[type-arg]
+    """The task class of a ``locked_task(..., on_duplicate=...)``: its
+    ``apply_async()`` (and ``delay()``, and a retry's) marks the call as queued,
+    or refuses it when a call with the same lock is queued or running."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        run = cls.__dict__.get("run")
+        if run is None:  # a class between EnqueueOnce and the tasks
+            return
+        function = run.__func__ if isinstance(run, staticmethod) else run
+        if not hasattr(function, _DEDUPLICATION):
+            raise TypeError(
+                f"base=EnqueueOnce on {cls.__name__}: its function must be decorated with "
+                "@locked_task(..., on_duplicate='raise' or 'skip') underneath the task decorator."
+            )
+        cls._dlock_bound = not isinstance(run, staticmethod)
+
+    _dlock_bound = False
+
+    def apply_async(  # type: ignore[override]
+        self,
+        args: tuple[Any, ...] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        task_id: str | None = None,
+        *more: Any,
+        **options: Any,
+    ) -> AsyncResult[Any] | None:
+        deduplication, locked = getattr(self.run, _DEDUPLICATION)
+        call_args = (self, *(args or ())) if self._dlock_bound else tuple(args or ())
+        resource = locked.resource(call_args, dict(kwargs or {}))
+        # Celery's retry sends the running task again under its own id.
+        requeued = task_id is not None and task_id == self.request.id
+        task_id = task_id or uuid()
+        delay = _delay(options.get("countdown"), options.get("eta"))
+        duplicate = deduplication.claim(self.name, resource, task_id, delay, requeued=requeued)
+        if duplicate is not None:
+            if deduplication.on_duplicate == "raise":
+                raise duplicate
+            logger.info("%s", duplicate)  # on_duplicate="skip"
+            return None
+        try:
+            return super().apply_async(args, kwargs, task_id, *more, **options)
+        except BaseException:
+            deduplication.release(resource, task_id)
+            raise
+
+    def delay(self, *args: Any, **kwargs: Any) -> AsyncResult[Any] | None:  # type: ignore[override]
+        """``apply_async(args, kwargs)``: ``None`` when ``on_duplicate="skip"`` refused it."""
+        return self.apply_async(args, kwargs)
+
+
+def _delay(countdown: float | None, eta: datetime | str | None) -> float:
+    """Seconds until a call sent with ``countdown`` or ``eta`` is due (0: now)."""
+    if countdown:
+        return float(countdown)
+    if isinstance(eta, str):
+        eta = datetime.fromisoformat(eta)
+    if isinstance(eta, datetime):
+        due = eta if eta.tzinfo else eta.replace(tzinfo=UTC)
+        return (due - datetime.now(UTC)).total_seconds()
+    return 0.0
 
 
 def throttled_task(
