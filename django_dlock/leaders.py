@@ -24,7 +24,7 @@ How an observer learns of a change:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -161,7 +161,7 @@ class Observer:
             self.watch = None
 
 
-def observe_leader(resource: str, *, using: str | None = None) -> Iterator[Leader | None]:
+def observe_leader(resource: str, *, using: str | None = None) -> Generator[Leader | None]:
     """Yield who leads ``resource``: first the leader now, then each new leader
     as it takes over (a ``Leader``, its ``term`` larger than every one yielded
     before), and ``None`` when a term ends with nobody leading (released,
@@ -180,7 +180,7 @@ def observe_leader(resource: str, *, using: str | None = None) -> Iterator[Leade
 
 async def aobserve_leader(
     resource: str, *, using: str | None = None
-) -> AsyncIterator[Leader | None]:
+) -> AsyncGenerator[Leader | None]:
     """``observe_leader`` for ``async for``: it sleeps on the event loop and
     looks in django-dlock's worker threads."""
     observer = Observer(resource, using, Wakeup.on_loop())

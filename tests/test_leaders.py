@@ -11,7 +11,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -60,10 +60,11 @@ class Processes:
     def observe(self, resource: str, *, read_only: bool = False) -> Any:
         return self.start(workers_leaders.observe, resource, self.seen, read_only)
 
-    def next_event(self, kind: str, label: str) -> Event:
+    def next_event(self, kind: str, label: str) -> int:
+        """The term of the candidates' next event, which must be ``kind`` by ``label``."""
         event: Event = self.events.get(timeout=START)
-        assert event[:2] == (kind, label), event
-        return event
+        assert event[:2] == (kind, label) and event[2] is not None, event
+        return event[2]
 
     def sees_until(self, label: str | None, seconds: float = START) -> list[Event]:
         """What the observer reports, up to and including ``label``'s leadership."""
@@ -104,7 +105,7 @@ def test_an_observer_sees_the_leader_of_another_process_and_after_a_kill_the_nex
     ttl, margin = 3.0, 3.0
     processes.observe("leader:kill")
     leader, _ = processes.lead("leader:kill", "a", ttl)
-    _, _, term_a, _ = processes.next_event("leads", "a")
+    term_a = processes.next_event("leads", "a")
     assert [event[1:3] for event in processes.sees_until("a")][-1] == ("a", term_a)
     processes.lead("leader:kill", "b", ttl)
     stands_by("leader:kill")
@@ -112,11 +113,12 @@ def test_an_observer_sees_the_leader_of_another_process_and_after_a_kill_the_nex
     os.kill(leader.pid, signal.SIGKILL)  # nothing releases: its lease runs out
     killed = time.monotonic()
     seen = processes.sees_until("b", ttl + margin + 5)
-    _, _, term_b, _ = processes.next_event("leads", "b")
+    term_b = processes.next_event("leads", "b")
 
     # Between the two terms, at most "no leader" (its lease ran out before b took it).
     assert [event[1] for event in seen] in (["b"], [None, "b"])
-    assert seen[-1][2] == term_b > term_a
+    assert seen[-1][2] == term_b
+    assert term_b > term_a
     assert seen[-1][3] - killed <= ttl + margin, f"{seen[-1][3] - killed:.2f} s after the kill"
 
 
@@ -130,7 +132,7 @@ def test_a_release_reaches_the_observer_promptly(
 ) -> None:
     processes.observe("leader:release", read_only=read_only)
     _, stop = processes.lead("leader:release", "a", 30)
-    _, _, term_a, _ = processes.next_event("leads", "a")
+    term_a = processes.next_event("leads", "a")
     processes.sees_until("a")
     if standby:
         processes.lead("leader:release", "b", 30)
@@ -138,7 +140,7 @@ def test_a_release_reaches_the_observer_promptly(
 
     stopped = time.monotonic()
     stop.set()  # a leaves, and releases
-    _, _, released_term, _ = processes.next_event("released", "a")
+    released_term = processes.next_event("released", "a")
     seen = processes.sees_until("b" if standby else None)
 
     assert released_term == term_a
@@ -147,9 +149,10 @@ def test_a_release_reaches_the_observer_promptly(
     # the two, nobody leads.)
     assert seen[0][3] - stopped < PROMPTLY, f"{seen[0][3] - stopped:.2f} s after the release"
     if standby:
-        _, _, term_b, _ = processes.next_event("leads", "b")
+        term_b = processes.next_event("leads", "b")
         assert [event[1] for event in seen] in (["b"], [None, "b"])
-        assert seen[-1][2] == term_b > term_a
+        assert seen[-1][2] == term_b
+        assert term_b > term_a
     else:
         assert [event[1:3] for event in seen] == [(None, None)]
 
@@ -262,7 +265,7 @@ def first_changes(count: int) -> Any:
     """``observe_leader`` for the docs' examples, which observe for ever: its
     first ``count`` changes, then the end (and the thread's connection closed)."""
 
-    def observe(resource: str) -> Iterator[Leader | None]:
+    def observe(resource: str) -> Generator[Leader | None]:
         try:
             for number, leader in enumerate(observe_leader(resource), 1):
                 yield leader
