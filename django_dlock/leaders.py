@@ -128,7 +128,7 @@ class Observer:
         if listener is None or not listener.shares_channels:
             return False
         if self.watch is None:
-            self.watch = listener.watch(self.wakeup)
+            self.watch = listener.watch(self.wakeup, observer=True)
         return self.watch.overhear(channel, LISTEN_WAIT)
 
     def _look(self) -> Look:

@@ -18,10 +18,11 @@ import pytest
 from django.db import connection, connections
 
 from django_dlock import Leader, aobserve_leader, leaders, lock, observe_leader
+from django_dlock.listeners.registry import stop_listeners
 from django_dlock.models import DistributedLock, LockWaiter
 from tests import workers_leaders
 from tests.docs_utils import run_example
-from tests.utils import database_settings, run_in_thread, spawn, wait_for
+from tests.utils import database_settings, extra_database, run_in_thread, spawn, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -158,35 +159,43 @@ def test_a_release_reaches_the_observer_promptly(
 
 
 @pytest.mark.requires_postgres
+@pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
 def test_on_postgresql_the_release_itself_wakes_an_observer_that_would_not_look_for_10_s(
-    processes: Processes, settings: Any
+    processes: Processes, settings: Any, read_only: bool
 ) -> None:
     """The observer listens to the channel of the head of the candidates'
     queue; with a leader whose lease has 30 s left, it looks by itself only
-    every WAITER_TTL (10 s). Here in this process, so that the look is counted."""
+    every WAITER_TTL (10 s), and no poll could come in time. Also on a
+    connection (and so a listener) that may only read."""
     _, stop = processes.lead("leader:notify", "a", 30)
     processes.next_event("leads", "a")
     processes.lead("leader:notify", "b", 30)
     stands_by("leader:notify")
     seen: queue.Queue[tuple[Leader | None, float]] = queue.Queue()
-    settings.DLOCK_BACKOFF_MAX = 30  # no poll could come in time
+    settings.DLOCK_BACKOFF_MAX = 30
+    options = {"options": "-c default_transaction_read_only=on"} if read_only else {}
+    alias = "observer"
 
     def observe() -> None:
         try:
-            for leader in observe_leader("leader:notify"):
+            for leader in observe_leader("leader:notify", using=alias):
                 seen.put((leader, time.monotonic()))
                 if leader is not None and leader.label == "b":
                     return
         finally:
-            connection.close()
+            connections[alias].close()
 
-    threading.Thread(target=observe, daemon=True).start()
-    first, _ = seen.get(timeout=START)
-    assert first is not None and first.label == "a"
-    # Yielded after its LISTEN was in place: it sleeps on the channel now.
-    stopped = time.monotonic()
-    stop.set()
-    after, at = seen.get(timeout=START)
+    with extra_database(alias, **{**connection.settings_dict, "OPTIONS": options}):
+        observer = threading.Thread(target=observe, daemon=True)
+        observer.start()
+        first, _ = seen.get(timeout=START)
+        assert first is not None and first.label == "a"
+        # Yielded once its LISTEN was in place: it sleeps on the channel now.
+        stopped = time.monotonic()
+        stop.set()
+        after, at = seen.get(timeout=START)
+        observer.join(START)
+        stop_listeners()  # the alias's listener, before the alias goes
     assert after is not None and after.label == "b" and after.term > first.term
     assert at - stopped < PROMPTLY, f"{at - stopped:.2f} s after the release"
 

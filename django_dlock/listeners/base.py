@@ -50,12 +50,13 @@ class Watch:
     observer's (``overhears``) to every wake-up sent to another process's
     channel, where the database lets several listen on one (``shares_channels``)."""
 
-    def __init__(self, listener: Listener[Any], wakeup: Wakeup, overhears: str = "") -> None:
+    def __init__(self, listener: Listener[Any], wakeup: Wakeup, *, observer: bool = False) -> None:
         self.listener = listener
         self.channel = listener.channel
         self.wakeup = wakeup
         self.ticket: int | None = None
-        self.overhears = overhears
+        self.observer = observer  # never has a ticket
+        self.overhears = ""  # the other process's channel an observer listens to
 
     def overhear(self, channel: str, timeout: float) -> bool:
         """Listen to ``channel`` ("" to none) instead of the one before: whether
@@ -107,8 +108,9 @@ class Listener(Generic[_C]):
 
     # -- the waiters' side ---------------------------------------------------------
 
-    def watch(self, wakeup: Wakeup) -> Watch:
-        watch = Watch(self, wakeup)
+    def watch(self, wakeup: Wakeup, *, observer: bool = False) -> Watch:
+        """Subscribe a waiter (or, ``observer``, one that ``overhear``s others)."""
+        watch = Watch(self, wakeup, observer=observer)
         with self._lock:
             self._watches.append(watch)
             self._start()
@@ -133,10 +135,10 @@ class Listener(Generic[_C]):
                 timeout,
             ) and bool(self.usable and channel and self._listening)
 
-    def has_waiters(self) -> bool:
-        """Whether a waiter (not an observer) watches: one that may have a ticket."""
+    def only_observers(self) -> bool:
+        """Whether every watch is an observer's: none of them has a ticket."""
         with self._lock:
-            return any(not watch.overhears for watch in self._watches)
+            return bool(self._watches) and all(watch.observer for watch in self._watches)
 
     def _heard(self) -> set[str]:
         """(With ``_lock`` held.) The channels the live connection listens to."""
@@ -255,7 +257,7 @@ class Listener(Generic[_C]):
                 if watch.ticket == ticket:
                     watch.wakeup.set(as_head=True)
                     return
-            if any(watch.ticket is None and not watch.overhears for watch in self._watches):
+            if any(watch.ticket is None and not watch.observer for watch in self._watches):
                 # A waiter between queuing and claiming its ticket: keep it.
                 self._unclaimed.add(ticket)
 

@@ -84,7 +84,7 @@ class PostgresListener(Listener["psycopg.Connection[Any]"]):
         listen = sql.SQL("LISTEN {}").format(sql.Identifier(self.channel))
         # One query of several statements, without parameters (the simple query
         # protocol): one round trip and one transaction, not one for each.
-        statements = [*settings, listen, *([repoint] if self.has_waiters() else [])]
+        statements = [*settings, listen, *([] if self.only_observers() else [repoint])]
         connection.execute(sql.SQL("; ").join(statements))
 
     def _receive(self, connection: psycopg.Connection[Any]) -> None:
