@@ -15,14 +15,14 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import DatabaseError, connection, connections
 
 from django_dlock import Leader, aobserve_leader, leaders, lock, observe_leader
 from django_dlock.listeners.registry import stop_listeners
 from django_dlock.models import DistributedLock, LockWaiter
 from tests import workers_leaders
 from tests.docs_utils import run_example
-from tests.utils import database_settings, extra_database, run_in_thread, spawn, wait_for
+from tests.utils import database_settings, run_in_thread, spawn, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -159,6 +159,7 @@ def test_a_release_reaches_the_observer_promptly(
 
 
 @pytest.mark.requires_postgres
+@pytest.mark.django_db(transaction=True, databases=["default", "locks"])
 @pytest.mark.parametrize("read_only", [False, True], ids=["read-write", "read-only"])
 def test_on_postgresql_the_release_itself_wakes_an_observer_that_would_not_look_for_10_s(
     processes: Processes, settings: Any, read_only: bool
@@ -173,8 +174,9 @@ def test_on_postgresql_the_release_itself_wakes_an_observer_that_would_not_look_
     stands_by("leader:notify")
     seen: queue.Queue[tuple[Leader | None, float]] = queue.Queue()
     settings.DLOCK_BACKOFF_MAX = 30
-    options = {"options": "-c default_transaction_read_only=on"} if read_only else {}
-    alias = "observer"
+    alias = "locks"  # the same database, through a connection of its own
+    options = connections[alias].settings_dict["OPTIONS"]
+    read_only_options = {"options": "-c default_transaction_read_only=on"} if read_only else {}
 
     def observe() -> None:
         try:
@@ -185,7 +187,12 @@ def test_on_postgresql_the_release_itself_wakes_an_observer_that_would_not_look_
         finally:
             connections[alias].close()
 
-    with extra_database(alias, **{**connection.settings_dict, "OPTIONS": options}):
+    connections[alias].settings_dict["OPTIONS"] = {**options, **read_only_options}
+    try:
+        if read_only:  # the connection may not write
+            with pytest.raises(DatabaseError, match="read-only"):
+                Locks.using(alias).filter(resource="leader:notify").update(label="x")
+            connections[alias].close()
         observer = threading.Thread(target=observe, daemon=True)
         observer.start()
         first, _ = seen.get(timeout=START)
@@ -195,7 +202,9 @@ def test_on_postgresql_the_release_itself_wakes_an_observer_that_would_not_look_
         stop.set()
         after, at = seen.get(timeout=START)
         observer.join(START)
-        stop_listeners()  # the alias's listener, before the alias goes
+    finally:
+        stop_listeners()  # the alias's listener, on the read-only settings
+        connections[alias].settings_dict["OPTIONS"] = options
     assert after is not None and after.label == "b" and after.term > first.term
     assert at - stopped < PROMPTLY, f"{at - stopped:.2f} s after the release"
 

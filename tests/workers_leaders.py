@@ -29,7 +29,18 @@ def observe(db: dict[str, Any], resource: str, events: Any, read_only: bool = Fa
     host's monotonic time as it was yielded. ``read_only``: on a connection
     that may not write."""
     setup_worker(read_only_settings(db) if read_only else db)
+    from django.db import DatabaseError
+
     from django_dlock import observe_leader
+    from django_dlock.models import DistributedLock
+
+    if read_only:
+        try:
+            DistributedLock.objects.filter(resource=resource).update(label="written")
+        except DatabaseError:
+            pass  # as it should
+        else:
+            raise AssertionError("the observer's connection may write")
 
     for leader in observe_leader(resource):
         if leader is None:
