@@ -29,13 +29,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from django_dlock.backends import backend_for
 from django_dlock.backends.clock import DatabaseNow
 from django_dlock.conf import conf
 from django_dlock.listeners.base import Watch
 from django_dlock.listeners.registry import listener_for
 from django_dlock.locking.waiting import LISTEN_WAIT, WAITER_TTL
 from django_dlock.locking.wakeup import Wakeup
-from django_dlock.models import DistributedLock, LockWaiter
+from django_dlock.models import DistributedLock
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.threads import run_in_lock_thread
 from django_dlock.validators import validate_resource
@@ -124,10 +125,13 @@ class Observer:
     def _hear(self, channel: str) -> bool:
         """Listen to ``channel`` (the queue's head's); whether a release sent
         there reaches this observer now."""
+        if self.watch is None and not channel:
+            return False  # nothing to hear yet: no listener started for it
         listener = listener_for(self.using)
         if listener is None or not listener.shares_channels:
             return False
-        if self.watch is None:
+        if self.watch is None or self.watch.listener is not listener:
+            self.close()  # (a listener stopped and started again)
             self.watch = listener.watch(self.wakeup, observer=True)
         return self.watch.overhear(channel, LISTEN_WAIT)
 
@@ -141,19 +145,20 @@ class Observer:
             .values_list("label", "fencing_token", "acquired_at", "expires_at", "now")
             .first()
         )
-        channel = (
-            LockWaiter.objects.using(self.using)
-            .filter(resource=self.resource, expires_at__gt=now)
-            .exclude(channel="")
-            .order_by("id")
-            .values_list("channel", flat=True)
-            .first()
-        )
+        # The head's channel only where it can be heard.
+        channel = backend_for(self.using).queue.head_channel(self.resource) if self.hearable else ""
         if row is None:
-            return Look(None, None, channel or "")
+            return Look(None, None, channel)
         label, term, since, expires_at, db_now = row
         expires_in = (_aware(expires_at) - _aware(db_now)).total_seconds()
-        return Look(Leader(label, term, _aware(since)), expires_in, channel or "")
+        return Look(Leader(label, term, _aware(since)), expires_in, channel)
+
+    @property
+    def hearable(self) -> bool:
+        """Whether this process can listen to another's channel (PostgreSQL's
+        listener, where it is usable)."""
+        listener = listener_for(self.using)
+        return listener is not None and listener.shares_channels
 
     def close(self) -> None:
         if self.watch is not None:
