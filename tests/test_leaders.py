@@ -18,7 +18,9 @@ import pytest
 from django.db import DatabaseError, connection, connections
 
 from django_dlock import Leader, aobserve_leader, leaders, lock, observe_leader
+from django_dlock.listeners.base import Listener, Watch
 from django_dlock.listeners.registry import stop_listeners
+from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock, LockWaiter
 from tests import workers_leaders
 from tests.docs_utils import run_example
@@ -329,3 +331,28 @@ def test_the_recipe_follows_the_scheduler_leader(monkeypatch: pytest.MonkeyPatch
     thread.join(START)
     assert not thread.is_alive()  # it saw the two changes
     assert current["leader"] is None
+
+
+def test_the_listener_wakes_the_observers_of_a_channel_and_keeps_no_ticket_for_them() -> None:
+    """What the thread does with a wake-up (``_dispatch``), without a connection."""
+    listener: Listener[Any] = Listener("default")
+    observing, other, waiting = Wakeup(), Wakeup(), Wakeup()
+    observer = Watch(listener, observing, observer=True)
+    observer.overhears = "dlock_head"
+    elsewhere = Watch(listener, other, observer=True)
+    elsewhere.overhears = "dlock_another"
+    listener._watches += [observer, elsewhere]
+
+    listener._dispatch("7", "dlock_head")  # a release woke that head, in another process
+    assert observing.wait(0) and not other.wait(0)
+    listener._dispatch("8", listener.channel)  # a ticket of this process's, unknown here
+    assert listener._unclaimed == set()  # only observers watch: nobody will claim it
+
+    waiter = Watch(listener, waiting)  # a waiter between queuing and claiming its ticket
+    listener._watches.append(waiter)
+    listener._dispatch("9", listener.channel)
+    assert listener._unclaimed == {9}
+    waiter.claim(9)
+    assert waiting.wait(0) and waiting.as_head
+    os.close(listener._wake_read)  # (its thread never started)
+    os.close(listener._wake_write)
