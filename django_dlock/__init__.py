@@ -17,6 +17,7 @@ from django_dlock.exceptions import (
 
 if TYPE_CHECKING:
     from django_dlock.kinds import LockKind
+    from django_dlock.leaders import Leader, aobserve_leader, observe_leader
     from django_dlock.locking import lock
     from django_dlock.once import once_per
     from django_dlock.throttles import throttle
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DlockError",
     "InvalidArgument",
+    "Leader",
     "LockExpired",
     "LockKind",
     "LockLost",
@@ -31,7 +33,9 @@ __all__ = [
     "LockNotOwned",
     "LockTransactionError",
     "Throttled",
+    "aobserve_leader",
     "lock",
+    "observe_leader",
     "once_per",
     "throttle",
 ]
@@ -52,6 +56,10 @@ def __getattr__(name: str) -> Any:
         from django_dlock.once import once_per
 
         return once_per
+    if name in ("Leader", "observe_leader", "aobserve_leader"):
+        from django_dlock import leaders
+
+        return getattr(leaders, name)
     if name == "LockKind":
         from django_dlock.kinds import LockKind
 

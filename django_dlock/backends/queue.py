@@ -162,6 +162,21 @@ class WaiterQueue:
             f"WHERE h.{qn('resource')} = {resource} AND h.{qn('expires_at')} > {now_sql}"
         )
 
+    def head_channel(self, resource: str) -> str:
+        """The channel of the live waiter first in line for ``resource``: the
+        one a release wakes ("" for no waiter, or a head that polls). One
+        SELECT: a leader's observer listens there too (``django_dlock.leaders``)."""
+        qn = self.tables.qn
+        sql = (
+            f"SELECT w.{qn('channel')} FROM {self.tables.waiters_table} w "  # noqa: S608
+            f"WHERE w.{qn('resource')} = %s AND {self.live_waiter_sql('w.')} "
+            f"ORDER BY w.{qn('id')} LIMIT 1"
+        )
+        with self.tables.connection.cursor() as cursor:
+            cursor.execute(sql, [resource])
+            row = cursor.fetchone()
+        return "" if row is None else str(row[0])
+
     def queue_state(self, resource: str, ticket: int | None) -> QueueRow:
         """One statement, no transaction: the lock row, how many live waiters
         are queued before ``ticket`` (all of them when ``ticket`` is None), and

@@ -25,6 +25,7 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -45,13 +46,23 @@ _C = TypeVar("_C")  # a listener's connection: what its thread receives on
 
 
 class Watch:
-    """One waiter's subscription to the releases that name its ticket."""
+    """One waiter's subscription to the releases that name its ticket; or an
+    observer's (``overhears``) to every wake-up sent to another process's
+    channel, where the database lets several listen on one (``shares_channels``)."""
 
-    def __init__(self, listener: Listener[Any], wakeup: Wakeup) -> None:
+    def __init__(self, listener: Listener[Any], wakeup: Wakeup, *, observer: bool = False) -> None:
         self.listener = listener
         self.channel = listener.channel
         self.wakeup = wakeup
         self.ticket: int | None = None
+        self.observer = observer  # never has a ticket
+        self.overhears = ""  # the other process's channel an observer listens to
+
+    def overhear(self, channel: str, timeout: float) -> bool:
+        """Listen to ``channel`` ("" to none) instead of the one before: whether
+        a wake-up sent there now reaches this watch, waiting up to ``timeout``
+        seconds for the listener to get there."""
+        return self.listener._overhear(self, channel, timeout)
 
     def listening(self, timeout: float = 0.0) -> bool:
         """Whether a release now reaches this waiter; waits up to ``timeout``
@@ -82,6 +93,7 @@ class Listener(Generic[_C]):
         self._last_used = 0.0  # when the last waiter left
         self._listening = False  # the live connection receives on the channel
         self._unclaimed: set[int] = set()  # tickets woken before their claim
+        self._overheard: set[str] = set()  # other processes' channels listened to
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._wake_read, self._wake_write = os.pipe()
@@ -90,10 +102,15 @@ class Listener(Generic[_C]):
         # where the server can tell whether it lives (see ``LockWaiter.listener_pid``).
         self.backend_pid: int | None = None
 
+    #: Whether a process may listen to another's channel (``LISTEN``): a
+    #: leader's observer hears the releases that wake the head of the queue.
+    shares_channels = False
+
     # -- the waiters' side ---------------------------------------------------------
 
-    def watch(self, wakeup: Wakeup) -> Watch:
-        watch = Watch(self, wakeup)
+    def watch(self, wakeup: Wakeup, *, observer: bool = False) -> Watch:
+        """Subscribe a waiter (or, ``observer``, one that ``overhear``s others)."""
+        watch = Watch(self, wakeup, observer=observer)
         with self._lock:
             self._watches.append(watch)
             self._start()
@@ -105,6 +122,41 @@ class Listener(Generic[_C]):
             if ticket in self._unclaimed:
                 self._unclaimed.discard(ticket)
                 watch.wakeup.set(as_head=True)
+
+    def _overhear(self, watch: Watch, channel: str, timeout: float) -> bool:
+        with self._lock:
+            if channel != watch.overhears:
+                watch.overhears = channel
+                self._poke()  # the thread listens to the channels overheard now
+            if not channel:
+                return False
+            return self._lock.wait_for(
+                lambda: not self.usable or (self._listening and channel in self._heard()),
+                timeout,
+            ) and bool(self.usable and channel and self._listening)
+
+    def only_observers(self) -> bool:
+        """Whether every watch is an observer's: none of them has a ticket."""
+        with self._lock:
+            return bool(self._watches) and all(watch.observer for watch in self._watches)
+
+    def _heard(self) -> set[str]:
+        """(With ``_lock`` held.) The channels the live connection listens to."""
+        return {self.channel, *self._overheard}
+
+    def _overhearing(self, listen: Callable[[set[str], set[str]], None]) -> None:
+        """(The thread.) Listen to the channels the observers want to hear now
+        and to no other: ``listen(new, gone)`` does it on the connection."""
+        with self._lock:
+            wanted = {watch.overhears for watch in self._watches if watch.overhears}
+            wanted.discard(self.channel)  # listened to already, for this process's waiters
+            heard = set(self._overheard)
+        if wanted == heard:
+            return
+        listen(wanted - heard, heard - wanted)
+        with self._lock:
+            self._overheard = wanted
+            self._lock.notify_all()
 
     def _unwatch(self, watch: Watch) -> None:
         with self._lock:
@@ -188,7 +240,14 @@ class Listener(Generic[_C]):
                 return True
             return False
 
-    def _dispatch(self, payload: str) -> None:
+    def _dispatch(self, payload: str, channel: str = "") -> None:
+        if channel:
+            with self._lock:
+                for watch in self._watches:
+                    if watch.overhears == channel:
+                        watch.wakeup.set()
+            if channel != self.channel:
+                return
         try:
             ticket = int(payload)
         except ValueError:
@@ -198,7 +257,7 @@ class Listener(Generic[_C]):
                 if watch.ticket == ticket:
                     watch.wakeup.set(as_head=True)
                     return
-            if any(watch.ticket is None for watch in self._watches):
+            if any(watch.ticket is None and not watch.observer for watch in self._watches):
                 # A waiter between queuing and claiming its ticket: keep it.
                 self._unclaimed.add(ticket)
 
@@ -216,6 +275,7 @@ class Listener(Generic[_C]):
     def _not_listening(self) -> None:
         """(With ``_lock`` held.) Nothing listens: waiters poll, and all look once."""
         self._listening = False
+        self._overheard = set()
         self.backend_pid = None
         self._lock.notify_all()
         self._wake_all()

@@ -31,6 +31,8 @@ KEEPALIVES = {"tcp_keepalives_idle": 1, "tcp_keepalives_interval": 1, "tcp_keepa
 class PostgresListener(Listener["psycopg.Connection[Any]"]):
     """``LISTEN`` on a connection of its own; releases ``NOTIFY`` the channel."""
 
+    shares_channels = True
+
     def _connect(self) -> psycopg.Connection[Any] | None:
         import psycopg
 
@@ -55,7 +57,7 @@ class PostgresListener(Listener["psycopg.Connection[Any]"]):
                 self._wake_all()
             return None
         self.backend_pid = pid
-        connection.add_notify_handler(lambda notify: self._dispatch(notify.payload))
+        connection.add_notify_handler(lambda notify: self._dispatch(notify.payload, notify.channel))
         return connection
 
     def _subscribe(self, connection: psycopg.Connection[Any]) -> None:
@@ -69,7 +71,9 @@ class PostgresListener(Listener["psycopg.Connection[Any]"]):
             for setting, value in KEEPALIVES.items()
         ]
         # Tickets queued through an earlier connection (a reconnect) name its
-        # server process, which is gone: they name this one from now on.
+        # server process, which is gone: they name this one from now on. (Not
+        # for a process that only observes leaders: it has no tickets, and may
+        # be allowed to read only.)
         meta = apps.get_model("django_dlock", "LockWaiter")._meta
         repoint = sql.SQL("UPDATE {} SET {} = pg_backend_pid() WHERE {} = {}").format(
             sql.Identifier(meta.db_table),
@@ -80,9 +84,11 @@ class PostgresListener(Listener["psycopg.Connection[Any]"]):
         listen = sql.SQL("LISTEN {}").format(sql.Identifier(self.channel))
         # One query of several statements, without parameters (the simple query
         # protocol): one round trip and one transaction, not one for each.
-        connection.execute(sql.SQL("; ").join([*settings, listen, repoint]))
+        statements = [*settings, listen, *([] if self.only_observers() else [repoint])]
+        connection.execute(sql.SQL("; ").join(statements))
 
     def _receive(self, connection: psycopg.Connection[Any]) -> None:
+        self._overhearing(lambda new, gone: self._listen(connection, new, gone))
         socket = connection.fileno()
         ready, _, _ = select.select([socket, self._wake_read], [], [], IDLE_TICK)
         if self._wake_read in ready:
@@ -96,7 +102,15 @@ class PostgresListener(Listener["psycopg.Connection[Any]"]):
             if pgconn.status != pq.ConnStatus.OK:
                 raise ConnectionError("the listening connection broke")
             while (notify := pgconn.notifies()) is not None:
-                self._dispatch(notify.extra.decode())
+                self._dispatch(notify.extra.decode(), notify.relname.decode())
+
+    def _listen(self, connection: psycopg.Connection[Any], new: set[str], gone: set[str]) -> None:
+        """``LISTEN`` to the channels ``new`` and no longer to ``gone``, in one query."""
+        from psycopg import sql
+
+        statements = [sql.SQL("LISTEN {}").format(sql.Identifier(name)) for name in sorted(new)]
+        statements += [sql.SQL("UNLISTEN {}").format(sql.Identifier(name)) for name in sorted(gone)]
+        connection.execute(sql.SQL("; ").join(statements))
 
     def _close(self, connection: psycopg.Connection[Any]) -> None:
         connection.close()
