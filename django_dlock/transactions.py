@@ -77,15 +77,27 @@ def in_lock_transaction(backend: TransactionHooks, operation: Callable[[], _T]) 
     """
     using = backend.using
     connection = connections[using]
-    nested = atomic_depth(connection) > 0
+
+    def attempt() -> _T:
+        refuse_callers_transaction(using, connection)
+        with backend.transaction(), transaction.atomic(using=using, durable=True):
+            return operation()
+
+    if atomic_depth(connection) > 0:
+        return attempt()  # the test's transaction: a retry would not undo the attempt
+    return run_again_after_lost_races(backend, attempt)
+
+
+def run_again_after_lost_races(backend: TransactionHooks, operation: Callable[[], _T]) -> _T:
+    """``operation()``, run again while ``backend.retry_after`` says that its
+    failure was a lost race that wrote nothing (an InnoDB deadlock's victim,
+    SQLite's busy database), after the pause it gives."""
     started = time.monotonic()
     for attempt in itertools.count(1):
-        refuse_callers_transaction(using, connection)
         try:
-            with backend.transaction(), transaction.atomic(using=using, durable=True):
-                return operation()
+            return operation()
         except DatabaseError as error:
-            pause = None if nested else backend.retry_after(error, attempt, started)
+            pause = backend.retry_after(error, attempt, started)
             if pause is None:
                 raise
             time.sleep(pause)

@@ -138,6 +138,28 @@ def test_an_acquire_chosen_as_a_deadlock_victim_runs_again(other_session: Any) -
     assert Locks.get(resource="job:victim").owner == "b"
 
 
+def test_the_one_statement_acquire_and_release_run_again_as_a_deadlocks_victim() -> None:
+    # The exclusive lock's one UPDATE in autocommit, rolled back by InnoDB as a
+    # deadlock's victim (error 1213, as the torture run met it): it wrote
+    # nothing, and runs again instead of raising. Each UPDATE fails once here.
+    failed: list[str] = []
+
+    def deadlock_once(execute: Any, sql: str, *args: Any) -> Any:
+        if sql.startswith("UPDATE `distributed_locks`") and sql not in failed:
+            failed.append(sql)
+            raise OperationalError(1213, "Deadlock found when trying to get lock")
+        return execute(sql, *args)
+
+    first = Locks.acquire("victim:once", owner="a", ttl=30)
+    assert first is not None and Locks.release("victim:once", owner="a") is ReleaseResult.RELEASED
+    with connection.execute_wrapper(deadlock_once):
+        taken = Locks.acquire("victim:once", owner="a", ttl=30)
+        assert taken is not None and taken.fencing_token == first.fencing_token + 1
+        assert Locks.release("victim:once", owner="a") is ReleaseResult.RELEASED
+    assert len(failed) == 2  # the acquire's UPDATE and the release's, each failed once
+    assert not Locks.active().filter(resource="victim:once").exists()
+
+
 def innodb_deadlocks() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'")
