@@ -541,8 +541,12 @@ def test_on_duplicate_arguments_are_checked_at_decoration() -> None:
 
     def plain(a: int) -> None: ...
 
+    # shared=False: a shared task is made again in every Celery app that finalizes later in
+    # this process (the README's example's), and would raise there.
     with pytest.raises(TypeError, match="base=EnqueueOnce on plain"):
-        app.task(name="tests.plain_once", base=EnqueueOnce, lazy=False)(locked_task("x:{a}")(plain))
+        app.task(name="tests.plain_once", base=EnqueueOnce, lazy=False, shared=False)(
+            locked_task("x:{a}")(plain)
+        )
 
 
 def test_on_duplicate_without_the_enqueue_once_task_class_fails_its_run() -> None:
@@ -554,7 +558,7 @@ def test_on_duplicate_without_the_enqueue_once_task_class_fails_its_run() -> Non
     # workers fixture gives it the test broker (and later tests would wait on another).
     app = Celery("unmarked")
 
-    @app.task(name="tests.unmarked", lazy=False)
+    @app.task(name="tests.unmarked", lazy=False, shared=False)
     @locked_task("x:{a}", on_duplicate="raise")
     def unmarked(a: int) -> None:
         pytest.fail("must not run")
