@@ -85,23 +85,27 @@ def test_purge_locks_reports_throttle_keys_on_a_line_of_their_own() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_purge_running_beside_the_uses_never_lets_a_window_hold_more() -> None:
-    """Two processes use four keys at random moments at 2 uses a second, so keys often
-    go free, while a third purges free keys in a loop: the purge deletes keys again and
-    again, and by the database's times no second ever holds more than 2 granted uses of
-    a key, and each refusal came while one held 2."""
-    keys = [f"purged:{n}" for n in range(4)]
+    """Two processes each use a random one of eight keys every 0 to 0.5 s, so keys
+    often go free, while a third purges free keys in a loop: the purge deletes
+    keys again and again, and by the database's times no second ever holds more than
+    a key's limit of granted uses, and each refusal came while one held that many.
+    Half the keys allow 1 use a second (each use writes slot 0, the row the purge
+    locks), half 2 (a use may write slot 1 instead, which the purge's second look
+    must see)."""
+    period = timedelta(seconds=1)
+    limits = {f"purged:{n}": 1 + n % 2 for n in range(8)}
     start = spawn.Barrier(3)
-    limit, period = 2, timedelta(seconds=1)
 
     *users, deleted = run_in_processes(
         workers_throttles.use_or_purge,
-        [("wander", database_settings(), keys, "2/s", 2.5, start)] * 2
+        [("wander", database_settings(), {k: f"{n}/s" for k, n in limits.items()}, 2.5, start)]
+        * 2
         + [("purge", database_settings(), 2.5, start)],
     )
 
-    assert deleted > 0
+    assert deleted > 0  # 3 to 8 a run: a key goes free once its uses are a second old
     decisions = sorted((d for worker in users for d in worker), key=lambda d: d[2])
-    for key in keys:
+    for key, limit in limits.items():
         grants = [at for k, granted, at in decisions if k == key and granted]
         for earlier, later in zip(grants, grants[limit:], strict=False):
             assert later - earlier >= period, f"{key}: {limit + 1} uses within {later - earlier}"

@@ -33,10 +33,10 @@ def hammer(
 
 
 def wander(
-    db: dict[str, Any], keys: list[str], rate: str, seconds: float, start: Any
+    db: dict[str, Any], rates: dict[str, str], seconds: float, start: Any
 ) -> list[tuple[str, bool, datetime]]:
-    """Use a random one of ``keys`` every 0 to 0.5 s for ``seconds``; (key, granted,
-    database time) of each use."""
+    """Use a random one of the keys of ``rates`` (at its rate) every 0 to 0.5 s
+    for ``seconds``; (key, granted, database time) of each use."""
     setup_worker(db)
     from django_dlock import throttle
 
@@ -44,7 +44,8 @@ def wander(
     deadline = time.monotonic() + seconds
     decisions = []
     while time.monotonic() < deadline:
-        decision = throttle(random.choice(keys), rate=rate).try_use()
+        key = random.choice(list(rates))
+        decision = throttle(key, rate=rates[key]).try_use()
         decisions.append((decision.key, decision.granted, decision.at))
         time.sleep(random.uniform(0, 0.5))
     return decisions
