@@ -98,8 +98,7 @@ def test_a_purge_running_beside_the_uses_never_lets_a_window_hold_more() -> None
 
     *users, deleted = run_in_processes(
         workers_throttles.use_or_purge,
-        [("wander", database_settings(), {k: f"{n}/s" for k, n in limits.items()}, 2.5, start)]
-        * 2
+        [("wander", database_settings(), {k: f"{n}/s" for k, n in limits.items()}, 2.5, start)] * 2
         + [("purge", database_settings(), 2.5, start)],
     )
 
