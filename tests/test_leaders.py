@@ -48,6 +48,7 @@ class Processes:
         self.seen: Any = spawn.Queue()  # the observers': ("sees", label or None, term, t)
         self.started: list[Any] = []
         self.stops: list[Any] = []  # kept: a child unpickles its event after start()
+        self.early: list[Event] = []  # candidates' events read before they were asked for
 
     def start(self, target: Any, *args: Any) -> Any:
         process = spawn.Process(target=target, args=(database_settings(), *args), daemon=True)
@@ -64,10 +65,21 @@ class Processes:
         return self.start(workers_leaders.observe, resource, self.seen, read_only)
 
     def next_event(self, kind: str, label: str) -> int:
-        """The term of the candidates' next event, which must be ``kind`` by ``label``."""
-        event: Event = self.events.get(timeout=START)
-        assert event[:2] == (kind, label) and event[2] is not None, event
-        return event[2]
+        """The term of ``label``'s next ``kind`` event. Another candidate's may come
+        first: a standby that the release handed the lock to can report that it
+        leads before the releasing process reports its release. Those are kept
+        for the calls that ask for them (each process's own come in order)."""
+        deadline = time.monotonic() + START
+        while True:
+            for event in self.early:
+                if event[:2] == (kind, label):
+                    self.early.remove(event)
+                    assert event[2] is not None, event
+                    return event[2]
+            try:
+                self.early.append(self.events.get(timeout=max(deadline - time.monotonic(), 0.01)))
+            except queue.Empty:
+                raise AssertionError(f"no {kind!r} of {label!r}; others: {self.early}") from None
 
     def sees_until(self, label: str | None, seconds: float = START) -> list[Event]:
         """What the observer reports, up to and including ``label``'s leadership."""
