@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any, Literal, TypeVar, cast, overload
 
 from django.db import models
@@ -105,6 +106,7 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         shared: Literal[False] = False,
         limit: None = None,
         label: str = "",
+        lock_delay: float | timedelta | None = None,
     ) -> _Lock | None: ...
 
     @overload
@@ -118,6 +120,7 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         shared: bool = False,
         limit: int | None = None,
         label: str = "",
+        lock_delay: float | timedelta | None = None,
     ) -> Hold | None: ...
 
     def acquire(
@@ -130,6 +133,7 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         shared: bool = False,
         limit: int | None = None,
         label: str = "",
+        lock_delay: float | timedelta | None = None,
     ) -> _Lock | Hold | None:
         """Take a hold on ``resource`` for ``ttl`` seconds; never waits.
 
@@ -145,11 +149,16 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         every earlier one for ``resource``. ``label`` is a public name for the
         holder (the owner is a secret). Raises ``LockKindMismatch`` when the
         resource has holders of another kind (a semaphore, or another limit).
+        ``lock_delay`` (seconds, exclusive holds): if this hold is lost rather
+        than released (it expires, or is force-released), the resource is
+        refused to everyone for that long after (``DistributedLock.available_at``).
         """
         validate_resource(resource)
         owner = new_owner_token() if owner is None else validate_owner(owner)
         service = self._service()
-        claim = service.claim(resource, owner, ttl, reentrant, shared, limit, label)
+        claim = service.claim(
+            resource, owner, ttl, reentrant, shared, limit, label, lock_delay=lock_delay
+        )
         hold = service.take(claim)
         if hold is None:
             signals.send_refused(self.model, claim)
@@ -294,6 +303,7 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         shared: bool = False,
         limit: int | None = None,
         label: str = "",
+        lock_delay: float | timedelta | None = None,
     ) -> Hold | None:
         """``acquire()`` for async code: never waits for the lock.
 
@@ -305,7 +315,14 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
 
         def acquire() -> Hold | None:
             return self.acquire(
-                resource, owner, ttl, reentrant=reentrant, shared=shared, limit=limit, label=label
+                resource,
+                owner,
+                ttl,
+                reentrant=reentrant,
+                shared=shared,
+                limit=limit,
+                label=label,
+                lock_delay=lock_delay,
             )
 
         acquiring = run_in_lock_thread(using, acquire)

@@ -62,6 +62,12 @@ class DistributedLock(models.Model):
     # While shared holders hold it: the semaphore's number of permits, or null
     # for readers (a read-write lock).
     limit = models.PositiveIntegerField(_("limit"), null=True, blank=True)
+    # The exclusive holder's lock-delay (``lock(..., lock_delay=...)``), as
+    # Chubby's: after an involuntary loss (the lease ran out, or an operator
+    # force-released it) nobody takes the resource until ``expires_at +
+    # lock_delay``, so a late writer that ignores fencing tokens cannot collide
+    # with the next holder. A release by the holder clears it. Null: no delay.
+    lock_delay = models.DurationField(_("lock delay"), null=True, blank=True)
 
     objects = DistributedLockManager["DistributedLock"]()
 
@@ -98,6 +104,26 @@ class DistributedLock(models.Model):
         The manager decides expiry with the database's clock; this is for display.
         """
         return (now or timezone.now()) >= self.expires_at
+
+    @property
+    def available_at(self) -> datetime | None:
+        """When its lock-delay ends, if a lock-delay was kept after an
+        involuntary loss (the row has no valid holder then); None without one.
+        Until then the resource is refused to everyone. (Whether that moment
+        has passed is the database clock's to say: ``is_delayed``.)"""
+        if self.lock_delay is None:
+            return None
+        return self.expires_at + self.lock_delay
+
+    def is_delayed(self, now: datetime | None = None) -> bool:
+        """Whether the lock-delay of an involuntary loss still runs at ``now``
+        (default: this server's clock; for display, as ``is_expired``)."""
+        available_at = self.available_at
+        return (
+            available_at is not None
+            and self.is_expired(now)
+            and (now or timezone.now()) < available_at
+        )
 
 
 class LockHold(models.Model):

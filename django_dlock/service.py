@@ -35,7 +35,7 @@ from django_dlock.rules import (
     duration_of,
     kind_of,
 )
-from django_dlock.validators import validate_label, validate_resource
+from django_dlock.validators import validate_label, validate_lock_delay, validate_resource
 
 __all__ = ["LockService", "mismatch", "service_for", "service_of"]
 
@@ -63,10 +63,13 @@ class LockService(Generic[_Lock]):
         label: str = "",
         ticket: int | None = None,
         held_token: int | None = None,
+        lock_delay: float | timedelta | None = None,
     ) -> Claim:
         """What an acquisition of ``resource`` by ``owner`` asks for (the
         arguments not yet checked are checked here)."""
         kind = LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant)
+        exclusive = not kind.shared and kind.limit is None
+        delay = 0.0 if lock_delay is None else validate_lock_delay(lock_delay, exclusive=exclusive)
         return Claim(
             resource=resource,
             owner=owner,
@@ -77,6 +80,7 @@ class LockService(Generic[_Lock]):
             label=validate_label(label),
             ticket=ticket,
             held_token=held_token,
+            lock_delay=timedelta(seconds=delay) if delay else None,
         )
 
     def claims(
@@ -129,12 +133,17 @@ class LockService(Generic[_Lock]):
         return holds
 
     def accept_handover(
-        self, resource: str, owner: str, ticket: int, duration: timedelta
+        self,
+        resource: str,
+        owner: str,
+        ticket: int,
+        duration: timedelta,
+        lock_delay: timedelta | None = None,
     ) -> Hold | None:
-        """The lock, for ``duration`` from now, if a release handed it to the
-        waiter of ``ticket`` (``BackendFeatures.grants_on_release``) and the offer
-        still stands; announced as acquired."""
-        row = self._backend().granted(resource, owner, ticket, duration)
+        """The lock, for ``duration`` from now (with ``lock_delay``), if a release
+        handed it to the waiter of ``ticket`` (``BackendFeatures.grants_on_release``)
+        and the offer still stands; announced as acquired."""
+        row = self._backend().granted(resource, owner, ticket, duration, lock_delay)
         if row is None:
             return None
         hold = self.instance(row)

@@ -9,6 +9,7 @@ import re
 import sys
 import unicodedata
 from collections.abc import Callable
+from datetime import timedelta
 from functools import cache
 
 from django.utils.functional import Promise
@@ -265,5 +266,30 @@ def validate_ttl(value: object) -> float:
             _("A ttl must be greater than 0 and at most %(max)s seconds."),
             code="range",
             params={"max": max_ttl},
+        )
+    return float(value)
+
+
+def validate_lock_delay(value: object, *, exclusive: bool = True) -> float:
+    """Return ``value`` as seconds if it is a valid lock-delay (0 <= delay <=
+    DLOCK_MAX_TTL; 0: none) of a lock held ``exclusive``-ly (a reader's or a
+    permit's loss keeps nobody out). A ``timedelta`` is taken as its seconds."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(_("A lock_delay must be a number of seconds."), code="invalid")
+    max_delay = conf.MAX_TTL
+    if (isinstance(value, int) and abs(value) > 2**53) or not (
+        math.isfinite(value) and 0 <= value <= max_delay
+    ):
+        raise InvalidArgument(
+            _("A lock_delay must be at least 0 and at most %(max)s seconds."),
+            code="range",
+            params={"max": max_delay},
+        )
+    if value and not exclusive:
+        raise InvalidArgument(
+            _("A lock_delay is for one resource held exclusively, not a reader or a permit."),
+            code="lock_delay",
         )
     return float(value)

@@ -16,6 +16,10 @@ are the contract's ("Lock kinds"), and each has a test of its own.
 - A re-entry or a change of mode (``claim.held_token``) is of the grant the
   claimant holds: refused when that grant was lost, even where the resource is
   free (a new grant in its place would hide the loss from its holder).
+- A resource whose exclusive holder lost it (its lease ran out, or an
+  operator force-released it) with a lock-delay is refused to every claim
+  until the delay ends (``LockRow.available_at``); a release by the holder
+  leaves no delay.
 - While a resource has holders, a claim of another kind (a semaphore where it
   is a lock, a lock where it is a semaphore, another limit) is a mismatch.
 """
@@ -66,6 +70,8 @@ def admit(
     # Free: nobody holds it. (A row that shows shared holders none of which is
     # valid is free too: PostgreSQL's one-statement release keeps the row's
     # count of holds, which still counts holds that expired unreleased.)
+    if header.available_at is not None:  # its holder's lock-delay runs
+        return Admission(Action.REFUSE)
     if claim.held_token is not None:  # the grant it meant was lost
         return Admission(Action.REFUSE)
     if claim.exclusive:

@@ -113,7 +113,11 @@ class LockBackend:
         if header is None:
             if claim.exclusive:
                 inserted = self.rows.insert(
-                    claim.resource, claim.owner, claim.duration, label=claim.label
+                    claim.resource,
+                    claim.owner,
+                    claim.duration,
+                    label=claim.label,
+                    lock_delay=claim.lock_delay,
                 )
                 if inserted is not None:
                     self._leave(claim.ticket)
@@ -197,8 +201,15 @@ class LockBackend:
             self.rows.update(row, ["hold_count"])
             return Released(row=row, owner=header.owner, result=ReleaseResult.DECREMENTED)
         # The row stays, expired and ownerless, to keep the fencing token counting.
-        row = replace(header, owner="", expires_at=header.now)
-        self.mark_released(row)
+        if owner is None and header.lock_delay is not None:
+            # An operator's, of a holder with a lock-delay: nobody takes it
+            # until the delay ends, so neither does the head of the queue
+            # (it looks again then).
+            row = replace(header, owner="", expires_at=header.now)
+            self.rows.update(row, ["owner", "expires_at"])
+        else:  # the holder's own release leaves no delay behind
+            row = replace(header, owner="", expires_at=header.now, lock_delay=None)
+            self.mark_released(row)
         return Released(
             row=row, owner=header.owner, result=ReleaseResult.RELEASED, released=(header,)
         )
@@ -281,17 +292,24 @@ class LockBackend:
         return [released[name] for name in resources]
 
     def mark_released(self, row: LockRow) -> None:
-        """Write the released ``row`` (no owner, expired) inside its lock
-        transaction; a vendor also wakes the head of the resource's queue here."""
-        self.rows.update(row, ["owner", "expires_at", "limit"])
+        """Write the released ``row`` (no owner, expired, no lock-delay) inside
+        its lock transaction; a vendor also wakes the head of the resource's
+        queue here."""
+        self.rows.update(row, ["owner", "expires_at", "limit", "lock_delay"])
 
     def granted(
-        self, resource: str, owner: str, ticket: int, duration: timedelta
+        self,
+        resource: str,
+        owner: str,
+        ticket: int,
+        duration: timedelta,
+        lock_delay: timedelta | None = None,
     ) -> LockRow | None:
         """The lock, if a release handed it to the waiter of ``ticket`` and its
         offer still stands: held by ``owner`` for the hand-over's lease
         (``HANDOVER_LEASE``), the ticket gone. One autocommit ``UPDATE`` takes
-        the offer: the lock is the waiter's for ``duration`` from now. An offer
+        the offer: the lock is the waiter's for ``duration`` from now, with its
+        ``lock_delay`` (the release wrote none). An offer
         that lapsed (the waiter was paused) was never the waiter's: its lease
         ran out, and the next waiter took the lock or may."""
         if not self.features.grants_on_release:
@@ -302,13 +320,14 @@ class LockBackend:
         expires_sql, expires_params = compile_expression(self.using, now_plus(duration))
         # Only quoted identifiers and Django-compiled SQL are formatted in.
         sql = (
-            f"UPDATE {tables.table} SET {qn('expires_at')} = {expires_sql} "  # noqa: S608
-            f"WHERE {qn('resource')} = %s AND {qn('owner')} = %s "
+            f"UPDATE {tables.table} SET {qn('expires_at')} = {expires_sql}, "  # noqa: S608
+            f"{qn('lock_delay')} = %s WHERE {qn('resource')} = %s AND {qn('owner')} = %s "
             f"AND {qn('expires_at')} > {now_sql} AND NOT EXISTS "
             f"(SELECT 1 FROM {tables.waiters_table} w WHERE w.{qn('id')} = %s) "
             f"RETURNING {', '.join(tables.columns)}, {now_sql}"
         )
-        params = [*expires_params, resource, owner, *now_params, ticket, *now_params]
+        delay = self.rows.duration_value(lock_delay)
+        params = [*expires_params, delay, resource, owner, *now_params, ticket, *now_params]
         return tables.fetch_row(sql, params)
 
     # -- the auto-renewer's batch, and the purge -------------------------------------

@@ -25,6 +25,9 @@ class Claim:
     # unless the claimant holds that grant still (a hold that was lost is neither
     # entered again nor replaced by a new grant its holder would take for it).
     held_token: int | None = None
+    # The holder's lock-delay (exclusive only): how long the resource stays
+    # refused to everyone after this grant is lost rather than released.
+    lock_delay: timedelta | None = None
 
     @property
     def exclusive(self) -> bool:

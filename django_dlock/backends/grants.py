@@ -17,6 +17,7 @@ from django_dlock.rules import SHARED_HOLDERS
 # The columns a new holder of a resource's row writes.
 HEADER_WRITTEN = [
     "owner", "acquired_at", "expires_at", "fencing_token", "hold_count", "label", "limit",
+    "lock_delay",
 ]  # fmt: skip
 
 
@@ -64,6 +65,7 @@ class Grants:
                 hold_count=hold_count,
                 label=claim.label,
                 limit=None,
+                lock_delay=claim.lock_delay,
             )
             self.rows.update(row, HEADER_WRITTEN)
             return Taken(row=row, previous_owner=before, renewed=False)
@@ -109,6 +111,7 @@ class Grants:
                 hold_count=1,
                 label="",
                 limit=claim.limit,
+                lock_delay=None,
             )
             self.rows.update(covered, HEADER_WRITTEN)
         return hold

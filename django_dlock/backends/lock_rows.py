@@ -58,6 +58,7 @@ class LockRows:
         *,
         label: str = "",
         limit: int | None = None,
+        lock_delay: timedelta | None = None,
     ) -> LockRow | None:
         """Insert the first row of ``resource``, held by ``owner`` (or
         ``SHARED_HOLDERS``, then with a semaphore's ``limit``); ``None`` if
@@ -69,7 +70,9 @@ class LockRows:
         one ever purged.
         """
         tables = self.tables
-        columns, placeholders, params = self.insert_values(resource, owner, duration, label, limit)
+        columns, placeholders, params = self.insert_values(
+            resource, owner, duration, label, limit, lock_delay
+        )
         now_sql, now_params = compile_expression(tables.using, DatabaseNow())
         # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
         sql = (
@@ -80,7 +83,13 @@ class LockRows:
         return tables.fetch_row(sql, [*params, *now_params])
 
     def insert_values(
-        self, resource: str, owner: str, duration: timedelta, label: str, limit: int | None
+        self,
+        resource: str,
+        owner: str,
+        duration: timedelta,
+        label: str,
+        limit: int | None,
+        lock_delay: timedelta | None = None,
     ) -> tuple[str, str, list[Any]]:
         """The column list, VALUES and parameters of a first row of ``resource``:
         the database's time, and a token above the largest one ever purged."""
@@ -97,6 +106,7 @@ class LockRows:
             "hold_count": ("%s", [1]),
             "label": ("%s", [label]),
             "limit": ("%s", [limit]),
+            "lock_delay": ("%s", [self.duration_value(lock_delay)]),
         }
         columns = ", ".join(self.tables.column_sql[name] for name in values)
         placeholders = ", ".join(sql for sql, _ in values.values())
@@ -108,6 +118,12 @@ class LockRows:
         purge raises it: ``Purge``)."""
         tables = self.tables
         return f"SELECT MAX({tables.qn('value')}) FROM {tables.floor_table}"  # noqa: S608
+
+    def duration_value(self, value: timedelta | None) -> Any:
+        """``value`` as the driver takes the lock-delay column (SQLite and
+        MariaDB: microseconds)."""
+        tables = self.tables
+        return tables.fields["lock_delay"].get_db_prep_save(value, tables.connection)
 
     def update(self, row: LockRow, attnames: Sequence[str]) -> None:
         """Write ``row``'s values of ``attnames`` to it."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from django.db.models import F, Q, QuerySet, Value
+from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Value
 from django.db.models.functions import Greatest
 
 from django_dlock.backends.clock import expired_before
@@ -30,6 +30,14 @@ def expired_q(older_than: float = 0) -> Q:
     """Locks that expired or were released at least ``older_than`` seconds ago,
     by the database's clock."""
     return Q(expires_at__lte=expired_before(older_than))
+
+
+def purgeable_q(older_than: float = 0) -> Q:
+    """Locks a purge may delete: expired or released at least ``older_than``
+    seconds ago, and past a lock-delay kept after an involuntary loss by as
+    long (deleting the row would end the delay early)."""
+    since = ExpressionWrapper(expired_before(older_than) - F("expires_at"), DurationField())
+    return expired_q(older_than) & (Q(lock_delay__isnull=True) | Q(lock_delay__lte=since))
 
 
 class Purge:
@@ -77,14 +85,14 @@ class Purge:
         tables = self.tables
         candidates = (
             tables.model._default_manager.using(tables.using)
-            .filter(expired_q(older_than))
+            .filter(purgeable_q(older_than))
             .order_by()
         )
         return candidates.filter(resource_prefix_q(prefix)) if prefix else candidates
 
     def _still_expired_sql(self, older_than: float) -> tuple[str, list[Any]]:
-        """``expires_at <= now - older_than`` as SQL, for the DELETE to check again."""
-        return compile_where(self.tables.model, self.tables.using, expired_q(older_than))
+        """``purgeable_q`` as SQL, for the DELETE to check again."""
+        return compile_where(self.tables.model, self.tables.using, purgeable_q(older_than))
 
     def _raise_fencing_floor(self, token: int) -> None:
         """Raise the floor to at least ``token``, creating its one row if missing

@@ -41,6 +41,7 @@ class QueueRow:
 
     owner: str | None  # the lock row's owner: None without a row, "" once released
     expires_at: datetime | None  # the lock row's expiry, None without a row
+    lock_delay: timedelta | None  # the row's lock-delay (``LockRow.lock_delay``)
     now: datetime  # the database's time of the look
     ahead: int  # live waiters queued before the ticket
     ahead_exclusive: int = 0  # of those, the ones that want the lock exclusively
@@ -54,6 +55,7 @@ class QueueRow:
         cls,
         owner: str | None,
         expires_at: Any,
+        lock_delay: Any,
         now: Any,
         ahead: int,
         ahead_exclusive: int | None = 0,
@@ -66,6 +68,7 @@ class QueueRow:
         return cls(
             owner=owner,
             expires_at=None if expires_at is None else _to_datetime(expires_at),
+            lock_delay=_to_timedelta(lock_delay),
             now=_to_datetime(now),
             ahead=int(ahead),
             ahead_exclusive=int(ahead_exclusive or 0),
@@ -115,7 +118,8 @@ class WaiterQueue:
         # is none before the first acquisition of the resource).
         # Table and column names only; the values are parameters.
         return (
-            f"SELECT l.{qn('owner')}, l.{qn('expires_at')}, {now_sql}, q.n, q.x, "  # noqa: S608
+            f"SELECT l.{qn('owner')}, l.{qn('expires_at')}, l.{qn('lock_delay')}, "  # noqa: S608
+            f"{now_sql}, q.n, q.x, "
             f"l.{qn('limit')}, ({self.holders_sql()}), q.h{ticket_queued} "
             f"FROM ({self.queued_counts_sql('%s', '%s')}) q "
             f"LEFT JOIN {self.tables.table} l ON l.{qn('resource')} = %s"
@@ -292,6 +296,13 @@ class WaiterQueue:
         """``ttl`` as the driver takes a ``DurationField`` (SQLite: microseconds)."""
         field = self.tables.waiter_model._meta.get_field("ttl")
         return field.get_db_prep_save(ttl, self.tables.connection)  # type: ignore[union-attr]
+
+
+def _to_timedelta(value: Any) -> timedelta | None:
+    """A duration as the backend returned it (SQLite, MariaDB: microseconds)."""
+    if value is None or isinstance(value, timedelta):
+        return value
+    return timedelta(microseconds=int(value))
 
 
 def _to_datetime(value: Any) -> datetime:

@@ -5,7 +5,7 @@ The manager makes model instances of them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult
 
@@ -22,9 +22,8 @@ LOCK_FIELDS = (
     "hold_count",
     "label",
     "limit",
+    "lock_delay",
 )
-#: The model fields of a row of ``distributed_lock_holds``: the same.
-HOLD_FIELDS = LOCK_FIELDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +44,24 @@ class LockRow:
     limit: int | None
     now: datetime
     shared: bool = False  # a row of distributed_lock_holds
+    # The exclusive holder's lock-delay: after an involuntary loss (its lease
+    # ran out, or an operator force-released it) nobody may take the resource
+    # until ``expires_at + lock_delay``. Null: none, or released by its holder.
+    lock_delay: timedelta | None = None
 
     @property
     def held(self) -> bool:
         """Whether the row had a valid holder at ``now``."""
         return self.owner != "" and self.now < self.expires_at
+
+    @property
+    def available_at(self) -> datetime | None:
+        """When the resource comes free after its holder's involuntary loss, if
+        its lock-delay still ran at ``now``; else None (held, or free)."""
+        if self.lock_delay is None or self.held:
+            return None
+        available_at = self.expires_at + self.lock_delay
+        return available_at if self.now < available_at else None
 
     @property
     def held_by_shared(self) -> bool:
@@ -68,6 +80,7 @@ class LockRow:
             "hold_count": self.hold_count,
             "label": self.label,
             "limit": self.limit,
+            "lock_delay": self.lock_delay,
         }
 
 

@@ -141,4 +141,5 @@ def row_of(attnames: Sequence[str], values: Sequence[Any], *, shared: bool = Fal
         limit=named["limit"],
         now=values[len(attnames)],
         shared=shared,
+        lock_delay=named.get("lock_delay"),  # a shared hold has none
     )

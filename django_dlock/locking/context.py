@@ -39,6 +39,7 @@ from django_dlock.service import service_for
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import (
     validate_label,
+    validate_lock_delay,
     validate_owner,
     validate_resource,
     validate_ttl,
@@ -75,6 +76,10 @@ class lock:
     without the lock for a while, and the caller must know. ``min_hold`` keeps
     a lock taken less than that long ago (ShedLock's lockAtLeastFor): its last
     exit renews it to the time left instead, without waiting (see ``min_hold``).
+    ``lock_delay`` (Chubby's lock-delay, exclusive locks only): when this hold
+    is lost rather than released (its lease ran out, or an operator
+    force-released it), nobody may take the resource for that long after, so a
+    late writer that ignores fencing tokens cannot overlap the next holder.
     """
 
     def __init__(
@@ -92,6 +97,7 @@ class lock:
         label: str = "",
         on_lost: Callable[[LockHandle], object] | None = None,
         min_hold: float | timedelta | None = None,
+        lock_delay: float | timedelta | None = None,
     ) -> None:
         self.items: LockItems | None = None
         if isinstance(resource, str):
@@ -125,6 +131,10 @@ class lock:
         self.on_lost = on_lost
         self._entered: list[Entered | HeldLocks] = []
         self.min_hold = validate_min_hold(min_hold, several=self.items is not None)
+        exclusive = self.items is None and not shared and limit is None
+        self.lock_delay = (
+            None if lock_delay is None else validate_lock_delay(lock_delay, exclusive=exclusive)
+        )
 
     def __repr__(self) -> str:
         what = repr(self.resource) if self.items is None else repr(self.items)
@@ -317,6 +327,7 @@ class lock:
             label=self.label,
             on_lost=self.on_lost,
             min_hold=self.min_hold,
+            lock_delay=self.lock_delay,
         )
 
     def _claim(self, owner: str, held_token: int | None = None) -> Claim:
@@ -329,6 +340,7 @@ class lock:
             limit=self.limit,
             label=self.label,
             held_token=held_token,
+            lock_delay=self.lock_delay,
         )
 
     def _take(self, owner: str, held_token: int | None = None) -> Hold | None:

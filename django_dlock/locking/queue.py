@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from django_dlock.backends import backend_for
 from django_dlock.backends.claim import Claim
@@ -115,7 +116,11 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
     held = bool(row.owner) and row.expires_at is not None and row.now < row.expires_at
     shared = held and row.owner == SHARED_HOLDERS and row.holders > 0
     free = not held or (row.owner == SHARED_HOLDERS and row.holders == 0)
-    if free:
+    available_at = _delay_ends(row) if not held else None
+    if available_at is not None:
+        # Lost with a lock-delay that still runs: nobody holds it, nobody takes it.
+        free, holder, left = False, "", time_left(available_at, row.now)
+    elif free:
         holder, left = None, None
     else:
         assert row.expires_at is not None  # noqa: S101 - held
@@ -129,7 +134,7 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
         admissible = (free or (shared and row.limit == claim.limit)) and (
             taken + row.ahead < claim.limit
         )
-    mismatch = not free and (row.limit if shared else None) != claim.limit
+    mismatch = held and not free and (row.limit if shared else None) != claim.limit
     return QueueState(
         holder=holder,
         free=free,
@@ -139,3 +144,12 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
         queued=row.queued,
         head=row.head,
     )
+
+
+def _delay_ends(row: QueueRow) -> datetime | None:
+    """When the lock-delay of a holder that lost ``row``'s lock ends, if it
+    still ran at the look (as ``LockRow.available_at``)."""
+    if row.lock_delay is None or row.expires_at is None:
+        return None
+    available_at = row.expires_at + row.lock_delay
+    return available_at if row.now < available_at else None

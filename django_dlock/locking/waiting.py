@@ -254,7 +254,9 @@ class Wait:
         duration = self.claim.duration
         if not (self.queue.grants_on_release and self.claim.exclusive) or duration is None:
             return None
-        return service_for(self.using).accept_handover(self.resource, self.owner, ticket, duration)
+        return service_for(self.using).accept_handover(
+            self.resource, self.owner, ticket, duration, self.claim.lock_delay
+        )
 
     def _give_back(self, ticket: int) -> None:
         """Release a lock a release handed over as this wait ended without it

@@ -81,6 +81,7 @@ class MySQLBackend(LockBackend):
             "reentrant": int(claim.adds_a_hold),
             "label": claim.label,
             "held": claim.held_token,
+            "lock_delay": self.rows.duration_value(claim.lock_delay),
         }
         answer = self._update_one_row(self._one_row.take, params)
         if answer is None or answer[0] == one_row.PORTABLE:  # no row yet; shared holders

@@ -20,6 +20,7 @@ class MySQLLockRows(LockRows):
         *,
         label: str = "",
         limit: int | None = None,
+        lock_delay: timedelta | None = None,
     ) -> LockRow | None:
         """Insert the first row of ``resource``; ``None`` if another process won.
 
@@ -30,7 +31,9 @@ class MySQLLockRows(LockRows):
         lock the winner's row FOR UPDATE to decide on it. The new row is read
         back: ``RETURNING`` (MariaDB only) would hide whether it was inserted.
         """
-        columns, placeholders, params = self.insert_values(resource, owner, duration, label, limit)
+        columns, placeholders, params = self.insert_values(
+            resource, owner, duration, label, limit, lock_delay
+        )
         pk = self.tables.pk_column
         # Only quoted identifiers and Django-compiled SQL are formatted in; values are parameters.
         sql = (

@@ -65,6 +65,12 @@ class OneRowStatements:
             f"@dlock_now := {now_sql})) = 0 THEN NULL"
         )
         shared = f"{c['owner']} = '{SHARED_HOLDERS}' AND {c['expires_at']} > {now_sql}"
+        # The holder lost it with a lock-delay that still runs (a duration is
+        # kept in microseconds).
+        delayed = (
+            f"{c['lock_delay']} IS NOT NULL "
+            f"AND {c['expires_at']} + INTERVAL {c['lock_delay']} MICROSECOND > {now_sql}"
+        )
 
         def kept(name: str, value: str) -> str:
             """An assignment of ``value`` to the column ``name`` that keeps it."""
@@ -78,6 +84,7 @@ class OneRowStatements:
             f"WHEN {valid} AND {c['owner']} <> %(owner)s THEN '{REFUSED}' "
             f"WHEN {valid} THEN IF(%(held)s IS NULL OR {c['fencing_token']} = %(held)s, "
             f"'{AGAIN}', '{REFUSED}') "
+            f"WHEN {delayed} THEN '{REFUSED}' "
             f"ELSE IF(%(held)s IS NULL, '{NEW}', '{REFUSED}') END"
         )
         acting = "@dlock_act = '{}'".format
@@ -110,6 +117,7 @@ class OneRowStatements:
                     ),
                     kept("label", f"IF({acting(NEW)}, %(label)s, {c['label']})"),
                     kept("limit", f"IF({acting(NEW)}, NULL, {c['limit']})"),
+                    kept("lock_delay", f"IF({acting(NEW)}, %(lock_delay)s, {c['lock_delay']})"),
                 ]
             )
             + f" WHERE {c['resource']} = %(resource)s"
@@ -137,6 +145,8 @@ class OneRowStatements:
                         f"IF({acting(RELEASED)}, '', {c['owner']})",
                     ),
                     kept("expires_at", f"IF({acting(RELEASED)}, {now_sql}, {c['expires_at']})"),
+                    # A release by the holder leaves no lock-delay behind.
+                    kept("lock_delay", f"IF({acting(RELEASED)}, NULL, {c['lock_delay']})"),
                     *(
                         kept(name, c[name])
                         for name in ("acquired_at", "fencing_token", "label", "limit")
@@ -156,7 +166,7 @@ class OneRowStatements:
             kind = tables.fields[name].get_internal_type()
             if kind == "DateTimeField":
                 return f"CAST({kept} AS DATETIME(6))"
-            if kind.endswith(("IntegerField", "AutoField")):
+            if kind.endswith(("IntegerField", "AutoField")) or kind == "DurationField":
                 return f"CAST({kept} AS SIGNED)"
             return kept
 

@@ -94,6 +94,7 @@ class PostgreSQLBackend(LockBackend):
             "reentrant": int(claim.adds_a_hold),
             "label": claim.label,
             "held": claim.held_token,
+            "lock_delay": claim.lock_delay,
         }
         if claim.ticket is None and claim.held_token is None:
             taken = self._alone(lambda: self._take_released(claim, params))
@@ -293,7 +294,7 @@ class PostgreSQLBackend(LockBackend):
         values = self.rows.released_values(row)
         tables, queue = self.tables, self.queue
         t = tables.table
-        as_released = {"owner": "%s", "expires_at": "%s", "limit": "NULL"}
+        as_released = {"owner": "%s", "expires_at": "%s", "limit": "NULL", "lock_delay": "NULL"}
         sql = (
             f"WITH head AS ({head_sql(queue, ticket=str(NO_TICKET_EXCLUDED), locked=True)}), "  # noqa: S608
             f"{fitting_sql(queue)}, {handed_sql(tables, 'TRUE')} UPDATE {t} "

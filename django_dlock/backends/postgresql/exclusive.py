@@ -43,6 +43,13 @@ class ExclusiveStatements:
             """SQL: the row (of ``alias``, a table alias and dot) has a holder now."""
             return f"{alias}{c['owner']} <> '' AND {alias}{c['expires_at']} > {now}"
 
+        def delayed(alias: str) -> str:
+            """SQL: the row's holder lost it, and its lock-delay still runs."""
+            return (
+                f"({alias}{c['lock_delay']} IS NOT NULL AND NOT ({valid_in(alias)}) "
+                f"AND {alias}{c['expires_at']} + {alias}{c['lock_delay']} > {now})"
+            )
+
         locked = (
             f"WITH locked AS (SELECT {row} AS db_now "  # noqa: S608
             f"FROM {table} WHERE {c['resource']} = %(resource)s FOR UPDATE)"
@@ -67,11 +74,12 @@ class ExclusiveStatements:
         # Held by the same owner: a later expiry, the same token and acquired_at.
         # Held by another: no write.
         # A re-entry (``held``: the token of the grant it holds) only of that grant.
+        # Lost with a lock-delay that still runs: nobody's.
         def free_for_owner(alias: str) -> str:
             return (
                 f"NOT ({valid_in(alias)} AND {alias}{c['owner']} <> %(owner)s) AND "
                 f"(%(held)s IS NULL OR ({valid_in(alias)} AND "
-                f"{alias}{c['fencing_token']} = %(held)s))"
+                f"{alias}{c['fencing_token']} = %(held)s)) AND NOT {delayed(alias)}"
             )
 
         mine = f"{table}.{c['owner']} = %(owner)s AND {table}.{c['expires_at']} > {now}"
@@ -84,7 +92,8 @@ class ExclusiveStatements:
             f"ELSE {table}.{c['fencing_token']} + 1 END, {c['hold_count']} = "
             f"CASE WHEN {mine} THEN {table}.{c['hold_count']} + %(reentrant)s ELSE 1 END, "
             f"{c['label']} = CASE WHEN {mine} THEN {table}.{c['label']} ELSE %(label)s END, "
-            f"{c['limit']} = NULL"
+            f"{c['limit']} = NULL, {c['lock_delay']} = "
+            f"CASE WHEN {mine} THEN {table}.{c['lock_delay']} ELSE %(lock_delay)s::interval END"
         )
         # Without a row, the first acquisition inserts it, its token above the
         # largest ever purged. A row that another acquisition inserted and
@@ -99,10 +108,10 @@ class ExclusiveStatements:
         )
         insert = (
             f"INSERT INTO {table} ({c['resource']}, {c['owner']}, {c['acquired_at']}, "
-            f"{c['expires_at']}, {c['fencing_token']}, {c['hold_count']}, {c['label']}) "
-            f"SELECT %(resource)s, %(owner)s, {now}, {now} + %(duration)s, "
+            f"{c['expires_at']}, {c['fencing_token']}, {c['hold_count']}, {c['label']}, "
+            f"{c['lock_delay']}) SELECT %(resource)s, %(owner)s, {now}, {now} + %(duration)s, "
             f"COALESCE(({backend.rows.floor_sql()}), 0) + 1, "
-            "1, %(label)s "
+            "1, %(label)s, %(lock_delay)s::interval "
             f"WHERE {no_row} AND %(held)s IS NULL ON CONFLICT ({c['resource']}) "
             f"DO UPDATE SET {take} WHERE {free_for_owner(f'{table}.')} RETURNING {after}, {now}"
         )
@@ -124,11 +133,13 @@ class ExclusiveStatements:
         # that is the refusal: the UPDATE judged that same version (a row that
         # fails the WHERE in the snapshot is not read again). Else ``take``
         # decides, in a statement of its own: no row yet, an expired holder's
-        # (whose name the ``lock_taken_over`` signal needs, as it was locked).
+        # (whose name the ``lock_taken_over`` signal needs, as it was locked),
+        # or one released by an operator with a lock-delay (refused while it runs).
+        released = f"{table}.{c['owner']} = '' AND {table}.{c['lock_delay']} IS NULL"
         self.take_released = Statement(
             "take_released",
             f"WITH written AS (UPDATE {table} SET {take} "  # noqa: S608
-            f"WHERE {c['resource']} = %(resource)s AND ({table}.{c['owner']} = '' OR {mine}) "
+            f"WHERE {c['resource']} = %(resource)s AND (({released}) OR {mine}) "
             f"RETURNING {after}, {now}) SELECT snapshot.{c['owner']}, "
             f"{valid_in('snapshot.')}, written.* FROM (SELECT) one LEFT JOIN {table} snapshot "
             f"ON snapshot.{c['resource']} = %(resource)s LEFT JOIN written ON TRUE",

@@ -35,6 +35,7 @@ PARAMETER_TYPES = {
     "reentrant": "integer",
     "label": "text",
     "limit": "integer",
+    "lock_delay": "interval",
 }
 # SQLSTATEs of a prepared statement that is missing (invalid_sql_statement_name),
 # or that exists already (duplicate_prepared_statement): another session's.

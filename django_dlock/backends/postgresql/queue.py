@@ -50,7 +50,7 @@ class PostgreSQLQueue(WaiterQueue):
         names = ("resource", "owner", "expires_at", *WANTS)
         sql = (
             f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at, "  # noqa: S608
-            f"{qn('limit')} AS lim FROM {tables.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
+            f"{qn('lock_delay')} AS lock_delay, {qn('limit')} AS lim FROM {tables.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
             f"queued AS (INSERT INTO {waiters} ({', '.join(qn(name) for name in names)}) "
             f"SELECT %s, %s, {expires_sql}, %s, %s::interval, %s, %s::integer, %s, %s::integer "
             "FROM (SELECT COUNT(*) FROM held) "
@@ -58,7 +58,8 @@ class PostgreSQLQueue(WaiterQueue):
             f"ahead AS (SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE w.{qn('mode')} = '{EXCLUSIVE}') "
             f"AS x, MIN(w.{qn('id')}) AS h FROM {waiters} w, queued WHERE w.{qn('resource')} = %s "
             f"AND w.{qn('id')} < queued.id AND {self.live_waiter_sql('w.')}) "
-            f"SELECT queued.id, held.owner, held.expires_at, {now_sql}, ahead.n, ahead.x, "
+            f"SELECT queued.id, held.owner, held.expires_at, held.lock_delay, {now_sql}, "
+            "ahead.n, ahead.x, "
             f"held.lim, ({self.holders_sql()}), ahead.h FROM queued CROSS JOIN ahead LEFT JOIN held ON TRUE"
         )
         with self.tables.connection.cursor() as cursor:

@@ -47,7 +47,8 @@ class AloneReleaseStatement:
             f"{c['owner']} = CASE WHEN {kept} THEN {c['owner']} ELSE '' END, "
             f"{c['expires_at']} = CASE WHEN {kept} THEN {c['expires_at']} ELSE {now} END, "
             f"{c['hold_count']} = CASE WHEN {kept} THEN {c['hold_count']} - 1 "
-            f"ELSE {c['hold_count']} END WHERE {c['resource']} = %(resource)s "
+            f"ELSE {c['hold_count']} END, {c['lock_delay']} = CASE WHEN {kept} "
+            f"THEN {c['lock_delay']} END WHERE {c['resource']} = %(resource)s "
             f"AND {c['owner']} = %(owner)s AND {c['expires_at']} > {now} AND ({kept} "
             f"OR NOT EXISTS (SELECT FROM {tables.waiters_table} w "
             f"WHERE w.{tables.qn('resource')} = %(resource)s)) RETURNING {after}, {now}",
@@ -77,6 +78,8 @@ class ReleaseStatement:
             "owner": f"CASE WHEN {kept} THEN l.{c['owner']} ELSE '' END",
             "expires_at": f"CASE WHEN {kept} THEN l.{c['expires_at']} ELSE {now} END",
             "hold_count": f"CASE WHEN {kept} THEN l.{c['hold_count']} - 1 ELSE l.{c['hold_count']} END",
+            # The holder's release leaves no lock-delay behind.
+            "lock_delay": f"CASE WHEN {kept} THEN l.{c['lock_delay']} END",
         }
         released_columns = ", ".join(
             f"{as_released.get(name, f'l.{column}')} AS {column}" for name, column in c.items()

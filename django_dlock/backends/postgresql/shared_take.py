@@ -67,6 +67,9 @@ class SharedTakeStatement:
             f"WHEN {shared} THEN CASE WHEN l.{c['limit']} IS DISTINCT FROM %(limit)s "
             f"THEN '{PORTABLE}' WHEN EXISTS (SELECT FROM mine) THEN '{AGAIN}' "
             f"ELSE {join_shared} END "
+            # Lost by an exclusive holder with a lock-delay that still runs.
+            f"WHEN l.{c['lock_delay']} IS NOT NULL AND "
+            f"l.{c['expires_at']} + l.{c['lock_delay']} > {now} THEN '{REFUSED}' "
             f"ELSE {join_free} END AS action FROM locked l)"
         )
         joined_header = (

@@ -115,7 +115,8 @@ class SQLiteBackend(LockBackend):
         qn = tables.qn
         return (
             f"UPDATE {tables.table} SET {qn('owner')} = %s, {qn('expires_at')} = %s, "  # noqa: S608
-            f"{qn('limit')} = NULL WHERE {tables.pk_column} = %s RETURNING ({self.queue.head_sql()})"
+            f"{qn('limit')} = NULL, {qn('lock_delay')} = NULL WHERE {tables.pk_column} = %s "
+            f"RETURNING ({self.queue.head_sql()})"
         )
 
     @cached_property
@@ -138,7 +139,7 @@ class SQLiteBackend(LockBackend):
             f"{qn('label')} = {self._of_waiter('label')}, "
             f"{qn('acquired_at')} = {now_sql}, {qn('expires_at')} = {expires_sql}, "
             f"{qn('fencing_token')} = {qn('fencing_token')} + 1, {qn('hold_count')} = 1, "
-            f"{qn('limit')} = NULL WHERE {tables.pk_column} = %s "
+            f"{qn('limit')} = NULL, {qn('lock_delay')} = NULL WHERE {tables.pk_column} = %s "
             f"AND {self._of_waiter('ttl')} IS NOT NULL AND {self._of_waiter('mode')} = '{EXCLUSIVE}'"
         )
 
@@ -148,9 +149,16 @@ class SQLiteBackend(LockBackend):
         return f"(SELECT w.{qn(column)} FROM {self.tables.waiters_table} w WHERE w.{qn('id')} = %s)"  # noqa: S608
 
     def granted(
-        self, resource: str, owner: str, ticket: int, duration: timedelta
+        self,
+        resource: str,
+        owner: str,
+        ticket: int,
+        duration: timedelta,
+        lock_delay: timedelta | None = None,
     ) -> LockRow | None:
         # A write: in a lock transaction, as the queue's writes (``SQLiteQueue.write``).
         return self.queue.write(
-            lambda: super(SQLiteBackend, self).granted(resource, owner, ticket, duration)
+            lambda: super(SQLiteBackend, self).granted(
+                resource, owner, ticket, duration, lock_delay
+            )
         )
