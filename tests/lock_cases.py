@@ -38,14 +38,17 @@ class Holder:
     limit: int | None = None
     holds: int = 1  # how many times it entered (reentrant)
     expired: bool = False  # its ttl ran out, and nobody released it
+    delay: float | None = None  # its lock-delay (seconds), an exclusive holder's
 
     @property
     def exclusive(self) -> bool:
         return not self.shared and self.limit is None
 
 
-def exclusive(owner: str = "a", *, holds: int = 1, expired: bool = False) -> Holder:
-    return Holder(owner, holds=holds, expired=expired)
+def exclusive(
+    owner: str = "a", *, holds: int = 1, expired: bool = False, delay: float | None = None
+) -> Holder:
+    return Holder(owner, holds=holds, expired=expired, delay=delay)
 
 
 def reader(owner: str, *, holds: int = 1, expired: bool = False) -> Holder:
@@ -111,11 +114,12 @@ def hold(resource: str, held: tuple[Holder, ...], *, released: bool = False) -> 
                 shared=holder.shared,
                 limit=holder.limit,
                 label=label_of(holder.owner),
+                lock_delay=holder.delay,
             )
             assert granted is not None, f"{holder} could not take its hold"
             tokens[holder.owner] = granted.fencing_token
             acquired[holder.owner] = granted.acquired_at
-    if released:
+    if released:  # by an operator: a lock-delay runs from now
         assert Locks.force_release(resource)
     for holder in held:
         if holder.expired:  # as if its ttl had run out: nobody released it

@@ -130,6 +130,12 @@ def sem(
 
 WRITE, READ = Ask("new"), Ask("new", shared=True)
 
+# A holder with a lock-delay far longer than the test, and one whose delay
+# (shorter than the second since its expiry) is over.
+DELAY, SHORT_DELAY = 600.0, 0.5
+DELAYED = exclusive(delay=DELAY)
+LOST_WITH_DELAY = exclusive(expired=True, delay=DELAY)
+
 
 CASES = (
     # -- nobody holds it ----------------------------------------------------------------
@@ -170,6 +176,18 @@ CASES = (
         REFUSED,
     ),
     Case("expired-permit/other-limit", (permit("a", 2, expired=True),), sem(3), NEW),
+    # -- lost with a lock-delay: nobody's until it ends ------------------------------------
+    Case("lost-with-delay/writer", (LOST_WITH_DELAY,), WRITE, REFUSED),
+    Case("lost-with-delay/former-holder", (LOST_WITH_DELAY,), Ask("a"), REFUSED),
+    Case("lost-with-delay/reader", (LOST_WITH_DELAY,), READ, REFUSED),
+    Case("lost-with-delay/permit", (LOST_WITH_DELAY,), sem(2), REFUSED),
+    Case("force-released-with-delay/writer", (DELAYED,), WRITE, REFUSED, released=True),
+    Case("force-released-with-delay/former-holder", (DELAYED,), Ask("a"), REFUSED, released=True),
+    Case("force-released-with-delay/reader", (DELAYED,), READ, REFUSED, released=True),
+    Case("lost-delay-over/writer", (exclusive(expired=True, delay=SHORT_DELAY),), WRITE, NEW),
+    Case("lost-delay-over/reader", (exclusive(expired=True, delay=SHORT_DELAY),), READ, NEW),
+    Case("held-with-delay/writer", (DELAYED,), WRITE, REFUSED),
+    Case("held-with-delay/again", (DELAYED,), Ask("a"), SAME),
     # -- an exclusive holder ----------------------------------------------------------
     Case("writer/writer", (A,), WRITE, REFUSED),
     Case("writer/reader", (A,), READ, REFUSED),
@@ -362,6 +380,7 @@ def rows_of(case: Case) -> tuple[LockRow, list[LockRow], dict[str, int]]:
         hold_count: int = 1,
         limit: int | None = None,
         shared: bool = False,
+        delay: float | None = None,
     ) -> LockRow:
         return LockRow(
             pk=1,
@@ -375,17 +394,21 @@ def rows_of(case: Case) -> tuple[LockRow, list[LockRow], dict[str, int]]:
             limit=limit,
             now=NOW,
             shared=shared,
+            lock_delay=None if delay is None else timedelta(seconds=delay),
         )
 
     def expiry(holder: Holder) -> datetime:
         return NOW - timedelta(seconds=1) if holder.expired else NOW + TTL
 
-    if not case.held or case.released:
+    if not case.held:
         # Never held: the portable operation inserts a released row and decides on it.
-        return row("", NOW, len(case.held)), [], tokens
+        return row("", NOW, 0), [], tokens
     first = case.held[0]
+    if case.released:  # by an operator, a moment ago: a holder's lock-delay stays
+        return row("", NOW, len(case.held), delay=first.delay), [], tokens
     if first.exclusive:
-        return row(first.owner, expiry(first), 1, hold_count=first.holds), [], tokens
+        held = row(first.owner, expiry(first), 1, hold_count=first.holds, delay=first.delay)
+        return held, [], tokens
     holds = [
         row(h.owner, expiry(h), tokens[h.owner], hold_count=h.holds, limit=h.limit, shared=True)
         for h in case.held
@@ -531,6 +554,13 @@ HANDED_OVER: dict[str, frozenset[str]] = {
         "expired-writer/former-holder",
         "expired-writer/its-lost-token",
         "expired-reader/writer",
+        "lost-with-delay/writer",
+        "lost-with-delay/former-holder",
+        "force-released-with-delay/writer",
+        "force-released-with-delay/former-holder",
+        "lost-delay-over/writer",
+        "held-with-delay/writer",
+        "held-with-delay/again",
         "writer/writer",
         "writer/again",
         "writer/again-reentrant",

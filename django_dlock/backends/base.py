@@ -201,7 +201,7 @@ class LockBackend:
             self.rows.update(row, ["hold_count"])
             return Released(row=row, owner=header.owner, result=ReleaseResult.DECREMENTED)
         # The row stays, expired and ownerless, to keep the fencing token counting.
-        if owner is None and header.lock_delay is not None:
+        if forced and header.lock_delay is not None:
             # An operator's, of a holder with a lock-delay: nobody takes it
             # until the delay ends, so neither does the head of the queue
             # (it looks again then).
