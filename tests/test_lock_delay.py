@@ -67,7 +67,13 @@ def test_a_force_release_starts_the_lock_delay_and_a_release_leaves_none() -> No
     assert Locks.force_release("delay:2")
     forced = Locks.get(resource="delay:2")
     assert forced.owner == "" and forced.available_at == forced.expires_at + timedelta(seconds=30)
-    for owner, kind in [("b", {}), ("a", {}), ("c", {"shared": True}), ("d", {"limit": 2})]:
+    kinds: list[tuple[str, dict[str, Any]]] = [
+        ("b", {}),
+        ("a", {}),
+        ("c", {"shared": True}),
+        ("d", {"limit": 2}),
+    ]
+    for owner, kind in kinds:
         assert Locks.acquire("delay:2", owner=owner, ttl=30, **kind) is None, (owner, kind)
     # The purge keeps the row while its delay runs: deleting it would free the resource.
     Locks.purge_expired()
