@@ -20,6 +20,7 @@ from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from tests import workers_lock_delay
+from tests.docs_utils import run_example
 from tests.utils import database_settings, run_in_thread, spawn, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -109,3 +110,17 @@ def test_a_lock_delay_is_for_an_exclusive_hold_and_a_number_of_seconds() -> None
     with pytest.raises(InvalidArgument, match="exclusive"):
         Locks.acquire("delay:4", owner="a", limit=2, lock_delay=2)
     assert not Locks.filter(resource="delay:4").exists()
+
+
+def test_the_recipe_exports_and_leaves_no_delay_behind() -> None:
+    written: list[tuple[int, str]] = []
+    export_batch = run_example(
+        "lock delay",
+        chunks_of=lambda batch_id: ["a", "b"],
+        write_chunk=lambda batch_id, chunk: written.append((batch_id, chunk)),
+    )["export_batch"]
+    export_batch(7)
+    assert written == [(7, "a"), (7, "b")]
+    assert Locks.get(resource="export:7").lock_delay is None  # released: the next starts at once
+    export_batch(7)
+    assert len(written) == 4

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_dlock.backends.purge import purgeable_q
 from django_dlock.cli import arguments
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockTransactionError
@@ -124,7 +125,8 @@ class Command(BaseCommand):
         )
 
     def _count(self, *, older_than: float, prefix: str) -> int:
-        locks = DistributedLock.objects.using(conf.DATABASE).expired(older_than)
+        # What the purge would delete: not a row whose lock-delay still runs.
+        locks = DistributedLock.objects.using(conf.DATABASE).filter(purgeable_q(older_than))
         if prefix:
             locks = locks.with_resource_prefix(prefix)
         return locks.count()
