@@ -22,7 +22,12 @@ from typing import Any, TypeVar
 from django_dlock import signals
 from django_dlock.backends.claim import Claim
 from django_dlock.conf import conf
-from django_dlock.exceptions import InvalidArgument, LockHeldByCaller, LockNotAcquired
+from django_dlock.exceptions import (
+    InvalidArgument,
+    LockHeldByCaller,
+    LockNotAcquired,
+    LockTransactionError,
+)
 from django_dlock.kinds import LockKind
 from django_dlock.locking.handle import LockHandle, report_lost
 from django_dlock.locking.min_hold import release_or_keep, validate_min_hold
@@ -30,6 +35,7 @@ from django_dlock.locking.names import ResourceName
 from django_dlock.locking.reentry import Entered, current_holder, held_here
 from django_dlock.locking.renewer import Renewer
 from django_dlock.locking.several import HeldLocks, LockItems, hold_several
+from django_dlock.locking.until_commit import COMMIT, EXIT, enter_until_commit, validate_until
 from django_dlock.locking.waiting import Wait
 from django_dlock.locking.waiting_thread import waiting_thread
 from django_dlock.locking.wakeup import Wakeup
@@ -80,6 +86,9 @@ class lock:
     is lost rather than released (its lease ran out, or an operator
     force-released it), nobody may take the resource for that long after, so a
     late writer that ignores fencing tokens cannot overlap the next holder.
+    ``until="commit"``, inside ``atomic()``: the lock is held until that
+    transaction ends, released after its commit or rollback, not at the
+    block's exit (see ``until_commit``).
     """
 
     def __init__(
@@ -98,6 +107,7 @@ class lock:
         on_lost: Callable[[LockHandle], object] | None = None,
         min_hold: float | timedelta | None = None,
         lock_delay: float | timedelta | None = None,
+        until: str = EXIT,
     ) -> None:
         self.items: LockItems | None = None
         if isinstance(resource, str):
@@ -135,6 +145,11 @@ class lock:
         self.lock_delay = (
             None if lock_delay is None else validate_lock_delay(lock_delay, exclusive=exclusive)
         )
+        self.until = validate_until(
+            until, several=self.items is not None, reentrant=reentrant, min_hold=bool(min_hold)
+        )
+        if self.until == COMMIT:
+            self.auto_renew = True  # held until the commit, however long that takes
 
     def __repr__(self) -> str:
         what = repr(self.resource) if self.items is None else repr(self.items)
@@ -143,6 +158,8 @@ class lock:
     # -- sync ---------------------------------------------------------------------
 
     def __enter__(self) -> Any:
+        if self.until == COMMIT:
+            return enter_until_commit(self)
         if self.items is not None:
             held = hold_several(self, self.items)
             self._entered.append(held)
@@ -165,6 +182,8 @@ class lock:
         if isinstance(entered, HeldLocks):
             entered.release(failed=exc_type is not None)
             return
+        if self.until == COMMIT:
+            return  # held until the transaction ends (``until_commit``)
         try:
             result = self._release(entered)
         finally:
@@ -201,6 +220,11 @@ class lock:
     # -- async --------------------------------------------------------------------
 
     async def __aenter__(self) -> Any:
+        if self.until == COMMIT:
+            raise LockTransactionError(
+                "lock(..., until='commit') binds the lock to a transaction of atomic(), which "
+                "is sync code: use it with `with`, or a decorator of a sync function."
+            )
         if self.items is not None:
             items = self.items
             held = await run_in_lock_thread(self.using, hold_several, self, items)
@@ -328,6 +352,7 @@ class lock:
             on_lost=self.on_lost,
             min_hold=self.min_hold,
             lock_delay=self.lock_delay,
+            until=self.until,
         )
 
     def _claim(self, owner: str, held_token: int | None = None) -> Claim:

@@ -1,0 +1,128 @@
+"""``lock(..., until="commit")``: inside ``atomic()``, the lock is held until
+that transaction ends, released after its commit or its rollback, so the next
+holder reads what the transaction wrote (django-pglocks#15's lost update). On
+PostgreSQL and MariaDB; SQLite refuses it, with the way that works there."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.db import transaction
+
+from django_dlock import lock
+from django_dlock.exceptions import InvalidArgument, LockHeldByCaller, LockTransactionError
+from django_dlock.models import DistributedLock
+from tests import workers_until_commit
+from tests.testapp.models import Counter
+from tests.utils import database_settings, run_in_processes, run_in_thread, spawn, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Locks = DistributedLock.objects
+
+ON_SQLITE = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3"
+beside_transactions = pytest.mark.skipif(ON_SQLITE, reason="SQLite refuses until='commit'")
+
+
+def held_by_another(resource: str) -> bool:
+    """Whether another connection (a thread's) finds ``resource`` held: its
+    acquire is refused (if not, it releases what it took)."""
+
+    def refused(outcome: dict[str, object]) -> bool:
+        if Locks.acquire(resource, owner="other", ttl=30) is None:
+            return True
+        Locks.release(resource, owner="other")
+        return False
+
+    outcome = run_in_thread(refused)
+    outcome["thread"].join(10)
+    return bool(outcome["result"])
+
+
+@beside_transactions
+def test_no_update_is_lost_between_transactions_that_lock_until_commit() -> None:
+    Counter.objects.create(name="until:1")
+    start = spawn.Event()
+    args = (database_settings(), "until:1", 15, start)
+    start.set()
+    tokens = run_in_processes(workers_until_commit.increment_in_transactions, [args, args])
+    assert Counter.objects.get(name="until:1").value == 30
+    assert len(set(tokens[0] + tokens[1])) == 30
+
+
+@beside_transactions
+def test_the_lock_is_held_past_the_block_until_the_commit() -> None:
+    with transaction.atomic():
+        with lock("until:2", ttl=30, until="commit") as held:
+            pass
+        assert held_by_another("until:2")  # the block ended; the transaction did not
+        assert not held.lost.is_set()
+    assert not Locks.active().filter(resource="until:2").exists()  # released on commit
+    assert not held.lost.is_set()
+
+
+@beside_transactions
+@pytest.mark.parametrize("where", ["transaction", "savepoint"])
+def test_a_rollback_releases_the_lock(where: str) -> None:
+    class Undo(Exception):
+        pass
+
+    with transaction.atomic():
+        with pytest.raises(Undo), transaction.atomic():
+            with lock("until:3", ttl=30, until="commit"):
+                pass
+            assert held_by_another("until:3")
+            raise Undo  # the savepoint (or, below, the whole transaction) rolls back
+        if where == "savepoint":
+            # Released while the outer transaction goes on.
+            wait_for(lambda: not Locks.active().filter(resource="until:3").exists(), 5)
+            assert not held_by_another("until:3")
+        else:
+            transaction.set_rollback(True)
+    wait_for(lambda: not Locks.active().filter(resource="until:3").exists(), 5, "released")
+
+
+def test_until_commit_is_refused_where_it_cannot_hold() -> None:
+    if ON_SQLITE:
+        with (
+            pytest.raises(LockTransactionError, match="SQLite"),
+            transaction.atomic(),
+            lock("until:4", until="commit"),
+        ):
+            pass
+        return
+    with pytest.raises(LockTransactionError, match="none is open"), lock("until:4", until="commit"):
+        pass
+    with (
+        transaction.atomic(),
+        lock("until:4", until="commit"),
+        pytest.raises(LockHeldByCaller),
+        lock("until:4", until="commit"),
+    ):
+        pass
+    # Without it, a lock inside atomic() is refused, as before.
+    with (
+        pytest.raises(LockTransactionError, match="inside a transaction"),
+        transaction.atomic(),
+        lock("until:5"),
+    ):
+        pass
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"until": "rollback"}, {"reentrant": True}, {"min_hold": 5}],
+    ids=["unknown", "reentrant", "min-hold"],
+)
+def test_until_commit_arguments_are_checked_first(arguments: dict[str, object]) -> None:
+    with pytest.raises(InvalidArgument):
+        lock("until:6", **{"until": "commit", **arguments})  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument):
+        lock(["until:6", "until:7"], until="commit")
+
+
+@pytest.mark.asyncio
+async def test_until_commit_is_sync_code() -> None:
+    with pytest.raises(LockTransactionError, match="sync code"):
+        async with lock("until:8", until="commit"):
+            pass
