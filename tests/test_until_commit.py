@@ -5,6 +5,9 @@ PostgreSQL and MariaDB; SQLite refuses it, with the way that works there."""
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 from django.conf import settings
 from django.db import transaction
@@ -13,7 +16,8 @@ from django_dlock import lock
 from django_dlock.exceptions import InvalidArgument, LockHeldByCaller, LockTransactionError
 from django_dlock.models import DistributedLock
 from tests import workers_until_commit
-from tests.testapp.models import Counter
+from tests.docs_utils import run_example
+from tests.testapp.models import Counter, Product
 from tests.utils import database_settings, run_in_processes, run_in_thread, spawn, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -126,3 +130,20 @@ async def test_until_commit_is_sync_code() -> None:
     with pytest.raises(LockTransactionError, match="sync code"):
         async with lock("until:8", until="commit"):
             pass
+
+
+@beside_transactions
+def test_the_docs_example_holds_the_lock_to_the_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    shop = types.ModuleType("shop.models")
+    shop.Product = Product  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "shop", types.ModuleType("shop"))
+    monkeypatch.setitem(sys.modules, "shop.models", shop)
+    Product.objects.create(sku="mug", stock=1)
+    seen: list[bool] = []
+    restock = run_example(
+        "until commit", log_restock=lambda sku, quantity: seen.append(held_by_another("stock:mug"))
+    )["restock"]
+    restock("mug", 2)
+    assert seen == [True]  # after the block, before the commit
+    assert Product.objects.get(sku="mug").stock == 3
+    assert not Locks.active().filter(resource="stock:mug").exists()
