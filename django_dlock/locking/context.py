@@ -35,7 +35,7 @@ from django_dlock.locking.names import ResourceName
 from django_dlock.locking.reentry import Entered, current_holder, held_here
 from django_dlock.locking.renewer import Renewer
 from django_dlock.locking.several import HeldLocks, LockItems, hold_several
-from django_dlock.locking.until_commit import COMMIT, EXIT, enter_until_commit, validate_until
+from django_dlock.locking.until_commit import COMMIT, EXIT, bind_to_transaction, validate_until
 from django_dlock.locking.waiting import Wait
 from django_dlock.locking.waiting_thread import waiting_thread
 from django_dlock.locking.wakeup import Wakeup
@@ -158,8 +158,6 @@ class lock:
     # -- sync ---------------------------------------------------------------------
 
     def __enter__(self) -> Any:
-        if self.until == COMMIT:
-            return enter_until_commit(self)
         if self.items is not None:
             held = hold_several(self, self.items)
             self._entered.append(held)
@@ -170,6 +168,13 @@ class lock:
             self._check_reentry(entered)
             handle = entered.handle
             return self._reenter(entered, self._take(handle.owner, handle.fencing_token)).handle
+        if self.until == COMMIT:  # (never reentrant: the check above raised)
+            return bind_to_transaction(
+                self.using,
+                acquire=self._acquire,
+                hold=functools.partial(self._hold, holder),
+                end=functools.partial(self._end, failed=True),  # raised to nobody
+            )
         return self._hold(holder, *self._acquire()).handle
 
     def __exit__(
@@ -182,13 +187,17 @@ class lock:
         if isinstance(entered, HeldLocks):
             entered.release(failed=exc_type is not None)
             return
-        if self.until == COMMIT:
-            return  # held until the transaction ends (``until_commit``)
+        if self.until != COMMIT:  # else held until the transaction ends (``until_commit``)
+            self._end(entered, failed=exc_type is not None)
+
+    def _end(self, entered: Entered, *, failed: bool) -> None:
+        """Release one entry of ``entered``: a loss found is reported, and raised
+        unless the block ``failed`` (its exception goes on)."""
         try:
             result = self._release(entered)
         finally:
             self._leave(entered)  # also when the release failed (a database error)
-        self._after_release(entered, result, failed=exc_type is not None)
+        self._after_release(entered, result, failed=failed)
 
     def _acquire(self) -> tuple[Hold, float]:
         """The hold, and the monotonic time before its acquire was sent."""

@@ -28,19 +28,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_dlock.exceptions import InvalidArgument, LockTransactionError
-from django_dlock.locking.reentry import Entered, current_holder, held_here
+from django_dlock.locking.handle import LockHandle
+from django_dlock.locking.reentry import Entered
+from django_dlock.rules import Hold
 
-if TYPE_CHECKING:
-    from django_dlock.locking.context import lock
-    from django_dlock.locking.handle import LockHandle
-
-__all__ = ["COMMIT", "EXIT", "enter_until_commit", "validate_until"]
+__all__ = ["COMMIT", "EXIT", "bind_to_transaction", "validate_until"]
 
 _T = TypeVar("_T")
 
@@ -68,10 +66,17 @@ def validate_until(until: object, *, several: bool, reentrant: bool, min_hold: b
     return str(until)
 
 
-def enter_until_commit(context: lock) -> LockHandle:
-    """Take ``context``'s lock (``lock(..., until="commit")``) for the
-    transaction open on its database, on a connection of its own; its handle."""
-    using = context.using
+def bind_to_transaction(
+    using: str,
+    *,
+    acquire: Callable[[], tuple[Hold, float]],
+    hold: Callable[[Hold, float], Entered],
+    end: Callable[[Entered], None],
+) -> LockHandle:
+    """Take a lock (``lock(..., until="commit")``) for the transaction open on
+    ``using``: ``acquire()`` it on a connection of its own, ``hold()`` it (the
+    holder's entry, renewed), and ``end()`` that entry (release it) on such a
+    connection once the transaction ended. Its handle."""
     connection = connections[using]
     if connection.vendor == "sqlite":
         # Its transaction holds the database's one write lock from BEGIN
@@ -87,24 +92,26 @@ def enter_until_commit(context: lock) -> LockHandle:
             f"lock(..., until='commit') holds the lock until the transaction open on database "
             f"{using!r} ends, and none is open: call it inside transaction.atomic()."
         )
-    holder = current_holder()
-    entered = held_here.get(using, context.resource, holder)
-    if entered is not None:
-        context._check_reentry(entered)  # raises: until='commit' is never reentrant
-    acquired, started = _in_own_connection(using, context._acquire)
-    entered = context._hold(holder, acquired, started)
-    binding = CommitBinding(context, entered, connection)
+    acquired, started = _in_own_connection(using, acquire)
+    binding = CommitBinding(using, hold(acquired, started), end, connection)
     transaction.on_commit(binding.callback, using=using, robust=True)
     _watcher.add(binding)
-    return entered.handle
+    return binding.entered.handle
 
 
 class CommitBinding:
     """One lock held until its transaction ends."""
 
-    def __init__(self, context: lock, entered: Entered, connection: BaseDatabaseWrapper) -> None:
-        self.context = context
+    def __init__(
+        self,
+        using: str,
+        entered: Entered,
+        end: Callable[[Entered], None],
+        connection: BaseDatabaseWrapper,
+    ) -> None:
+        self.using = using
         self.entered = entered
+        self._end = end
         self.connection = connection  # the caller's, whose transaction it is bound to
         self.callback: Callable[[], None] = self.end  # one object, to find it in the list
         self._ended = False
@@ -117,20 +124,13 @@ class CommitBinding:
         return not any(entry[1] is self.callback for entry in pending)
 
     def end(self) -> None:
-        """Release the lock (once, whoever calls first). A lock lost meanwhile is
-        reported as lost (``lock_lost``, the log, ``handle.lost``): there is
-        nobody to raise to after a commit."""
+        """Release the lock (once, whoever calls first), on a connection of its own."""
         with self._ending:
             if self._ended:
                 return
             self._ended = True
         _watcher.remove(self)
-        context, entered = self.context, self.entered
-        try:
-            result = _in_own_connection(context.using, context._release, entered)
-        finally:
-            context._leave(entered)
-        context._after_release(entered, result, failed=True)
+        _in_own_connection(self.using, self._end, self.entered)
 
 
 class _Watcher:
