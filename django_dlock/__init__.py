@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from django_dlock.exceptions import (
     DlockError,
     InvalidArgument,
+    LockDeadlock,
     LockExpired,
     LockLost,
     LockNotAcquired,
@@ -26,6 +27,7 @@ __all__ = [
     "DlockError",
     "InvalidArgument",
     "Leader",
+    "LockDeadlock",
     "LockExpired",
     "LockKind",
     "LockLost",

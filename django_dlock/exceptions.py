@@ -17,6 +17,13 @@ class LockNotAcquired(DlockError):
     """The lock could not be acquired (held by another owner, or the wait timed out)."""
 
 
+class LockDeadlock(LockNotAcquired):
+    """Waiting for the lock would never end: the waiter holds a lock that
+    another waiter waits for, which holds (through a chain of such waiters) the
+    one this waiter waits for. Raised in the waiter that joined the cycle last;
+    it leaves the queue, and its locks are released as its blocks unwind."""
+
+
 class LockLost(DlockError):
     """The caller acted on a lock it no longer holds: the parent of
     ``LockNotOwned`` and ``LockExpired``, for code that handles either alike.

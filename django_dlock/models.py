@@ -217,6 +217,11 @@ class LockWaiter(models.Model):
     label = models.CharField(
         _("label"), max_length=MAX_LENGTH, blank=True, default="", db_default=""
     )
+    # What the waiter's thread or task holds with lock() while it waits: a JSON
+    # list of [resource, owner] pairs ("" for none), written only where it
+    # holds some. A cycle of waiters, each holding what the next waits for, is
+    # a deadlock (``locking.deadlock``).
+    holding = models.TextField(_("holding"), blank=True, default="", db_default="")
 
     class Meta:
         db_table = "distributed_lock_waiters"

@@ -208,7 +208,7 @@ class lock:
             if acquired is None:
                 raise self._held()
             return acquired, started
-        wait = Wait(self._claim(owner), self.timeout, self.using)
+        wait = Wait(self._claim(owner), self.timeout, self.using, holding=self._holding())
         return self._wait(wait), wait.started
 
     def _wait(self, wait: Wait) -> Hold:
@@ -276,7 +276,9 @@ class lock:
             if acquired is None:
                 raise self._held()
             return acquired, started
-        wait = Wait(self._claim(owner), self.timeout, self.using, Wakeup.on_loop())
+        wait = Wait(
+            self._claim(owner), self.timeout, self.using, Wakeup.on_loop(), holding=self._holding()
+        )
         acquired = await release_if_cancelled(
             self.using,
             self._await(wait),
@@ -384,6 +386,11 @@ class lock:
         if hold is None:
             signals.send_refused(DistributedLock, claim)
         return hold
+
+    def _holding(self) -> tuple[tuple[str, str], ...]:
+        """What the calling thread or task holds with lock() on this database,
+        which a waiter writes on its ticket (``locking.deadlock``)."""
+        return tuple(held_here.held_by(self.using, current_holder()))
 
     def _held(self) -> LockNotAcquired:
         return LockNotAcquired(f"The lock on {self.resource!r} is held by another owner.")

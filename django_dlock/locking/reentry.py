@@ -58,6 +58,15 @@ class HeldHere:
         with self._lock:
             self._entries[(using, resource, id(entered.holder))] = entered
 
+    def held_by(self, using: str, holder: object) -> list[tuple[str, str]]:
+        """The (resource, owner) of every hold ``holder`` has entered on ``using``."""
+        with self._lock:
+            return [
+                (resource, entered.handle.owner)
+                for (alias, resource, key), entered in self._entries.items()
+                if alias == using and key == id(holder)
+            ]
+
     def forget(self, using: str, resource: str, entered: Entered) -> None:
         with self._lock:
             key = (using, resource, id(entered.holder))

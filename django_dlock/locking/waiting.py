@@ -41,6 +41,7 @@ from django_dlock.exceptions import LockNotAcquired
 from django_dlock.listeners.base import Watch
 from django_dlock.listeners.registry import listener_for
 from django_dlock.locking.backoff import Backoff
+from django_dlock.locking.deadlock import LOOK_EVERY, check_for_deadlock, declare_holding
 from django_dlock.locking.local_queues import local_queues
 from django_dlock.locking.queue import Queue, QueueState, state_of
 from django_dlock.locking.wakeup import Wakeup
@@ -89,6 +90,10 @@ class Wait:
     # The head seen ahead of this waiter while the lock was free: its ticket,
     # and since when (monotonic), until the lock is taken or the head changes.
     stalled_head: tuple[int, float] | None = None
+    # The (resource, owner) of the locks the waiting thread or task holds with
+    # lock(): written on the ticket, and a cycle of such waiters looked for.
+    holding: tuple[tuple[str, str], ...] = ()
+    next_cycle_look: float = 0.0  # monotonic time of the next look for a cycle
     queue: Queue = field(init=False)
 
     @property
@@ -161,7 +166,17 @@ class Wait:
                 return acquired
             self.backoff.restart()  # a non-waiting caller took it: look again soon
         self.backoff.learn(state)
+        if self.holding and self.ticket is not None:
+            self._look_for_a_cycle()
         return self._sleep(state)
+
+    def _look_for_a_cycle(self) -> None:
+        """Raise ``LockDeadlock`` where this waiter closed a cycle of waiters
+        (``locking.deadlock``), looking at most every ``LOOK_EVERY``."""
+        now = time.monotonic()
+        if now >= self.next_cycle_look and self.ticket is not None:
+            self.next_cycle_look = now + LOOK_EVERY
+            check_for_deadlock(self.using, self.ticket)
 
     def _passed_stalled_head(self, state: QueueState) -> bool:
         """Drop the head's ticket when the head has left the lock free for
@@ -293,6 +308,8 @@ class Wait:
         # lives as long as the waiter: its listener's, or (None) the one it polls on.
         pid = self.watch.listener.backend_pid if self.channel and self.watch is not None else None
         self.ticket, state = self.queue.join(self.claim, seconds, self.channel, pid)
+        if self.holding:
+            declare_holding(self.using, self.ticket, self.holding)
         self.ticket_until = time.monotonic() + seconds
         if self.watch is not None:
             self.watch.claim(self.ticket)
@@ -322,6 +339,8 @@ class Wait:
             refresh_in=WAITER_TTL / 2,
         )
         sleep = min(sleep, self._remaining())
+        if self.holding:  # it may close a cycle: it looks again soon
+            sleep = min(sleep, LOOK_EVERY)
         if local_queues.refresh_in(self) <= sleep:
             tickets = local_queues.tickets(self)
             self.queue.refresh(tickets, WAITER_TTL)
