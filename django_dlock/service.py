@@ -35,7 +35,12 @@ from django_dlock.rules import (
     duration_of,
     kind_of,
 )
-from django_dlock.validators import validate_label, validate_lock_delay, validate_resource
+from django_dlock.validators import (
+    validate_label,
+    validate_lock_delay,
+    validate_priority,
+    validate_resource,
+)
 
 __all__ = ["LockService", "mismatch", "service_for", "service_of"]
 
@@ -64,6 +69,7 @@ class LockService(Generic[_Lock]):
         ticket: int | None = None,
         held_token: int | None = None,
         lock_delay: float | timedelta | None = None,
+        priority: int = 0,
     ) -> Claim:
         """What an acquisition of ``resource`` by ``owner`` asks for (the
         arguments not yet checked are checked here)."""
@@ -81,6 +87,7 @@ class LockService(Generic[_Lock]):
             ticket=ticket,
             held_token=held_token,
             lock_delay=timedelta(seconds=delay) if delay else None,
+            priority=validate_priority(priority),
         )
 
     def claims(

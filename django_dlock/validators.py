@@ -293,3 +293,21 @@ def validate_lock_delay(value: object, *, exclusive: bool = True) -> float:
             code="lock_delay",
         )
     return float(value)
+
+
+# A waiter's priority, in steps of a minute of waiting (``backends.queue.PRIORITY_STEP``).
+MAX_PRIORITY = 1000
+
+
+def validate_priority(value: object) -> int:
+    """Return ``value`` if it is a valid priority in the wait queue: a whole
+    number from -MAX_PRIORITY to MAX_PRIORITY (0, the default: FIFO)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(_("A priority must be a whole number."), code="invalid")
+    if not -MAX_PRIORITY <= value <= MAX_PRIORITY:
+        raise InvalidArgument(
+            _("A priority must be from -%(max)s to %(max)s."),
+            code="range",
+            params={"max": MAX_PRIORITY},
+        )
+    return value

@@ -35,3 +35,20 @@ def wait_for_a_long_time(db: dict[str, Any], resource: str) -> None:
 
     with lock(resource, ttl=45, timeout=120):
         time.sleep(60)
+
+
+def wait_and_record(db: dict[str, Any], resource: str, priority: int, name: str) -> None:
+    """Wait for ``resource`` with ``priority`` (timeout 60); holding it, append
+    ``name`` to the counter row named ``resource`` (its value counts the turns)."""
+    setup_worker(db)
+    from django.db.models import F
+
+    from django_dlock import lock
+    from tests.testapp.models import Counter
+
+    with lock(resource, ttl=30, timeout=60, priority=priority, label=name):
+        Counter.objects.filter(name=resource).update(value=F("value") + 1)
+        Counter.objects.create(
+            name=f"{resource}:{name}", value=Counter.objects.get(name=resource).value
+        )
+        time.sleep(0.1)

@@ -9,6 +9,7 @@ overrides the ones it answers with fewer statements or uses to wake the head.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -27,6 +28,24 @@ WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
 
 # "No ticket yet" for queue_state(): every queued waiter is ahead.
 NO_TICKET = 2**62
+
+# A ticket is its place in the queue (every statement orders waiters by it): the
+# database's time of queuing in microseconds, less a minute per step of the
+# waiter's priority (``PRIORITY_STEP``), times ``TICKET_SPREAD``, plus a random
+# number below that, so that two waiters that queue in the same microsecond
+# differ. A waiter of priority N goes ahead of those of priority M < N that
+# queued less than (N - M) minutes before it, and behind those that queued
+# earlier: FIFO within a priority, and nobody is passed by newcomers for more
+# than the priorities' spread in minutes (ageing, so no waiter starves). Far
+# below NO_TICKET for centuries.
+PRIORITY_STEP = timedelta(minutes=1)
+TICKET_SPREAD = 1024
+# The database's clock in microseconds since the epoch, by vendor.
+EPOCH_MICROSECONDS = {
+    "postgresql": "CAST(EXTRACT(EPOCH FROM STATEMENT_TIMESTAMP()) * 1000000 AS BIGINT)",
+    "mysql": "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)",
+    "sqlite": "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
+}
 
 # A release that hands the lock to the head of the queue (``grants_on_release``)
 # offers it for this long (seconds, or the head's ttl where shorter); the head
@@ -218,17 +237,26 @@ class WaiterQueue:
         own to wait for), then ``queue_state``."""
         qn = self.tables.qn
         expires_sql, expires_params = self.tables.from_now(seconds)
-        columns = ", ".join(qn(name) for name in ("resource", "owner", "expires_at", *WANTS))
+        names = ("id", "resource", "owner", "expires_at", *WANTS)
+        ticket_sql, ticket_params = self.ticket_sql(claim.priority)
         # Only quoted identifiers and Django-compiled SQL are formatted in.
         sql = (
-            f"INSERT INTO {self.tables.waiters_table} ({columns}) "  # noqa: S608
-            f"VALUES (%s, %s, {expires_sql}, {', '.join(['%s'] * len(WANTS))})"
+            f"INSERT INTO {self.tables.waiters_table} ({', '.join(qn(name) for name in names)}) "  # noqa: S608
+            f"VALUES ({ticket_sql}, %s, %s, {expires_sql}, {', '.join(['%s'] * len(WANTS))})"
         )
         wants = self.wants(claim, channel, listener_pid)
+        params = [*ticket_params, claim.resource, claim.owner, *expires_params, *wants]
         with self.tables.connection.cursor() as cursor:
-            cursor.execute(sql, [claim.resource, claim.owner, *expires_params, *wants])
+            cursor.execute(sql, params)
             ticket = int(cursor.lastrowid)
         return ticket, self.queue_state(claim.resource, ticket)
+
+    def ticket_sql(self, priority: int) -> tuple[str, list[Any]]:
+        """SQL and parameters of a new ticket of ``priority`` (see ``PRIORITY_STEP``)."""
+        epoch = EPOCH_MICROSECONDS[self.tables.connection.vendor]
+        step = priority * (PRIORITY_STEP // timedelta(microseconds=1))
+        spread = secrets.randbelow(TICKET_SPREAD)
+        return f"(({epoch}) - %s) * {TICKET_SPREAD} + %s", [step, spread]
 
     def wants(self, claim: Claim, channel: str, listener_pid: int | None) -> list[Any]:
         """A ticket's ``WANTS``, as parameters."""

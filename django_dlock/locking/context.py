@@ -47,6 +47,7 @@ from django_dlock.validators import (
     validate_label,
     validate_lock_delay,
     validate_owner,
+    validate_priority,
     validate_resource,
     validate_ttl,
 )
@@ -88,7 +89,10 @@ class lock:
     late writer that ignores fencing tokens cannot overlap the next holder.
     ``until="commit"``, inside ``atomic()``: the lock is held until that
     transaction ends, released after its commit or rollback, not at the
-    block's exit (see ``until_commit``).
+    block's exit (see ``until_commit``). ``priority`` orders the wait queue:
+    higher first, first come first served within a priority, and a step of
+    priority is worth a minute of waiting, so none starves
+    (``backends.queue.PRIORITY_STEP``).
     """
 
     def __init__(
@@ -108,6 +112,7 @@ class lock:
         min_hold: float | timedelta | None = None,
         lock_delay: float | timedelta | None = None,
         until: str = EXIT,
+        priority: int = 0,
     ) -> None:
         self.items: LockItems | None = None
         if isinstance(resource, str):
@@ -145,6 +150,7 @@ class lock:
         self.lock_delay = (
             None if lock_delay is None else validate_lock_delay(lock_delay, exclusive=exclusive)
         )
+        self.priority = validate_priority(priority)
         self.until = validate_until(
             until, several=self.items is not None, reentrant=reentrant, min_hold=bool(min_hold)
         )
@@ -364,6 +370,7 @@ class lock:
             min_hold=self.min_hold,
             lock_delay=self.lock_delay,
             until=self.until,
+            priority=self.priority,
         )
 
     def _claim(self, owner: str, held_token: int | None = None) -> Claim:
@@ -377,6 +384,7 @@ class lock:
             label=self.label,
             held_token=held_token,
             lock_delay=self.lock_delay,
+            priority=self.priority,
         )
 
     def _take(self, owner: str, held_token: int | None = None) -> Hold | None:

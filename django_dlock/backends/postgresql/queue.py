@@ -47,12 +47,14 @@ class PostgreSQLQueue(WaiterQueue):
         now_sql, _ = compile_expression(tables.using, DatabaseNow())
         expires_sql, expires_params = tables.from_now(seconds)
         waiters = tables.waiters_table
-        names = ("resource", "owner", "expires_at", *WANTS)
+        names = ("id", "resource", "owner", "expires_at", *WANTS)
+        ticket_sql, ticket_params = self.ticket_sql(claim.priority)
         sql = (
             f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at, "  # noqa: S608
             f"{qn('lock_delay')} AS lock_delay, {qn('limit')} AS lim FROM {tables.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
             f"queued AS (INSERT INTO {waiters} ({', '.join(qn(name) for name in names)}) "
-            f"SELECT %s, %s, {expires_sql}, %s, %s::interval, %s, %s::integer, %s, %s::integer "
+            f"SELECT {ticket_sql}, %s, %s, {expires_sql}, %s, %s::interval, %s, %s::integer, "
+            "%s, %s::integer "
             "FROM (SELECT COUNT(*) FROM held) "
             f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id), "
             f"ahead AS (SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE w.{qn('mode')} = '{EXCLUSIVE}') "
@@ -67,6 +69,7 @@ class PostgreSQLQueue(WaiterQueue):
                 sql,
                 [
                     claim.resource,
+                    *ticket_params,
                     claim.resource,
                     claim.owner,
                     *expires_params,

@@ -1,0 +1,74 @@
+"""``lock(..., priority=N)``: higher first in the wait queue, first come first
+served within a priority, and a step of priority worth a minute of waiting,
+so that no waiter starves (``backends.queue.PRIORITY_STEP``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from django_dlock import InvalidArgument, lock
+from django_dlock.backends import backend_for
+from django_dlock.backends.claim import Claim
+from django_dlock.backends.queue import PRIORITY_STEP, TICKET_SPREAD
+from django_dlock.conf import conf
+from django_dlock.models import DistributedLock, LockWaiter
+from tests import workers_waiting
+from tests.testapp.models import Counter
+from tests.utils import database_settings, spawn, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Locks = DistributedLock.objects
+
+
+def queued_are(count: int) -> Callable[[], bool]:
+    return lambda: LockWaiter.objects.filter(resource="prio:1").count() == count
+
+
+def test_higher_priority_first_and_first_come_first_served_within_one() -> None:
+    Counter.objects.create(name="prio:1")
+    Locks.acquire("prio:1", owner="holder", ttl=60)
+    waiters = []
+    try:
+        for queued, (name, priority) in enumerate(
+            [("low-1", 0), ("high-1", 5), ("low-2", 0), ("high-2", 5)], start=1
+        ):
+            waiter = spawn.Process(
+                target=workers_waiting.wait_and_record,
+                args=(database_settings(), "prio:1", priority, name),
+                daemon=True,
+            )
+            waiter.start()
+            waiters.append(waiter)
+            wait_for(queued_are(queued), 30, f"{name} queued")
+        Locks.release("prio:1", "holder")
+        for waiter in waiters:
+            waiter.join(60)
+    finally:
+        for waiter in waiters:
+            waiter.kill()
+    turns = dict(Counter.objects.filter(name__startswith="prio:1:").values_list("name", "value"))
+    order = sorted(turns, key=turns.__getitem__)
+    assert order == ["prio:1:high-1", "prio:1:high-2", "prio:1:low-1", "prio:1:low-2"]
+
+
+def test_a_step_of_priority_is_worth_a_minute_of_waiting() -> None:
+    queue = backend_for(conf.DATABASE).queue
+    claim = Claim(resource="prio:2", owner="a", duration=timedelta(seconds=30))
+    older, _ = queue.enqueue_waiter(claim, 30)
+    newer, _ = queue.enqueue_waiter(replace(claim, owner="b", priority=1), 30)
+    # Queued after it, yet ahead: as if it had queued a minute earlier, no more.
+    assert newer < older
+    minute = PRIORITY_STEP // timedelta(microseconds=1) * TICKET_SPREAD
+    assert older - newer < minute
+    assert older - newer > minute - 10_000_000 * TICKET_SPREAD  # within 10 s of it
+
+
+@pytest.mark.parametrize("priority", [1.5, "1", True, 1001, -1001])
+def test_a_priority_is_a_whole_number_in_range(priority: object) -> None:
+    with pytest.raises(InvalidArgument):
+        lock("prio:3", priority=priority)  # type: ignore[arg-type]
