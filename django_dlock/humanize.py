@@ -14,6 +14,9 @@ from django_dlock.backends.clock import time_left
 from django_dlock.rules import SHARED
 
 ACTIVE = "active"
+# Expired or force-released while its holder's lock-delay runs: refused to
+# everyone until ``DistributedLock.available_at``.
+DELAYED = "delayed"
 EXPIRED = "expired"
 RELEASED = "released"
 
@@ -30,8 +33,14 @@ def duration_in_words(seconds: float) -> str:
     return gettext("%(count)d d") % {"count": whole // (24 * 60 * 60)}
 
 
-def time_left_in_words(status: str, expires_at: datetime, now: datetime) -> str:
-    """ "in 42 s", "expired 3 min ago" or "released 5 s ago", from the database time ``now``."""
+def time_left_in_words(
+    status: str, expires_at: datetime, now: datetime, available_at: datetime | None = None
+) -> str:
+    """ "in 42 s", "expired 3 min ago" or "released 5 s ago", from the database time
+    ``now``; "delayed, available in 28 s" while a lock-delay runs until ``available_at``."""
+    if status == DELAYED and available_at is not None:
+        until = duration_in_words(max(time_left(available_at, now), 0))
+        return gettext("delayed, available in %(time)s") % {"time": until}
     left = time_left(expires_at, now)
     if status == ACTIVE:
         return gettext("in %(time)s") % {"time": duration_in_words(max(left, 0))}

@@ -17,6 +17,9 @@ from datetime import timedelta
 from typing import Any, Literal, TypeVar, cast, overload
 
 from django.db import models
+from django.db.models import DateTimeField, ExpressionWrapper, F, Q
+from django.db.models.expressions import CombinedExpression
+from django.db.models.lookups import GreaterThan
 
 from django_dlock import signals
 from django_dlock.backends import backend_for
@@ -38,9 +41,30 @@ from django_dlock.validators import (
     validate_resource,
 )
 
-__all__ = ["DistributedLockManager", "DistributedLockQuerySet", "ReleaseResult"]
+__all__ = [
+    "DistributedLockManager",
+    "DistributedLockQuerySet",
+    "ReleaseResult",
+    "delay_ends",
+    "delay_runs_q",
+]
 
 _Lock = TypeVar("_Lock", bound=models.Model)
+
+
+def delay_ends() -> ExpressionWrapper[CombinedExpression]:
+    """``expires_at + lock_delay``: when the lock-delay kept after an involuntary
+    loss ends (null without one). Django adds a duration to a datetime on every
+    database (an interval, microseconds on MySQL, text on SQLite)."""
+    return ExpressionWrapper(F("expires_at") + F("lock_delay"), output_field=DateTimeField())
+
+
+def delay_runs_q() -> Q:
+    """Locks whose lock-delay still runs, by the database's clock: no valid
+    holder, and ``expires_at + lock_delay`` ahead (``LockRow.available_at`` in SQL)."""
+    now = DatabaseNow()
+    not_held = Q(owner="") | Q(expires_at__lte=now)
+    return Q(lock_delay__isnull=False) & not_held & Q(GreaterThan(delay_ends(), now))
 
 
 class DistributedLockQuerySet(models.QuerySet[_Lock]):
@@ -52,6 +76,12 @@ class DistributedLockQuerySet(models.QuerySet[_Lock]):
         """Locks that expired or were released (at least ``older_than`` seconds
         ago), by the database's clock."""
         return self.filter(expired_q(older_than))
+
+    def delayed(self) -> DistributedLockQuerySet[_Lock]:
+        """Locks refused to everyone while the lock-delay of their holder's
+        involuntary loss (expiry, or a force-release) runs, by the database's
+        clock; their ``available_at`` says until when."""
+        return self.filter(delay_runs_q())
 
     def owned_by(self, owner: str) -> DistributedLockQuerySet[_Lock]:
         """Locks whose current (or last, if expired) holder is ``owner``."""
@@ -348,3 +378,20 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
             .first()
         )
         return None if row is None else max(time_left(*row), 0.0)
+
+    def available_in(self, resource: str) -> float | None:
+        """Seconds until the lock-delay on ``resource`` ends (the holder lost its
+        hold, and nobody may take it until then), by the database's clock;
+        ``None`` when no delay runs. One query; it reads, never waits."""
+        validate_resource(resource)
+        row = (
+            self.delayed()
+            .filter(resource=resource)
+            .annotate(db_now=DatabaseNow())
+            .values_list("expires_at", "lock_delay", "db_now")
+            .first()
+        )
+        if row is None:
+            return None
+        expires_at, lock_delay, now = row
+        return max(time_left(expires_at + lock_delay, now), 0.0)

@@ -23,7 +23,7 @@ from django.utils.timezone import localtime
 
 from django_dlock.humanize import duration_in_words, time_left_in_words
 from django_dlock.models import DistributedLock, FencingFloor
-from tests.utils import make_lock
+from tests.utils import make_delayed_lock, make_lock
 
 if TYPE_CHECKING:
     from django_dlock.admin.locks import _ListedLock
@@ -412,3 +412,59 @@ def test_time_left_in_words() -> None:
     assert time_left_in_words("released", now - timedelta(hours=2), now) == "released 2 h ago"
     # Expired between the database time read and the list's query.
     assert time_left_in_words("expired", now + timedelta(seconds=0.2), now) == "expired just now"
+
+
+# -- lock-delay ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["expired", "force-released"])
+def test_a_delayed_lock_has_a_status_of_its_own_and_says_when_it_is_available(
+    admin_client: Client, force: bool
+) -> None:
+    make_lock("job:active")
+    make_lock("job:expired", expires_in=-1)
+    delayed = make_delayed_lock("job:delayed", lock_delay=30 * 60, force=force)
+
+    response = admin_client.get(CHANGELIST)
+
+    locks = {lock.resource: lock for lock in results(response)}
+    assert {name: lock.lock_status for name, lock in locks.items()} == {
+        "job:active": "active",
+        "job:delayed": "delayed",
+        "job:expired": "expired",
+    }
+    # Between the active and the expired ones.
+    assert resources(response) == ["job:active", "job:delayed", "job:expired"]
+    row = cells(response)["job:delayed"]
+    assert row["active"] == "False"
+    # 30 min from the loss, less the moment it took to read: 29 min (rounded down).
+    assert row["time left"] == "delayed, available in 29 min"
+    assert localize(localtime(delayed.available_at)) in response.content.decode()
+    assert resources(admin_client.get(CHANGELIST, {"status": "delayed"})) == ["job:delayed"]
+    assert resources(admin_client.get(CHANGELIST, {"status": "expired"})) == ["job:expired"]
+    assert resources(admin_client.get(CHANGELIST, {"status": "active"})) == ["job:active"]
+
+    page = admin_client.get(reverse("admin:django_dlock_distributedlock_change", args=[delayed.pk]))
+    fields = {
+        line.field["name"]: str(line.contents())
+        for fieldset in page.context["adminform"]
+        for fieldline in fieldset
+        for line in fieldline
+    }
+    assert fields["status"] == "delayed"
+    assert fields["lock_delay_in_words"] == "30 min"
+    assert "delayed, available in 29 min" in fields["time_left"]
+    # Nothing to force-release: nobody holds it.
+    assert page.context["force_release_url"] is None
+
+
+def test_the_lock_delay_of_a_held_lock_shows_on_its_page(admin_client: Client) -> None:
+    lock = DistributedLock.objects.acquire("job:held", "worker-1", ttl=60, lock_delay=45)
+    assert lock is not None
+
+    page = admin_client.get(reverse("admin:django_dlock_distributedlock_change", args=[lock.pk]))
+
+    html = page.content.decode()
+    assert "Lock delay" in html
+    assert "45 s" in html
+    assert cells(admin_client.get(CHANGELIST))["job:held"]["time left"].startswith("in ")

@@ -35,7 +35,7 @@ from tests.api_utils import (
     problem,
     user_with_permissions,
 )
-from tests.utils import expire
+from tests.utils import expire, make_delayed_lock
 
 pytestmark = pytest.mark.django_db
 
@@ -62,8 +62,9 @@ def anonymous() -> CheckedClient:
     return CheckedClient()
 
 
-# What every lock in an answer says of its kind (CONTRACT.md, "Lock kinds").
-KIND_KEYS = {"mode", "hold_count", "limit", "label"}
+# What every lock in an answer says of its kind (CONTRACT.md, "Lock kinds"),
+# and its lock-delay (null without one).
+KIND_KEYS = {"mode", "hold_count", "limit", "label", "lock_delay"}
 
 
 def as_time(value: str) -> Any:
@@ -90,8 +91,10 @@ def test_acquire_returns_the_lock(api: CheckedClient) -> None:
         "hold_count",
         "limit",
         "label",
+        "lock_delay",
     }
     assert body["acquired"] is True
+    assert body["lock_delay"] is None
     assert body["resource"] == "job:42"
     assert body["owner"] == "worker-1"
     assert body["fencing_token"] >= 1
@@ -553,3 +556,68 @@ def test_problem_details_stay_inside_the_lock_api(client: Any) -> None:
     response = client.get("/no-such-page/")
     assert response.status_code == 404
     assert response["Content-Type"] != PROBLEM
+
+
+# -- lock-delay ----------------------------------------------------------------
+
+
+def test_acquire_with_a_lock_delay_shows_it_in_every_answer(
+    api: CheckedClient, operator_api: CheckedClient
+) -> None:
+    body = post(api, "/api/locks/job:d", {"owner": "a", "ttl": 30, "lock_delay": 2.5}).json()
+    assert body["acquired"] is True and body["lock_delay"] == 2.5
+    assert DistributedLock.objects.get(resource="job:d").lock_delay == timedelta(seconds=2.5)
+    assert api.get("/api/locks/job:d").json()["lock_delay"] == 2.5
+    assert operator_api.get("/api/locks").json()["results"][0]["lock_delay"] == 2.5
+    renewed = post(api, "/api/locks/job:d/renew", {"owner": "a", "ttl": 60}).json()
+    assert renewed["lock_delay"] == 2.5
+    assert post(api, "/api/locks/job:none", {"owner": "a"}).json()["lock_delay"] is None
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["expired", "force-released"])
+def test_acquire_refused_by_a_lock_delay_says_when_the_resource_is_available(
+    api: CheckedClient, force: bool
+) -> None:
+    lock = make_delayed_lock("job:delayed", "a", lock_delay=30 * 60, force=force)
+    assert lock.available_at is not None
+
+    response = post(api, "/api/locks/job:delayed", {"owner": "b", "ttl": 5})
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "acquired": False,
+        "resource": "job:delayed",
+        "expires_at": lock.available_at.isoformat().replace("+00:00", "Z"),
+    }
+    assert as_time(response.json()["expires_at"]) == lock.available_at
+    assert response["Retry-After"] in ("1799", "1800")  # whole seconds, rounded up
+    # Nobody holds it meanwhile: not found, not listed.
+    problem(api.get("/api/locks/job:delayed"), 404, "lock-not-found")
+    assert api.get("/api/locks").json()["results"] == []
+    assert DistributedLock.objects.get(resource="job:delayed").owner != "b"
+
+
+def test_a_release_by_the_holder_leaves_no_delay(api: CheckedClient) -> None:
+    post(api, "/api/locks/job:r", {"owner": "a", "ttl": 30, "lock_delay": 600})
+    assert delete(api, "/api/locks/job:r", {"owner": "a"}).status_code == 204
+
+    assert post(api, "/api/locks/job:r", {"owner": "b"}).json()["acquired"] is True
+
+
+@pytest.mark.parametrize(
+    "lock_delay", [-1, -0.5, 86400.001, 10**400, "10", "abc", True, False, None, [1], {}]
+)
+def test_invalid_lock_delay(api: CheckedClient, lock_delay: Any) -> None:
+    _invalid(post(api, "/api/locks/job", {"owner": "a", "lock_delay": lock_delay}), "lock_delay")
+    assert not DistributedLock.objects.exists()
+
+
+@pytest.mark.parametrize("kind", [{"shared": True}, {"limit": 3}], ids=["reader", "permit"])
+def test_a_lock_delay_is_for_exclusive_locks_only(api: CheckedClient, kind: Any) -> None:
+    body = {"owner": "a", "lock_delay": 5, **kind}
+    response = post(api, "/api/locks/job", body)
+    _invalid(response, "lock_delay")
+    assert "exclusively" in response.json()["errors"]["lock_delay"][0]
+    assert not DistributedLock.objects.exists()
+    # None at all is no delay, whatever the kind.
+    assert post(api, "/api/locks/job", {**body, "lock_delay": 0}).json()["acquired"] is True

@@ -80,6 +80,7 @@ def test_bodies_and_parameters_are_documented() -> None:
         "shared",
         "limit",
         "label",
+        "lock_delay",
     }
     assert components[body("/api/locks/{resource}/renew", "post")]["required"] == ["owner"]
     assert components[body("/api/locks/{resource}", "delete")]["required"] == ["owner"]
@@ -89,6 +90,10 @@ def test_bodies_and_parameters_are_documented() -> None:
     assert listing == {"prefix", "cursor", "page_size"}
     ttl = components["AcquireRequest"]["properties"]["ttl"]
     assert ttl["type"] == "number" and ttl["maximum"] == 86400
+    delay = components["AcquireRequest"]["properties"]["lock_delay"]
+    assert delay["type"] == "number" and delay["minimum"] == 0 and delay["maximum"] == 86400
+    shown = components["Lock"]["properties"]["lock_delay"]
+    assert shown["nullable"] is True and "lock_delay" in components["Lock"]["required"]
 
 
 def test_the_label_pattern_refuses_what_the_label_rule_refuses() -> None:
@@ -193,6 +198,7 @@ def test_each_name_of_errors_is_one_an_answer_uses() -> None:
         post(api, "/api/locks/job", {"shared": 1}),
         post(api, "/api/locks/job", {"limit": 0}),
         post(api, "/api/locks/job", {"label": "a\nb"}),
+        post(api, "/api/locks/job", {"lock_delay": -1}),
         post(api, "/api/locks/job", [1]),
         api.get("/api/locks?prefix=a%20b"),
         api.get("/api/locks?cursor=made-up"),

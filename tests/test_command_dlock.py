@@ -16,7 +16,7 @@ from django.core.management import CommandError, call_command, execute_from_comm
 from django_dlock.backends.clock import now_plus
 from django_dlock.models import DistributedLock, LockWaiter
 from tests.test_kinds import REFUSED
-from tests.utils import make_lock
+from tests.utils import make_delayed_lock, make_lock
 
 
 def dlock(*args: str) -> str:
@@ -323,6 +323,22 @@ BAD_ARGUMENTS = [
         "argument --limit: not allowed with argument --shared",
     ),
     (["run", "job:42", "--exclusive", "--", "true"], "unrecognized arguments: --exclusive"),
+    (
+        ["run", "job:42", "--lock-delay", "-1", "--", "true"],
+        "argument --lock-delay: A lock_delay must be at least 0 and at most",
+    ),
+    (
+        ["run", "job:42", "--lock-delay", "soon", "--", "true"],
+        "argument --lock-delay: A lock_delay must be at least 0",
+    ),
+    (
+        ["run", "job:42", "--shared", "--lock-delay", "5", "--", "true"],
+        "argument --lock-delay: not allowed with argument --shared",
+    ),
+    (
+        ["run", "job:42", "--limit", "2", "--lock-delay", "5", "--", "true"],
+        "argument --lock-delay: not allowed with argument --limit",
+    ),
     # The refused kinds of tests/test_kinds.py that a command line can spell: the same sentence.
     *(
         (
@@ -418,3 +434,34 @@ def test_kinds_labels_and_hold_counts_in_list_and_show() -> None:
     assert dlock("show", "gpu").splitlines()[0] == "gpu: held (semaphore, 1 of 4 permits)"
     assert dlock("show", "doc:7").splitlines()[0] == "doc:7: held (shared, 1 reader)"
     assert "held 2 times (reentrant)" in dlock("show", "job:r")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("force", [False, True], ids=["expired", "force-released"])
+def test_a_delayed_resource_is_shown_delayed_until_available_not_free(force: bool) -> None:
+    lock = make_delayed_lock("job:delayed", lock_delay=30 * 60, force=force)
+    make_lock("job:free", expires_in=-5)
+    assert lock.available_at is not None
+
+    out = dlock("show", "job:delayed")
+
+    first = out.splitlines()[0]
+    assert first.startswith("job:delayed: delayed (delayed, available in 29 min, at ")
+    assert f"{lock.available_at:%Y-%m-%dT%H:%M:%SZ}" in first
+    assert "lock delay of 30 min" in first
+    assert f"last fencing token {lock.fencing_token})" in first
+    assert "free" not in out
+    # Listed without --all (it is not free); the expired lock without a delay is not.
+    lines = dlock("list").splitlines()[1:]
+    assert [line.split()[0] for line in lines] == ["job:delayed"]
+    assert "delayed, available in 29 min" in lines[0]
+    # Nothing to release: nobody holds it.
+    with pytest.raises(CommandError, match="is not held"):
+        dlock("release", "job:delayed", "--yes")
+
+
+@pytest.mark.django_db
+def test_show_says_the_lock_delay_of_a_held_lock() -> None:
+    assert DistributedLock.objects.acquire("job:held", "worker-1", ttl=60, lock_delay=45)
+
+    assert "lock delay 45 s" in dlock("show", "job:held").splitlines()[1]

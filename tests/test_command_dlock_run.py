@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +250,33 @@ def test_min_hold_keeps_the_lock_after_a_quick_cmd(start: Any) -> None:
     assert run.wait() == 0
     assert time.monotonic() - began >= 3
     assert not held("job:cron")
+
+
+def test_lock_delay_keeps_a_force_released_lock_from_the_next_run(
+    start: Any, tmp_path: Path
+) -> None:
+    ready = tmp_path / "ready"
+    run = start(
+        "job:delay",
+        "--lock-delay",
+        "30",
+        "--ttl",
+        "1.5",
+        "--",
+        "sh",
+        "-c",
+        f"touch {ready}; sleep 300",
+    )
+    wait_for(ready.exists, what="CMD to start")
+    lock = DistributedLock.objects.get(resource="job:delay")
+    assert lock.lock_delay == timedelta(seconds=30)
+
+    assert DistributedLock.objects.force_release("job:delay")
+    assert run.wait() == 1  # lost: CMD stopped
+
+    # Nobody takes it while the delay runs.
+    assert start("job:delay", "--", "true").wait() == 75
+    assert DistributedLock.objects.available_in("job:delay") is not None
 
 
 def parent_of(pid: int) -> int:

@@ -543,6 +543,7 @@ MANAGER_CALLS = {
     "release_all",
     "purge_expired",
     "expires_in",
+    "available_in",
     "aacquire",
     "arenew",
     "arelease",
@@ -551,6 +552,7 @@ MANAGER_CALLS = {
     "expired",
     "owned_by",
     "with_resource_prefix",
+    "delayed",
 }
 
 
@@ -568,3 +570,13 @@ def public_calls(manager: object) -> set[str]:
 def test_the_manager_offers_exactly_the_documented_calls_besides_djangos() -> None:
     ours = public_calls(Locks) - public_calls(models.Manager())
     assert ours == MANAGER_CALLS
+
+
+def test_available_in_counts_down_a_lock_delay_only() -> None:
+    assert DistributedLock.objects.available_in("ai:job") is None  # never locked
+    assert DistributedLock.objects.acquire("ai:job", "a", ttl=60, lock_delay=600)
+    assert DistributedLock.objects.available_in("ai:job") is None  # held
+    assert DistributedLock.objects.force_release("ai:job")
+    left = DistributedLock.objects.available_in("ai:job")
+    assert left is not None and 590 < left <= 600
+    assert [lock.resource for lock in DistributedLock.objects.delayed()] == ["ai:job"]

@@ -41,6 +41,28 @@ def make_lock(resource: str, owner: str = "worker-1", *, expires_in: float = 60)
     return lock
 
 
+def make_delayed_lock(
+    resource: str, owner: str = "worker-1", *, lock_delay: float = 30, force: bool = False
+) -> Any:
+    """A lock on ``resource`` lost by its holder while its ``lock_delay`` runs,
+    made the real way: acquired with a lock-delay, then left to expire (by the
+    database's clock), or with ``force``, force-released by an operator."""
+    from django_dlock.models import DistributedLock
+
+    ttl = 60 if force else 0.2
+    lock = DistributedLock.objects.acquire(resource, owner=owner, ttl=ttl, lock_delay=lock_delay)
+    assert lock is not None
+    if force:
+        assert DistributedLock.objects.force_release(resource)
+    else:
+        wait_for(
+            lambda: DistributedLock.objects.expires_in(resource) is None,
+            what=f"the lock on {resource!r} to expire",
+        )
+    assert DistributedLock.objects.available_in(resource) is not None, "no lock-delay runs"
+    return DistributedLock.objects.get(resource=resource)
+
+
 def expire(resource: str, seconds_ago: float = 1) -> None:
     """Make the lock on ``resource`` expired ``seconds_ago`` by the database's clock."""
     from django_dlock.backends.clock import expired_before

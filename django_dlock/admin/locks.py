@@ -44,8 +44,10 @@ from django_dlock.backends.clock import database_now
 from django_dlock.conf import conf
 from django_dlock.humanize import (
     ACTIVE,
+    DELAYED,
     EXPIRED,
     RELEASED,
+    duration_in_words,
     kind_in_words,
     time_left_in_words,
 )
@@ -107,6 +109,7 @@ class LockAdmin(PurgeAdmin):
         "acquired_at",
         "expires_at",
         "time_left",
+        "lock_delay_in_words",
         "fencing_token",
     )
     readonly_fields = fields
@@ -170,6 +173,7 @@ class LockAdmin(PurgeAdmin):
     def status(self, lock: _ListedLock) -> str:
         labels = {
             ACTIVE: gettext("active"),
+            DELAYED: gettext("delayed"),
             EXPIRED: gettext("expired"),
             RELEASED: gettext("released"),
         }
@@ -206,11 +210,25 @@ class LockAdmin(PurgeAdmin):
 
     @admin.display(description=_("time left"), ordering="expires_at")
     def time_left(self, lock: _ListedLock) -> str:
+        """Until it expires; while its holder's lock-delay runs, until it is
+        available (its tooltip: that moment)."""
+        delayed = lock.lock_status == DELAYED and lock.available_at is not None
+        until = lock.available_at if delayed else lock.expires_at
         return format_html(
             '<span title="{}">{}</span>',
-            localize(localtime(lock.expires_at)),
-            time_left_in_words(lock.lock_status, lock.expires_at, lock.database_now),
+            localize(localtime(until)),
+            time_left_in_words(
+                lock.lock_status, lock.expires_at, lock.database_now, lock.available_at
+            ),
         )
+
+    @admin.display(description=_("lock delay"), ordering="lock_delay")
+    def lock_delay_in_words(self, lock: _ListedLock) -> str:
+        """How long the resource stays refused to everyone after its holder
+        loses it (expires, or is force-released); none after a release."""
+        if lock.lock_delay is None:
+            return self.get_empty_value_display()
+        return duration_in_words(lock.lock_delay.total_seconds())
 
     @admin.display(description=_("waiters"), ordering="waiter_count")
     def waiters(self, lock: _ListedLock) -> int:

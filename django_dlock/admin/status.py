@@ -1,5 +1,5 @@
 """A lock's status in the admin's list, by the database's clock: active,
-expired or released; the filter and the default order that use it, and how the
+delayed (its holder's lock-delay runs), expired or released; the filter and the default order that use it, and how the
 list shows a moment."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin
-from django.db.models import Case, Field, QuerySet, Value, When
+from django.db.models import Case, Field, Q, QuerySet, Value, When
 from django.http import HttpRequest
 from django.utils.formats import localize
 from django.utils.html import format_html
@@ -17,7 +17,8 @@ from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy as _
 
 from django_dlock.backends.clock import DatabaseNow
-from django_dlock.humanize import ACTIVE, EXPIRED, RELEASED
+from django_dlock.humanize import ACTIVE, DELAYED, EXPIRED, RELEASED
+from django_dlock.managers import delay_runs_q
 
 if TYPE_CHECKING:
     from django_dlock.managers import DistributedLockQuerySet
@@ -25,15 +26,17 @@ if TYPE_CHECKING:
 
 __all__ = ["STATUS_RANK", "StatusFilter", "by_status", "moment"]
 
-# The list's default order: the locks held now first.
-STATUS_RANK = {ACTIVE: 0, EXPIRED: 1, RELEASED: 2}
+# The list's default order: the locks held now first, then those a lock-delay
+# keeps from everyone.
+STATUS_RANK = {ACTIVE: 0, DELAYED: 1, EXPIRED: 2, RELEASED: 3}
 
 
 def by_status(values: Mapping[str, Any], output_field: Field[Any, Any]) -> Case:
     """``values[status]`` of each lock's status by the database's clock."""
     return Case(
+        When(~Q(owner="") & Q(expires_at__gt=DatabaseNow()), then=Value(values[ACTIVE])),
+        When(delay_runs_q(), then=Value(values[DELAYED])),
         When(owner="", then=Value(values[RELEASED])),
-        When(expires_at__gt=DatabaseNow(), then=Value(values[ACTIVE])),
         default=Value(values[EXPIRED]),
         output_field=output_field,
     )
@@ -54,13 +57,19 @@ def moment(value: datetime) -> str:
 
 
 class StatusFilter(admin.SimpleListFilter):
-    """Active or expired by the database's clock (a released lock is expired)."""
+    """Active, delayed or expired by the database's clock (a released lock is
+    expired; a delayed one, expired or force-released while its holder's
+    lock-delay runs, is only delayed)."""
 
     title = _("status")
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [(ACTIVE, _("Active")), (EXPIRED, _("Expired or released"))]
+        return [
+            (ACTIVE, _("Active")),
+            (DELAYED, _("Delayed (lock-delay)")),
+            (EXPIRED, _("Expired or released")),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
         locks = cast(
@@ -68,6 +77,8 @@ class StatusFilter(admin.SimpleListFilter):
         )  # LockAdmin's, from the manager
         if self.value() == ACTIVE:
             return locks.active()
+        if self.value() == DELAYED:
+            return locks.delayed()
         if self.value() == EXPIRED:
-            return locks.expired()
+            return locks.expired().exclude(delay_runs_q())
         return queryset

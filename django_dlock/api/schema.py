@@ -121,8 +121,9 @@ RETRY_AFTER = OpenApiParameter(
     {"type": "integer", "minimum": 1},
     OpenApiParameter.HEADER,
     response=[200],
-    description="With acquired false: whole seconds until the holder's lock expires "
-    "(rounded up, by the database's clock).",
+    description="With acquired false: whole seconds until the holder's lock expires, or "
+    "until the lock-delay of a holder that lost it ends (rounded up, by the database's "
+    "clock).",
 )
 # Headers of the answers every operation can give.
 COMMON_HEADERS = [
@@ -242,7 +243,10 @@ def document(viewset: type) -> None:
             "lock()), `limit: N` as one of at most N permits of a semaphore. The owner that "
             "holds it gets it again with a new `expires_at` and the same fencing token "
             "(`reentrant: true`: with one hold more). Without `owner` a random 128-bit token "
-            "is generated and returned.",
+            "is generated and returned. `lock_delay` (exclusive locks): if the hold is lost "
+            "rather than released (it expires, or is force-released), nobody may take the "
+            "resource for that many seconds after; meanwhile acquire answers `acquired: false` "
+            "with the moment it becomes available as `expires_at`.",
             tags=[TAG],
             parameters=[RESOURCE, RETRY_AFTER, *COMMON_HEADERS],
             request=AcquireRequestSerializer,
@@ -252,7 +256,8 @@ def document(viewset: type) -> None:
                     OpenApiResponse(
                         inline_serializer_or(AcquiredSerializer, NotAcquiredSerializer),
                         description="`acquired: true` with the lock, or `acquired: false` "
-                        "with the holder's `expires_at` and a `Retry-After` header.",
+                        "with the holder's `expires_at` (while a lock-delay runs: its end) and "
+                        "a `Retry-After` header.",
                     ),
                 ),
                 **problem_responses(400, 413, 415),
@@ -273,6 +278,11 @@ def document(viewset: type) -> None:
                     request_only=True,
                 ),
                 OpenApiExample("A permit", value={"ttl": 30, "limit": 4}, request_only=True),
+                OpenApiExample(
+                    "With a lock-delay",
+                    value={"owner": "worker-1", "ttl": 30, "lock_delay": 10},
+                    request_only=True,
+                ),
             ],
         ),
         renew=extend_schema(

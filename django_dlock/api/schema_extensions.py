@@ -40,6 +40,20 @@ class TtlFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-unt
         }
 
 
+class LockDelayFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
+    target_class = "django_dlock.api.serializers.LockDelayField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        schema: dict[str, Any] = {
+            "type": "number",
+            "minimum": 0,
+            "maximum": conf.MAX_TTL,  # read when the schema is generated
+        }
+        if self.target.allow_null:
+            schema["nullable"] = True
+        return schema
+
+
 class LimitFieldExtension(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
     target_class = "django_dlock.api.serializers.LimitField"
 

@@ -16,6 +16,7 @@ from django_dlock.rules import EXCLUSIVE, SHARED
 from django_dlock.validators import (
     MAX_LENGTH,
     validate_label,
+    validate_lock_delay,
     validate_owner,
     validate_ttl,
 )
@@ -52,6 +53,26 @@ class TtlField(serializers.Field[float, Any, float, Any]):
             raise _drf_error(error) from None
 
     def to_representation(self, value: float) -> float:
+        return value
+
+
+class LockDelayField(serializers.Field[float | None, Any, float | None, Any]):
+    """A lock-delay in seconds as a JSON number: never a string or a boolean,
+    finite, within ``0 <= lock_delay <= DLOCK_MAX_TTL``; shown as seconds, or
+    null without one."""
+
+    def get_attribute(self, instance: Any) -> Any:
+        return getattr(instance, cast(str, self.source), None)  # a shared hold has none
+
+    def to_internal_value(self, data: Any) -> float:
+        try:
+            return validate_lock_delay(data)
+        except DjangoValidationError as error:
+            raise _drf_error(error) from None
+
+    def to_representation(self, value: datetime.timedelta | float | None) -> float | None:
+        if isinstance(value, datetime.timedelta):
+            return value.total_seconds()
         return value
 
 
@@ -137,6 +158,22 @@ class AcquireRequestSerializer(serializers.Serializer[Any]):
         "unlike the owner, not a secret): no control or invisible formatting characters, "
         "in Unicode normal form NFC, as resource names.",
     )
+    lock_delay = LockDelayField(
+        required=False,
+        help_text="Seconds (at least 0, at most DLOCK_MAX_TTL) for which nobody may take the "
+        "resource after this hold is lost rather than released: its lease runs out, or an "
+        "operator force-releases it (Chubby's lock-delay). Exclusive locks only: with "
+        "`shared` or `limit` it is a 400. Default: none.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("lock_delay"):
+            exclusive = not attrs.get("shared") and attrs.get("limit") is None
+            try:
+                validate_lock_delay(attrs["lock_delay"], exclusive=exclusive)
+            except DjangoValidationError as error:
+                raise serializers.ValidationError({"lock_delay": error.messages}) from None
+        return attrs
 
 
 class RenewRequestSerializer(serializers.Serializer[Any]):
@@ -234,6 +271,12 @@ class LockSerializer(serializers.Serializer[DistributedLock]):
         required=False,
         help_text="The valid holds of a shared resource (readers or permits), oldest first.",
     )
+    lock_delay = LockDelayField(
+        allow_null=True,
+        help_text="The exclusive holder's lock-delay in seconds: if its hold is lost rather "
+        "than released (it expires, or is force-released), nobody may take the resource for "
+        "that long after. Null: none.",
+    )
 
     def __init__(self, *args: Any, show_owner: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -282,11 +325,15 @@ class AcquiredSerializer(OwnedLockSerializer):
 
 
 class NotAcquiredSerializer(serializers.Serializer[Any]):
-    """Another owner holds the lock; try again after `Retry-After` seconds."""
+    """Another owner holds the lock, or the lock-delay of a holder that lost it
+    runs; try again after `Retry-After` seconds."""
 
     acquired = FlagField(False)
     resource = serializers.CharField()
-    expires_at = UTCDateTimeField(help_text="When the current holder's lock expires.")
+    expires_at = UTCDateTimeField(
+        help_text="When the current holder's lock expires; while the lock-delay of a holder "
+        "that lost it runs, when the resource becomes available."
+    )
 
     def to_representation(self, instance: Any) -> dict[str, Any]:
         data = super().to_representation(instance)
@@ -323,6 +370,7 @@ class InvalidInputErrorsSerializer(serializers.Serializer[Any]):
     shared = _messages("`shared` of the body.")
     limit = _messages("`limit` of the body.")
     label = _messages("`label` of the body.")  # type: ignore[assignment]  # a declared field
+    lock_delay = _messages("`lock_delay` of the body.")
     prefix = _messages("The `prefix` query parameter.")
     cursor = _messages("The `cursor` query parameter.")
     page_size = _messages("The `page_size` query parameter.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -193,10 +194,13 @@ class LockViewSet(viewsets.ViewSet):
             if holds:
                 # The first to expire lets this caller in, at the soonest.
                 expires_at = min(hold.expires_at for hold in holds)
-                now = database_now(conf.DATABASE)
-                wait = max(time_left(expires_at, now), 1)
-                data = NotAcquiredSerializer({"resource": resource, "expires_at": expires_at}).data
-                return Response(data, headers={"Retry-After": str(math.ceil(wait))})
+                return _not_acquired(resource, expires_at, database_now(conf.DATABASE))
+            # Nobody holds it: the lock-delay of a holder that lost it may run.
+            delayed = (
+                self._locks().delayed().filter(resource=resource).annotate(db_now=DatabaseNow())
+            ).first()
+            if delayed is not None and delayed.available_at is not None:
+                return _not_acquired(resource, delayed.available_at, delayed.db_now)
         # Lost to holders that kept leaving just before they could be read.
         now = database_now(conf.DATABASE)
         data = NotAcquiredSerializer({"resource": resource, "expires_at": now}).data
@@ -227,6 +231,15 @@ class LockViewSet(viewsets.ViewSet):
             if mine:
                 return Response(OwnedLockSerializer(mine[0]).data)
         return Response(status=204)
+
+
+def _not_acquired(resource: str, available_at: datetime, now: datetime) -> Response:
+    """Acquired false: the resource is available at ``available_at`` at the
+    soonest (the holder's expiry, or the end of a lock-delay), ``Retry-After``
+    whole seconds from the database time ``now``."""
+    wait = max(time_left(available_at, now), 1)
+    data = NotAcquiredSerializer({"resource": resource, "expires_at": available_at}).data
+    return Response(data, headers={"Retry-After": str(math.ceil(wait))})
 
 
 def _attach_holders(locks: Any) -> None:

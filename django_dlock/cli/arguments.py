@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django_dlock.kinds import LockKind
 from django_dlock.validators import (
     validate_label,
+    validate_lock_delay,
     validate_resource,
     validate_resource_prefix,
     validate_ttl,
@@ -57,6 +58,15 @@ def ttl(value: str) -> float:
     number = _number(value)
     try:
         return validate_ttl(number)
+    except ValidationError as error:
+        raise ArgumentTypeError(f"{' '.join(error.messages)} Got {value!r}.") from error
+
+
+def lock_delay(value: str) -> float:
+    """``--lock-delay``: seconds, from 0 to ``DLOCK_MAX_TTL``."""
+    number = _number(value)
+    try:
+        return validate_lock_delay(number)
     except ValidationError as error:
         raise ArgumentTypeError(f"{' '.join(error.messages)} Got {value!r}.") from error
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from django.db.models import F
+from django.db.models import F, Q
 
 from django_dlock import rules
 from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
-from django_dlock.humanize import ACTIVE, EXPIRED, RELEASED, kind_in_words
+from django_dlock.humanize import ACTIVE, DELAYED, EXPIRED, RELEASED, kind_in_words
+from django_dlock.managers import delay_runs_q
 from django_dlock.models import DistributedLock, LockHold, LockWaiter
 from django_dlock.prefix import resource_prefix_q
 from django_dlock.rules import SHARED_HOLDERS
@@ -37,6 +38,9 @@ class Hold:
     acquired_at: datetime
     expires_at: datetime
     now: datetime  # the database's time of the read
+    # The exclusive holder's lock-delay (``DistributedLock.lock_delay``); None for
+    # a shared hold, or none asked for, or released by its holder.
+    lock_delay: timedelta | None = None
 
     @classmethod
     def of(cls, hold: rules.Hold, now: datetime) -> Hold:
@@ -52,6 +56,7 @@ class Hold:
             acquired_at=hold.acquired_at,
             expires_at=hold.expires_at,
             now=now,
+            lock_delay=getattr(hold, "lock_delay", None),  # a LockHold has none
         )
 
     @property
@@ -61,9 +66,20 @@ class Hold:
 
     @property
     def status(self) -> str:
-        if not self.owner:
-            return RELEASED
-        return ACTIVE if self.seconds_left > 0 else EXPIRED
+        if self.owner and self.seconds_left > 0:
+            return ACTIVE
+        if self.available_at is not None:
+            return DELAYED
+        return RELEASED if not self.owner else EXPIRED
+
+    @property
+    def available_at(self) -> datetime | None:
+        """When the resource comes free, while the lock-delay of its holder's
+        involuntary loss (expiry, or a force-release) runs; else None."""
+        if self.lock_delay is None or (self.owner and self.seconds_left > 0):
+            return None
+        available_at = self.expires_at + self.lock_delay
+        return available_at if self.now < available_at else None
 
     @property
     def seconds_left(self) -> float:
@@ -78,14 +94,16 @@ def holds_of(resource: str) -> list[Hold]:
 
 def listed_holds(*, prefix: str = "", include_free: bool = False) -> list[Hold]:
     """The valid holds of every resource that starts with ``prefix``, by resource
-    and then oldest first; with ``include_free``, also the rows of resources
-    that are free (expired or released), with their last fencing token."""
+    and then oldest first, and the rows of resources a lock-delay keeps from
+    everyone (``Hold.status`` "delayed"); with ``include_free``, also the rows
+    of resources that are free (expired or released), with their last fencing
+    token."""
     now = DatabaseNow()
     rows = DistributedLock.objects.annotate(db_now=now).exclude(owner=SHARED_HOLDERS)
     shared = LockHold.objects.using(conf.DATABASE).annotate(db_now=now)
     shared = shared.filter(expires_at__gt=F("db_now"))
     if not include_free:
-        rows = rows.filter(expires_at__gt=F("db_now"))
+        rows = rows.filter(Q(expires_at__gt=F("db_now")) | delay_runs_q())
     if prefix:
         rows = rows.filter(resource_prefix_q(prefix))
         shared = shared.filter(resource_prefix_q(prefix))

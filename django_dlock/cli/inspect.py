@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC
+from datetime import UTC, datetime
 
 from django.core.management.base import CommandError
 
 from django_dlock.cli.holds import Hold, free_row, holds_of, listed_holds, release_hold, waiters
-from django_dlock.humanize import time_left_in_words
+from django_dlock.humanize import DELAYED, duration_in_words, time_left_in_words
 
 __all__ = ["list_holds", "release", "show"]
 
@@ -45,11 +45,17 @@ def list_holds(write: Write, *, prefix: str, include_free: bool, show_owners: bo
 
 
 def show(write: Write, resource: str, *, show_owners: bool) -> None:
-    """The resource's holds (or when it came free, and its last token) and its waiters."""
+    """The resource's holds (or when it came free, and its last token; or, while
+    its holder's lock-delay runs, when it becomes available) and its waiters."""
     holds = holds_of(resource)
     if holds:
         write(f"{resource}: held ({_kind_in_words(holds)})")
-    elif (row := free_row(resource)) is not None:
+    elif (row := free_row(resource)) is not None and row.status == DELAYED:
+        write(
+            f"{resource}: delayed ({_expiry(row)}, at {_utc(row.available_at)}: its holder "
+            f"lost it with a lock delay of {_delay(row)}; last fencing token {row.fencing_token})"
+        )
+    elif row is not None:
         write(f"{resource}: free ({_expiry(row)}; last fencing token {row.fencing_token})")
     else:
         write(f"{resource}: free (never locked, or purged)")
@@ -57,9 +63,11 @@ def show(write: Write, resource: str, *, show_owners: bool) -> None:
         details = [
             f"label {hold.label or '-'}",
             f"fencing token {hold.fencing_token}",
-            f"acquired {hold.acquired_at.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}",
+            f"acquired {_utc(hold.acquired_at)}",
             f"expires {_expiry(hold)}",
         ]
+        if hold.lock_delay is not None:
+            details.append(f"lock delay {_delay(hold)}")
         if hold.hold_count > 1:
             details.append(f"held {hold.hold_count} times (reentrant)")
         if show_owners:
@@ -116,7 +124,15 @@ def _kind_in_words(holds: Sequence[Hold]) -> str:
 
 
 def _expiry(hold: Hold) -> str:
-    return time_left_in_words(hold.status, hold.expires_at, hold.now)
+    return time_left_in_words(hold.status, hold.expires_at, hold.now, hold.available_at)
+
+
+def _delay(hold: Hold) -> str:
+    return duration_in_words(hold.lock_delay.total_seconds()) if hold.lock_delay else "-"
+
+
+def _utc(moment: datetime | None) -> str:
+    return "-" if moment is None else f"{moment.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
 
 
 def _table(write: Write, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

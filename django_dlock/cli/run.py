@@ -45,6 +45,7 @@ class RunOptions:
     conflict_exit_code: int
     min_hold: float
     kill_after: float
+    lock_delay: float | None = None  # exclusive holds only (lock(..., lock_delay=))
 
 
 def run(options: RunOptions, say: Callable[[str], None]) -> int:
@@ -67,6 +68,7 @@ def run(options: RunOptions, say: Callable[[str], None]) -> int:
                 shared=options.kind.shared,
                 limit=options.kind.limit,
                 label=options.label,
+                lock_delay=options.lock_delay,
             ) as held:
                 stops.holding = True
                 return _Holder(held, options, wake, stops, say).run()

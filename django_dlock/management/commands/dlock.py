@@ -100,6 +100,16 @@ class Command(BaseCommand):
             metavar="N",
             help="Hold one of at most N permits of a semaphore.",
         )
+        # In the group of the kinds: a lock-delay is for an exclusive holder only.
+        kinds.add_argument(
+            "--lock-delay",
+            type=arguments.lock_delay,
+            default=None,
+            metavar="SECONDS",
+            help="When the lock is lost rather than released (its lease runs out, or an "
+            "operator force-releases it), nobody may take it for that long after "
+            "(exclusive locks only; default: none).",
+        )
         running.add_argument(
             "--label",
             type=arguments.label,
@@ -169,6 +179,7 @@ class Command(BaseCommand):
                 label=label,
                 conflict_exit_code=options["conflict_exit_code"],
                 min_hold=options["min_hold"],
+                lock_delay=options["lock_delay"],
                 kill_after=options["kill_after"],
             ),
             say=self.stderr.write,
