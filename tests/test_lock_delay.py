@@ -87,6 +87,16 @@ def test_a_force_release_starts_the_lock_delay_and_a_release_leaves_none() -> No
     assert Locks.acquire("delay:3", owner="b", ttl=30) is not None
 
 
+def test_the_holder_again_with_a_lock_delay_sets_it_and_without_one_keeps_it() -> None:
+    # As a waiter whose own acquisition finds the lock handed to it by a release
+    # (which wrote no delay): the delay it asked for is the grant's.
+    Locks.acquire("delay:6", owner="a", ttl=30)
+    assert Locks.acquire("delay:6", owner="a", ttl=30, lock_delay=5) is not None
+    assert Locks.get(resource="delay:6").lock_delay == timedelta(seconds=5)
+    assert Locks.acquire("delay:6", owner="a", ttl=30) is not None  # a re-entry without one
+    assert Locks.get(resource="delay:6").lock_delay == timedelta(seconds=5)
+
+
 def test_a_release_hands_the_lock_to_a_waiter_with_the_waiters_own_lock_delay() -> None:
     Locks.acquire("delay:5", owner="a", ttl=30, lock_delay=30)
 

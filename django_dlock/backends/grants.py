@@ -40,8 +40,11 @@ class Grants:
         expires_at = now + claim.duration
         if action is Action.AGAIN:
             hold_count = header.hold_count + 1 if claim.adds_a_hold else header.hold_count
-            row = replace(header, expires_at=expires_at, hold_count=hold_count)
-            self.rows.update(row, ["expires_at", "hold_count"])
+            # A lock-delay asked for now replaces the grant's; none asked keeps it
+            # (a re-entry without one, or a release's hand-over, which wrote none).
+            delay = header.lock_delay if claim.lock_delay is None else claim.lock_delay
+            row = replace(header, expires_at=expires_at, hold_count=hold_count, lock_delay=delay)
+            self.rows.update(row, ["expires_at", "hold_count", "lock_delay"])
             return Taken(row=row, previous_owner=before, renewed=True)
         if action is Action.AGAIN_SHARED:
             assert admission.hold is not None  # noqa: S101 - admit() gives the hold

@@ -117,7 +117,12 @@ class OneRowStatements:
                     ),
                     kept("label", f"IF({acting(NEW)}, %(label)s, {c['label']})"),
                     kept("limit", f"IF({acting(NEW)}, NULL, {c['limit']})"),
-                    kept("lock_delay", f"IF({acting(NEW)}, %(lock_delay)s, {c['lock_delay']})"),
+                    # The holder again: a delay asked for replaces the grant's.
+                    kept(
+                        "lock_delay",
+                        f"CASE WHEN {acting(NEW)} THEN %(lock_delay)s WHEN {acting(AGAIN)} "
+                        f"THEN COALESCE(%(lock_delay)s, {c['lock_delay']}) ELSE {c['lock_delay']} END",
+                    ),
                 ]
             )
             + f" WHERE {c['resource']} = %(resource)s"

@@ -93,7 +93,8 @@ class ExclusiveStatements:
             f"CASE WHEN {mine} THEN {table}.{c['hold_count']} + %(reentrant)s ELSE 1 END, "
             f"{c['label']} = CASE WHEN {mine} THEN {table}.{c['label']} ELSE %(label)s END, "
             f"{c['limit']} = NULL, {c['lock_delay']} = "
-            f"CASE WHEN {mine} THEN {table}.{c['lock_delay']} ELSE %(lock_delay)s::interval END"
+            f"CASE WHEN {mine} THEN COALESCE(%(lock_delay)s::interval, {table}.{c['lock_delay']}) "
+            "ELSE %(lock_delay)s::interval END"
         )
         # Without a row, the first acquisition inserts it, its token above the
         # largest ever purged. A row that another acquisition inserted and
