@@ -82,3 +82,10 @@ def test_a_lock_grant_is_timed_by_its_expiry_less_its_ttl() -> None:
 def test_a_hold_without_a_delay_is_not_checked() -> None:
     plain = holder("a", 1, 1, 2, ttl=1, released="not_found")
     assert check(plain + holder("b", 2, 2.01, 3)) == []
+
+
+def test_a_force_release_after_the_next_grant_does_not_count() -> None:
+    # Without db_now a force-release would move the start back to the grant (1).
+    later = force_release(2.6, 2.61)
+    assert invariants([*lost(), *holder("b", 2, 2.3, 2.5), later]) == [16]
+    assert check([*lost(), force_release(1.5, 1.51), *holder("b", 2, 2.3, 2.5)]) == []

@@ -19,6 +19,8 @@ its ttl stands for it, which is the grant or later.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -60,10 +62,8 @@ def losses(history: History) -> Iterator[Loss]:
             last = expires.get((resource, hold.owner, hold.token), hold.expires_at)
             start = max(hold.expires_at, last)
             forced = False
-            for force in forces:
-                if force.get("owner") not in (None, hold.owner) or force["t1"] < hold.t0:
-                    continue
-                if after is not None and force["t0"] > after.t1:
+            for force in forces.between(hold.t0, math.inf if after is None else after.t1):
+                if force.get("owner") not in (None, hold.owner):
                     continue
                 moment = when(force["db_now"]) if force.get("db_now") else granted_at(hold)
                 start, forced = min(start, moment), True
@@ -99,7 +99,22 @@ def granted_at(acquisition: Acquisition) -> datetime:
     return acquisition.expires_at - timedelta(seconds=float(ttl))
 
 
-def _ends(calls: list[Event]) -> tuple[set[str], list[Event]]:
+class _Forces:
+    """A resource's force-releases that may have released a hold, by start."""
+
+    def __init__(self, calls: list[Event]) -> None:
+        self.calls = sorted(calls, key=lambda call: call["t0"])
+        self.starts = [call["t0"] for call in self.calls]
+        self.longest = max((call["t1"] - call["t0"] for call in calls), default=0.0)
+
+    def between(self, t0: float, t1: float) -> list[Event]:
+        """Those whose call overlapped the span from ``t0`` to ``t1`` (monotonic)."""
+        first = bisect_left(self.starts, t0 - self.longest)
+        last = bisect_right(self.starts, t1)
+        return [call for call in self.calls[first:last] if call["t1"] >= t0]
+
+
+def _ends(calls: list[Event]) -> tuple[set[str], _Forces]:
     """The owners whose release cleared a delay (or may have), and the
     force-releases that may have released a hold."""
     released: set[str] = set()
@@ -110,7 +125,7 @@ def _ends(calls: list[Event]) -> tuple[set[str], list[Event]]:
             released.add(call["owner"])
         elif op == "force_release" and (call.get("released") or "error" in call):
             forces.append(call)
-    return released, forces
+    return released, _Forces(forces)
 
 
 def _expiries(history: History) -> dict[tuple[str, str, int], datetime]:
