@@ -15,6 +15,7 @@ class Asked:
     limit: int | None = None
     reentrant: bool = False
     leader: bool = False  # lock(timeout=inf, auto_renew=True): a term
+    lock_delay: float | None = None  # seconds (exclusive holds): kept after a loss
 
     @property
     def kind(self) -> str:
@@ -27,12 +28,14 @@ class Asked:
 
     def fields(self) -> dict[str, Any]:
         """As the history records it (only what differs from an exclusive hold)."""
-        fields = {"shared": self.shared, "limit": self.limit, "reentrant": self.reentrant}
-        fields["leader"] = self.leader
+        fields: dict[str, Any] = {"shared": self.shared, "limit": self.limit}
+        fields |= {"reentrant": self.reentrant}
+        fields |= {"leader": self.leader, "lock_delay": self.lock_delay}
         return {key: value for key, value in fields.items() if value}
 
     def arguments(self) -> dict[str, Any]:
-        return {"shared": self.shared, "limit": self.limit, "reentrant": self.reentrant}
+        arguments = {"shared": self.shared, "limit": self.limit, "reentrant": self.reentrant}
+        return arguments | ({"lock_delay": self.lock_delay} if self.lock_delay else {})
 
 
 EXCLUSIVE = Asked()

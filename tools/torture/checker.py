@@ -26,10 +26,14 @@ A pure function of the history (see ``history.py``, read back by
     ``retry_after`` and ``remaining`` agree with them (``check_throttles``).
 15. Two grants of a ``once_per`` (or ``min_hold``) resource are at least
     ``every`` apart (``check_windows``).
+16. No grant inside a lock-delay: after an exclusive hold with ``lock_delay``
+    was lost (expired, or force-released), the resource's next grant comes
+    no sooner than that moment + the delay (``check_delays``).
 """
 
 from __future__ import annotations
 
+from tools.torture.check_delays import delays
 from tools.torture.check_faults import faults
 from tools.torture.check_holds import overlaps, permits, readers_together
 from tools.torture.check_kinds import all_or_nothing, hold_counts, writer_preference
@@ -63,4 +67,5 @@ def check(events: list[Event]) -> list[Violation]:
     violations += limits(history)
     violations += decisions(history)
     violations += windows(history)
+    violations += delays(history)
     return sorted(violations, key=lambda violation: violation.invariant)

@@ -20,14 +20,15 @@ STOP_TTL = 1.5
 READ_ONLY_OWNER = "ro-victim.held"
 # The holders struck, a kind each round (the short profile has the first only).
 KILLED: list[dict[str, Any]] = [
-    {"kind": "exclusive", "resource": "victim:kill"},
+    {"kind": "exclusive", "resource": "victim:kill", "lock_delay": 0.5},  # the take-over waits
     {"kind": "permit", "limit": 1, "resource": "victim:kill-permit"},  # its permit comes back
     {"kind": "shared", "resource": "victim:kill-shared"},  # a writer waits out the reader
 ]
 STOPPED: list[dict[str, Any]] = [
     {"kind": "leader", "resource": "victim:leader"},  # a deposed leader, its term fenced
     {"kind": "shared", "resource": "victim:stop-shared"},  # its late read refused
-    {"kind": "exclusive", "resource": "victim:stop", "renew": True, "auto_renew": True},
+    {"kind": "exclusive", "resource": "victim:stop", "renew": True, "auto_renew": True}
+    | {"lock_delay": 0.3},  # the take-over waits out its delay too
 ]
 
 

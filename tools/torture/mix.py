@@ -1,7 +1,8 @@
 """What a ``mix`` worker does: random calls of every lock kind on a few
 contended resources until its stop file exists. Each entry of ``MIX`` is a
 weight and a call; the read-write resources take writers, readers, reentrant
-holds, mode changes and all-or-nothing sets, the semaphores take permits
+holds, mode changes, all-or-nothing sets and writers with a lock-delay
+(some of which overrun their ttl or are force-released), the semaphores take permits
 (each its one limit), the leaders' resource terms; throttle keys take uses
 (each its one rate), and resources of their own take ``once_per`` runs and
 ``lock(min_hold=...)`` (``paced.py``)."""
@@ -57,6 +58,30 @@ def trying_writer(ops: KindOperations, rng: random.Random, config: Config) -> No
 
 def renewed_writer(ops: KindOperations, rng: random.Random, config: Config) -> None:
     ops.lock_section(_rw(rng, config), 0.6, 1.0, 2.0, True)  # body longer than the ttl
+
+
+def _delayed(rng: random.Random) -> tuple[Asked, float]:
+    """A writer's ``lock_delay`` (0.2 to 0.5 s) and body: now and then longer
+    than its 0.5 s ttl, so that its hold is lost (expires) and the delay runs."""
+    body = 0.6 if rng.random() < 0.25 else _write(rng)
+    return Asked(lock_delay=rng.choice((0.2, 0.3, 0.5))), body
+
+
+def delayed_writer(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    asked, body = _delayed(rng)
+    ops.manager_section(_rw(rng, config), 0.5, body, asked)
+
+
+def delayed_lock(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    asked, body = _delayed(rng)
+    ops.lock_section(_rw(rng, config), 0.5, body, rng.uniform(0.2, 1.0), False, asked)
+
+
+def forced_writer(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    """A writer with a lock-delay whose hold an operator force-releases (this
+    process does it, as the operator would): the delay runs from then."""
+    asked, _ = _delayed(rng)
+    ops.forced_section(_rw(rng, config), 0.5, asked, holder=rng.random() < 0.5)
 
 
 def reader(ops: KindOperations, rng: random.Random, config: Config) -> None:
@@ -161,6 +186,9 @@ MIX: list[tuple[float, Call]] = [
     (10, queued_writer),
     (4, trying_writer),
     (1, renewed_writer),
+    (2, delayed_writer),
+    (1, delayed_lock),
+    (1, forced_writer),
     (5, reader),
     (7, queued_reader),
     (2, mode_change),

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from tools.torture.check_delays import losses
 from tools.torture.check_holds import reader_overlaps
 from tools.torture.checker import check
 from tools.torture.history import Event
-from tools.torture.sections import LOCK_OPS, read
+from tools.torture.sections import LOCK_OPS, History, read
 from tools.torture.violations import INVARIANTS, Violation
 
 # After a fault ends, calls may still fail for this long (reconnecting).
@@ -55,7 +56,8 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
         and e["error"]["class"] not in EXPECTED
     ]
     entered = [e for e in events if e["op"] == "cs_enter"]
-    readers, together = reader_overlaps(read(events))
+    history = read(events)
+    readers, together = reader_overlaps(history)
     crashed = {
         name: process.returncode
         for name, process in run.processes.items()
@@ -74,6 +76,7 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
         "reads": dict(reads),
         "throttle_uses": dict(_answers(events, "throttle", "granted")),
         "once_per_runs": dict(_answers(events, "once_per", "due")),
+        "lock_delays": _lock_delays(history),
         "faults": dict(run.faults),
         "violations": {n: sum(1 for v in violations if v.invariant == n) for n in INVARIANTS},
         "violation_messages": examples(violations),
@@ -89,6 +92,21 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
         "crashed": crashed,
         "failed_scenarios": run.failed_scenarios,
     }
+
+
+def _lock_delays(history: History) -> dict[str, int]:
+    """Holds taken with a lock-delay: all, lost (expired or force-released),
+    and lost ones followed by a grant that invariant 16 checked."""
+    lost = list(losses(history))
+    taken = sum(
+        1
+        for acquisitions in history.acquisitions.values()
+        for a in acquisitions
+        if a.event.get("lock_delay") and not a.regrant
+    )
+    forced = sum(1 for loss in lost if loss.forced)
+    checked = sum(1 for loss in lost if loss.following is not None)
+    return {"taken": taken, "expired": len(lost) - forced, "forced": forced, "checked": checked}
 
 
 def _answers(events: list[Event], op: str, answer: str = "accepted") -> Counter[str]:
@@ -109,8 +127,8 @@ def combine(summaries: list[dict[str, Any]]) -> dict[str, Any]:
             total[key] += summary.get(key, 0)
         for key in ("unexplained_errors", "other_errors"):
             total[key] += summary.get(key, 0)
-        merged_keys = ("writes", "reads", "throttle_uses", "once_per_runs", "faults")
-        for key in (*merged_keys, "violations", "kinds", "readers"):
+        merged_keys = ("writes", "reads", "throttle_uses", "once_per_runs", "lock_delays")
+        for key in (*merged_keys, "faults", "violations", "kinds", "readers"):
             merged = Counter(total.get(key, {}))
             merged.update(summary.get(key, {}))
             total[key] = dict(merged)
@@ -140,6 +158,13 @@ def _three(counts: dict[str, int]) -> str:
     return " / ".join(f"{counts.get(key, 0):,}" for key in ("accepted", "refused", "failed"))
 
 
+def _delays(counts: dict[str, int]) -> str:
+    """taken / expired / forced / checked"""
+    return " / ".join(
+        f"{counts.get(key, 0):,}" for key in ("taken", "expired", "forced", "checked")
+    )
+
+
 def table(summary: dict[str, Any]) -> str:
     title = TITLES[summary["database"]]
     if "durability" in summary:
@@ -166,6 +191,8 @@ def table(summary: dict[str, Any]) -> str:
         f"{_three(summary.get('throttle_uses', {}))} |",
         f"| once_per and min_hold runs (due / not due / failed) | "
         f"{_three(summary.get('once_per_runs', {}))} |",
+        f"| holds with a lock-delay (taken / lost: expired / force-released / next grant "
+        f"checked) | {_delays(summary.get('lock_delays', {}))} |",
     ]
     for kind, count in sorted(summary["faults"].items()):
         lines.append(f"| fault: {kind} | {count} |")

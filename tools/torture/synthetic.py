@@ -33,11 +33,13 @@ def holder(
     kind: str = "exclusive",
     limit: int | None = None,
     t0: float | None = None,
+    lock_delay: float | None = None,
 ) -> Events:
     """The events of one holder: acquire at ``enter`` (database clock = monotonic
     time; the call began at ``t0``, by default just before), a critical section
     of ``kind`` (exclusive, shared, permit or leader) with its writes and reads,
-    and (unless ``leave`` is None) its exit and release."""
+    and (unless ``leave`` is None) its exit and release. An exclusive holder
+    may ask for a ``lock_delay``."""
     owner = f"{process}.{token}"
     cs = f"{process}:{token}"
     mode = "exclusive" if kind in ("exclusive", "leader") else "shared"
@@ -47,6 +49,8 @@ def holder(
     asked: dict[str, Any] = {"shared": kind == "shared", "limit": limit}
     if kind == "leader":
         asked |= {"leader": True, "timeout": float("inf")}
+    if lock_delay is not None:
+        asked |= {"lock_delay": lock_delay}
     start = enter - 0.01 if t0 is None else t0
     op = "lock" if kind == "leader" else "acquire"
     events: Events = [

@@ -23,6 +23,7 @@ INVARIANTS = {
     13: "at most N throttle grants per period",
     14: "throttle decisions agree with the grants",
     15: "once_per / min_hold windows kept",
+    16: "no grant inside a lock-delay",
 }
 
 

@@ -129,7 +129,10 @@ def hold(operations: Any, config: dict[str, Any]) -> None:
     from tools.torture.history import now, pause
 
     resource, ttl, kind = config["resource"], config["ttl"], config.get("kind", "exclusive")
-    asked = Asked(shared=kind == "shared", limit=config.get("limit"), leader=kind == "leader")
+    asked = Asked(
+        shared=kind == "shared", limit=config.get("limit"), leader=kind == "leader",
+        lock_delay=config.get("lock_delay"),
+    )  # fmt: skip
     timeout = float("inf") if asked.leader else 30
     owner = f"{operations.name}.0"
     context = lock(
