@@ -31,6 +31,16 @@ async def run_in_lock_thread(using: str, function: Callable[..., _T], *args: Any
     global _lock_threads
     if _lock_threads is None:
         _lock_threads = ThreadPoolExecutor(thread_name_prefix="django-dlock")
+    call = with_checked_connection(using, function, *args)
+    return await sync_to_async(call, thread_sensitive=False, executor=_lock_threads)()
+
+
+def with_checked_connection(
+    using: str, function: Callable[..., _T], *args: Any
+) -> Callable[[], _T]:
+    """``function(*args)`` as a call for a worker thread of django-dlock's: the
+    thread's connection to ``using`` is checked before and after it and closed
+    or kept as CONN_MAX_AGE says (as Django does around a request)."""
 
     def call() -> _T:
         connections[using].close_if_unusable_or_obsolete()
@@ -39,7 +49,7 @@ async def run_in_lock_thread(using: str, function: Callable[..., _T], *args: Any
         finally:
             connections[using].close_if_unusable_or_obsolete()
 
-    return await sync_to_async(call, thread_sensitive=False, executor=_lock_threads)()
+    return call
 
 
 async def release_if_cancelled(

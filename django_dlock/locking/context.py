@@ -9,10 +9,8 @@ them all or none (see ``several``).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
-import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -24,20 +22,24 @@ from django_dlock.backends.claim import Claim
 from django_dlock.conf import conf
 from django_dlock.exceptions import (
     InvalidArgument,
-    LockHeldByCaller,
     LockNotAcquired,
-    LockTransactionError,
 )
 from django_dlock.kinds import LockKind
-from django_dlock.locking.handle import LockHandle, report_lost
+from django_dlock.locking.handle import LockHandle, report_release
 from django_dlock.locking.min_hold import release_or_keep, validate_min_hold
 from django_dlock.locking.names import ResourceName
-from django_dlock.locking.reentry import Entered, current_holder, held_here
+from django_dlock.locking.reentry import Entered, check_reentry, current_holder, held_here
 from django_dlock.locking.renewer import Renewer
 from django_dlock.locking.several import HeldLocks, LockItems, hold_several
-from django_dlock.locking.until_commit import COMMIT, EXIT, bind_to_transaction, validate_until
+from django_dlock.locking.until_commit import (
+    COMMIT,
+    EXIT,
+    bind_to_transaction,
+    not_in_async_code,
+    validate_until,
+)
+from django_dlock.locking.wait_loops import wait_here, wait_on_loop
 from django_dlock.locking.waiting import Wait
-from django_dlock.locking.waiting_thread import waiting_thread
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold, ReleaseResult, new_owner_token
@@ -202,8 +204,8 @@ class lock:
         try:
             result = self._release(entered)
         finally:
-            self._leave(entered)  # also when the release failed (a database error)
-        self._after_release(entered, result, failed=failed)
+            held_here.leave(self.using, self.resource, entered)  # also after a database error
+        report_release(entered.handle, result, last=entered.depth == 0, failed=failed)
 
     def _acquire(self) -> tuple[Hold, float]:
         """The hold, and the monotonic time before its acquire was sent."""
@@ -215,31 +217,13 @@ class lock:
                 raise self._held()
             return acquired, started
         wait = Wait(self._claim(owner), self.timeout, self.using, holding=self._holding())
-        return self._wait(wait), wait.started
-
-    def _wait(self, wait: Wait) -> Hold:
-        """Look until the lock is taken or the time is up, sleeping in this
-        thread between looks (a release may wake it early)."""
-        try:
-            while True:
-                outcome = wait.step()
-                if not isinstance(outcome, float):
-                    wait.acquired = True
-                    return outcome
-                if wait.timed_out():
-                    raise wait.failure()
-                wait.wakeup.wait(min(outcome, threading.TIMEOUT_MAX))
-        finally:
-            wait.finish()
+        return wait_here(wait), wait.started
 
     # -- async --------------------------------------------------------------------
 
     async def __aenter__(self) -> Any:
         if self.until == COMMIT:
-            raise LockTransactionError(
-                "lock(..., until='commit') binds the lock to a transaction of atomic(), which "
-                "is sync code: use it with `with`, or a decorator of a sync function."
-            )
+            raise not_in_async_code()
         if self.items is not None:
             items = self.items
             held = await run_in_lock_thread(self.using, hold_several, self, items)
@@ -270,8 +254,8 @@ class lock:
         try:
             result = await run_in_lock_thread(self.using, self._release, entered)
         finally:
-            self._leave(entered)  # also when the release failed (a database error)
-        self._after_release(entered, result, failed=exc_type is not None)
+            held_here.leave(self.using, self.resource, entered)  # also after a database error
+        report_release(entered.handle, result, last=entered.depth == 0, failed=exc_type is not None)
 
     async def _aacquire(self) -> tuple[Hold, float]:
         owner = self.owner or new_owner_token()
@@ -287,7 +271,7 @@ class lock:
         )
         acquired = await release_if_cancelled(
             self.using,
-            self._await(wait),
+            wait_on_loop(wait),
             lambda: manager.release(self.resource, owner),
             stop=wait.cancel,
         )
@@ -300,26 +284,6 @@ class lock:
             run_in_lock_thread(self.using, self._take, owner, held_token),
             lambda: manager.release(self.resource, owner),
         )
-
-    async def _await(self, wait: Wait) -> Hold:
-        """``_wait()`` on the event loop: it sleeps there, holding no thread and
-        no connection; each look runs in the process's waiting thread."""
-        thread = waiting_thread(self.using)
-        thread.enter()
-        try:
-            while True:
-                outcome = await thread.run(wait.step)
-                if not isinstance(outcome, float):
-                    wait.acquired = True
-                    return outcome
-                if wait.timed_out():
-                    raise wait.failure()
-                await wait.wakeup.sleep(outcome)
-        finally:
-            try:
-                await asyncio.shield(thread.run(wait.finish))
-            finally:
-                thread.exit()
 
     # -- decorator ----------------------------------------------------------------
 
@@ -414,21 +378,7 @@ class lock:
         return entered
 
     def _check_reentry(self, entered: Entered) -> None:
-        """Refuse to enter a hold its own thread or task holds, unless both are
-        reentrant and of one kind."""
-        if not (self.reentrant and entered.reentrant):
-            raise LockHeldByCaller(
-                f"The lock on {self.resource!r} is held by this "
-                f"{'task' if isinstance(entered.holder, asyncio.Task) else 'thread'} already: "
-                "a nested lock() would wait for itself. Pass reentrant=True to both to "
-                "enter it again."
-            )
-        handle = entered.handle
-        if (handle.mode, handle.limit) != (self.kind.mode, self.kind.limit):
-            raise ValueError(
-                f"A reentrant lock() on {self.resource!r} re-enters the kind it holds "
-                f"({handle.mode}); use the handle's upgrade() or downgrade() to change it."
-            )
+        check_reentry(entered, self.resource, reentrant=self.reentrant, kind=self.kind)
 
     def _reenter(self, entered: Entered, acquired: Hold | None) -> Entered:
         """Enter again a hold that this thread or task has entered already."""
@@ -444,18 +394,3 @@ class lock:
         if last and entered.renewer is not None:
             entered.renewer.stop()
         return release_or_keep(self.using, entered.handle, self.min_hold if last else None)
-
-    def _leave(self, entered: Entered) -> None:
-        """One entry of ``entered`` ends: the holder no longer holds it once the last does."""
-        entered.depth -= 1
-        if entered.depth == 0:
-            held_here.forget(self.using, self.resource, entered)
-
-    def _after_release(self, entered: Entered, result: ReleaseResult, *, failed: bool) -> None:
-        handle = entered.handle
-        expected = ReleaseResult.RELEASED if entered.depth == 0 else ReleaseResult.DECREMENTED
-        if result is expected:
-            if entered.depth == 0:
-                handle.mark_released()
-            return
-        report_lost(handle, result, failed=failed)

@@ -222,6 +222,18 @@ class _LostEvent(threading.Event):
         return True
 
 
+def report_release(handle: LockHandle, result: ReleaseResult, *, last: bool, failed: bool) -> None:
+    """After the release of one entry of ``handle``'s hold (the ``last`` one, or
+    one of several reentrant): released once the last is; a release that found
+    the hold gone reports it lost (raised unless the block ``failed``)."""
+    expected = ReleaseResult.RELEASED if last else ReleaseResult.DECREMENTED
+    if result is expected:
+        if last:
+            handle.mark_released()
+        return
+    report_lost(handle, result, failed=failed)
+
+
 def report_lost(handle: LockHandle, result: ReleaseResult, *, failed: bool) -> None:
     """A release that found ``handle``'s hold gone: mark it lost and, unless the
     block failed already (never hide its exception behind this one), raise."""

@@ -16,11 +16,14 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from django_dlock.exceptions import LockHeldByCaller
+
 if TYPE_CHECKING:
+    from django_dlock.kinds import LockKind
     from django_dlock.locking.handle import LockHandle
     from django_dlock.locking.renewer import Renewer
 
-__all__ = ["Entered", "current_holder", "held_here"]
+__all__ = ["Entered", "check_reentry", "current_holder", "held_here"]
 
 
 def current_holder() -> object:
@@ -67,6 +70,12 @@ class HeldHere:
                 if alias == using and key == id(holder)
             ]
 
+    def leave(self, using: str, resource: str, entered: Entered) -> None:
+        """One entry of ``entered`` ends: the holder no longer holds it once the last does."""
+        entered.depth -= 1
+        if entered.depth == 0:
+            self.forget(using, resource, entered)
+
     def forget(self, using: str, resource: str, entered: Entered) -> None:
         with self._lock:
             key = (using, resource, id(entered.holder))
@@ -75,3 +84,22 @@ class HeldHere:
 
 
 held_here = HeldHere()
+
+
+def check_reentry(entered: Entered, resource: str, *, reentrant: bool, kind: LockKind) -> None:
+    """Refuse a ``lock()`` of ``resource`` (``reentrant``, of ``kind``) that would
+    enter ``entered``, a hold its own thread or task holds, unless both are
+    reentrant and of one kind."""
+    if not (reentrant and entered.reentrant):
+        raise LockHeldByCaller(
+            f"The lock on {resource!r} is held by this "
+            f"{'task' if isinstance(entered.holder, asyncio.Task) else 'thread'} already: "
+            "a nested lock() would wait for itself. Pass reentrant=True to both to "
+            "enter it again."
+        )
+    handle = entered.handle
+    if (handle.mode, handle.limit) != (kind.mode, kind.limit):
+        raise ValueError(
+            f"A reentrant lock() on {resource!r} re-enters the kind it holds "
+            f"({handle.mode}); use the handle's upgrade() or downgrade() to change it."
+        )

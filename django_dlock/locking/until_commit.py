@@ -37,6 +37,7 @@ from django_dlock.exceptions import InvalidArgument, LockTransactionError
 from django_dlock.locking.handle import LockHandle
 from django_dlock.locking.reentry import Entered
 from django_dlock.rules import Hold
+from django_dlock.threads import with_checked_connection
 
 __all__ = ["COMMIT", "EXIT", "bind_to_transaction", "validate_until"]
 
@@ -64,6 +65,14 @@ def validate_until(until: object, *, several: bool, reentrant: bool, min_hold: b
             code="until",
         )
     return str(until)
+
+
+def not_in_async_code() -> LockTransactionError:
+    """The error of ``async with lock(..., until="commit")``."""
+    return LockTransactionError(
+        "lock(..., until='commit') binds the lock to a transaction of atomic(), which "
+        "is sync code: use it with `with`, or a decorator of a sync function."
+    )
 
 
 def bind_to_transaction(
@@ -185,12 +194,4 @@ def _in_own_connection(using: str, function: Callable[..., _T], *args: Any) -> _
     with _executor_made:
         if _executor is None:
             _executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="django-dlock commit")
-
-    def call() -> _T:
-        connections[using].close_if_unusable_or_obsolete()
-        try:
-            return function(*args)
-        finally:
-            connections[using].close_if_unusable_or_obsolete()
-
-    return _executor.submit(call).result()
+    return _executor.submit(with_checked_connection(using, function, *args)).result()
