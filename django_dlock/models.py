@@ -110,20 +110,10 @@ class DistributedLock(models.Model):
         """When its lock-delay ends, if a lock-delay was kept after an
         involuntary loss (the row has no valid holder then); None without one.
         Until then the resource is refused to everyone. (Whether that moment
-        has passed is the database clock's to say: ``is_delayed``.)"""
+        has passed is the database clock's to say: ``objects.delayed()``.)"""
         if self.lock_delay is None:
             return None
         return self.expires_at + self.lock_delay
-
-    def is_delayed(self, now: datetime | None = None) -> bool:
-        """Whether the lock-delay of an involuntary loss still runs at ``now``
-        (default: this server's clock; for display, as ``is_expired``)."""
-        available_at = self.available_at
-        return (
-            available_at is not None
-            and self.is_expired(now)
-            and (now or timezone.now()) < available_at
-        )
 
 
 class LockHold(models.Model):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django_dlock.rules import SHARED_HOLDERS, ReleaseResult
+from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, delay_end
 
 __all__ = ["LockRow", "Released", "Renewed", "Taken"]
 
@@ -58,10 +58,7 @@ class LockRow:
     def available_at(self) -> datetime | None:
         """When the resource comes free after its holder's involuntary loss, if
         its lock-delay still ran at ``now``; else None (held, or free)."""
-        if self.lock_delay is None or self.held:
-            return None
-        available_at = self.expires_at + self.lock_delay
-        return available_at if self.now < available_at else None
+        return None if self.held else delay_end(self.expires_at, self.lock_delay, self.now)
 
     @property
     def held_by_shared(self) -> bool:

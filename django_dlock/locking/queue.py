@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 from django_dlock.backends import backend_for
 from django_dlock.backends.claim import Claim
 from django_dlock.backends.clock import time_left
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.queue import QueueRow, WaiterQueue
-from django_dlock.rules import SHARED_HOLDERS
+from django_dlock.rules import SHARED_HOLDERS, delay_end
 
 __all__ = ["Queue", "QueueState", "state_of"]
 
@@ -116,7 +115,9 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
     held = bool(row.owner) and row.expires_at is not None and row.now < row.expires_at
     shared = held and row.owner == SHARED_HOLDERS and row.holders > 0
     free = not held or (row.owner == SHARED_HOLDERS and row.holders == 0)
-    available_at = _delay_ends(row) if not held else None
+    available_at = None
+    if not held and row.expires_at is not None:
+        available_at = delay_end(row.expires_at, row.lock_delay, row.now)
     if available_at is not None:
         # Lost with a lock-delay that still runs: nobody holds it, nobody takes it.
         free, holder, left = False, "", time_left(available_at, row.now)
@@ -144,12 +145,3 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
         queued=row.queued,
         head=row.head,
     )
-
-
-def _delay_ends(row: QueueRow) -> datetime | None:
-    """When the lock-delay of a holder that lost ``row``'s lock ends, if it
-    still ran at the look (as ``LockRow.available_at``)."""
-    if row.lock_delay is None or row.expires_at is None:
-        return None
-    available_at = row.expires_at + row.lock_delay
-    return available_at if row.now < available_at else None
