@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.db import IntegrityError
+
 from django_dlock.backends import backend_for
 from django_dlock.backends.claim import Claim
 from django_dlock.backends.clock import time_left
@@ -19,6 +21,9 @@ from django_dlock.backends.queue import QueueRow, WaiterQueue
 from django_dlock.rules import SHARED_HOLDERS, delay_end
 
 __all__ = ["Queue", "QueueState", "state_of"]
+
+# How many times a waiter queues before a clash of tickets is an error.
+TICKET_ATTEMPTS = 5
 
 
 @dataclass
@@ -80,8 +85,19 @@ class Queue:
         queue = self._queue
         if pid is None and not channel:
             pid = queue.session_pid()
-        ticket, row = queue.enqueue_waiter(claim, seconds, channel=channel, listener_pid=pid)
-        return ticket, state_of(row, claim)
+        for attempt in range(TICKET_ATTEMPTS):
+            try:
+                ticket, row = queue.enqueue_waiter(
+                    claim, seconds, channel=channel, listener_pid=pid
+                )
+            except IntegrityError:
+                # Another process's ticket of the same tick and number: the
+                # next number (``backends.queue.TICKET_SPREAD``).
+                if attempt == TICKET_ATTEMPTS - 1:
+                    raise
+                continue
+            return ticket, state_of(row, claim)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     def refresh(self, tickets: Sequence[int], seconds: float) -> None:
         """Keep the waiters of ``tickets`` queued for ``seconds`` more (one statement)."""

@@ -12,7 +12,7 @@ from django_dlock.backends.postgresql.wake import (
     head_sql,
     wake_sql,
 )
-from django_dlock.backends.queue import WANTS, QueueRow, WaiterQueue
+from django_dlock.backends.queue import WANTS, QueueRow, WaiterQueue, record_ticket
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
 
@@ -79,6 +79,7 @@ class PostgreSQLQueue(WaiterQueue):
                 ],
             )
             ticket, *state = cursor.fetchone()
+        record_ticket(claim.priority, int(ticket))
         return int(ticket), QueueRow.of(*state)
 
     def live_waiter_sql(self, alias: str = "") -> str:
