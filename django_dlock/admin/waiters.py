@@ -8,7 +8,7 @@ without leaving the queue) is skipped by the queue itself, so it is not shown.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db.models import Count, Expression, IntegerField, OuterRef, QuerySet, Subquery
@@ -23,7 +23,9 @@ from django_dlock.humanize import (
     kind_in_words,
     time_left_in_words,
 )
+from django_dlock.locking.deadlock import cycles_through, valid_holds, waiters_holding
 from django_dlock.models import LockWaiter
+from django_dlock.waitfor import deadlock_in_words, holding_of, waiting_holders
 
 # A lock's page lists at most this many waiters, and says how many more wait.
 SHOWN_WAITERS = 100
@@ -49,12 +51,21 @@ def waiter_count(using: str) -> Expression:
 
 
 @dataclass(frozen=True)
+class WaitFor:
+    """Who waits for whom around a lock's queue, read once for its page."""
+
+    valid: frozenset[tuple[str, str]] = frozenset()  # the waiters' claimed holds valid now
+    behind: str = ""  # the holders of the resource that wait themselves, in words
+
+
+@dataclass(frozen=True)
 class QueuedWaiter:
     """A waiter at its place in the queue (1 is the head)."""
 
     position: int
     waiter: LockWaiter
     now: datetime  # the database's time of the page
+    wait_for: WaitFor = field(default_factory=WaitFor)
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,8 @@ class WaiterColumn:
     header: str | Promise
     cell: Callable[[QueuedWaiter], str]
     shows_owner: bool = False
+    # Shown only where a waiter holds other locks or a holder waits itself.
+    only_with_wait_for: bool = False
 
 
 def _ttl(waiter: QueuedWaiter) -> str:
@@ -83,6 +96,21 @@ def _ticket(waiter: QueuedWaiter) -> str:
     return time_left_in_words(ACTIVE, waiter.waiter.expires_at, waiter.now)
 
 
+def _holds(waiter: QueuedWaiter) -> str:
+    # Resources only: the owners in ``holding`` are secrets.
+    held = [
+        resource
+        if (resource, owner) in waiter.wait_for.valid
+        else gettext("%s (not held now)") % resource
+        for resource, owner in holding_of(waiter.waiter.holding)
+    ]
+    return ", ".join(held) or "—"
+
+
+def _waits_behind(waiter: QueuedWaiter) -> str:
+    return waiter.wait_for.behind or "—"
+
+
 # The table on a lock's page (the model keeps no time of queuing yet).
 COLUMNS = [
     WaiterColumn(gettext_lazy("position"), lambda waiter: str(waiter.position)),
@@ -95,6 +123,8 @@ COLUMNS = [
     WaiterColumn(gettext_lazy("will hold it for"), _ttl),
     WaiterColumn(gettext_lazy("woken"), _wake_up),
     WaiterColumn(gettext_lazy("ticket expires"), _ticket),
+    WaiterColumn(gettext_lazy("holds"), _holds, only_with_wait_for=True),
+    WaiterColumn(gettext_lazy("waits behind"), _waits_behind, only_with_wait_for=True),
 ]
 
 
@@ -105,6 +135,9 @@ class WaiterTable:
     headers: list[str]
     rows: list[list[str]]
     more: int  # live waiters queued behind the rows shown
+    # Cycles of waiters through this queue, each in words (``lock()`` breaks
+    # them within a moment: one shown here is on its way out).
+    deadlocks: list[str] = field(default_factory=list)
 
 
 def waiter_table(
@@ -115,13 +148,54 @@ def waiter_table(
     show_owners: bool,
     columns: Sequence[WaiterColumn] = COLUMNS,
 ) -> WaiterTable:
-    """The live waiters of ``resource`` in queue order, the first ``SHOWN_WAITERS``."""
-    shown = [c for c in columns if show_owners or not c.shows_owner]
+    """The live waiters of ``resource`` in queue order, the first ``SHOWN_WAITERS``;
+    what each holds and whom it waits behind when that is anything (the
+    columns ``only_with_wait_for``), and the deadlocks through the queue."""
     queue = live_waiters(using).filter(resource=resource).order_by("id")
     waiters = list(queue[: SHOWN_WAITERS + 1])
     more = queue.count() - SHOWN_WAITERS if len(waiters) > SHOWN_WAITERS else 0
-    rows = [
-        [column.cell(QueuedWaiter(position, waiter, now)) for column in shown]
-        for position, waiter in enumerate(waiters[:SHOWN_WAITERS], start=1)
+    waiters = waiters[:SHOWN_WAITERS]
+    wait_for, deadlocks = _wait_for(resource, waiters, using=using)
+    graphing = wait_for is not None
+    shown = [
+        c
+        for c in columns
+        if (show_owners or not c.shows_owner) and (graphing or not c.only_with_wait_for)
     ]
-    return WaiterTable(headers=[str(c.header) for c in shown], rows=rows, more=more)
+    rows = [
+        [
+            column.cell(QueuedWaiter(position, waiter, now, wait_for or WaitFor()))
+            for column in shown
+        ]
+        for position, waiter in enumerate(waiters, start=1)
+    ]
+    return WaiterTable(
+        headers=[str(c.header) for c in shown], rows=rows, more=more, deadlocks=deadlocks
+    )
+
+
+def _wait_for(
+    resource: str, waiters: Sequence[LockWaiter], *, using: str
+) -> tuple[WaitFor | None, list[str]]:
+    """What the queue's ``only_with_wait_for`` columns show (None: nothing, no waiter
+    holds other locks and no holder waits), and its deadlocks in words."""
+    holding = waiters_holding(using)
+    if not waiters or not holding:  # nobody waits while holding: no edges at all
+        return None, []
+    holders = waiting_holders(resource, using=using, holding=holding)
+    claims = [pair for waiter in waiters for pair in holding_of(waiter.holding)]
+    if not claims and not any(holder.waiting_for for holder in holders):
+        return None, []
+    behind = ", ".join(
+        gettext("%(holder)s (waiting for %(resource)s)")
+        % {"holder": holder.name(), "resource": holder.waiting_for}
+        for holder in holders
+        if holder.waiting_for
+    )
+    tickets = [waiter.pk for waiter in waiters]
+    tickets += [holder.ticket for holder in holders if holder.ticket is not None]
+    cycles = cycles_through(using, holding, tickets)
+    return (
+        WaitFor(valid=frozenset(valid_holds(using, claims)), behind=behind),
+        [deadlock_in_words(cycle) for cycle in cycles],
+    )

@@ -8,15 +8,26 @@ from datetime import UTC, datetime
 from django.core.management.base import CommandError
 
 from django_dlock.cli.holds import Hold, free_row, holds_of, listed_holds, release_hold, waiters
+from django_dlock.conf import conf
 from django_dlock.humanize import DELAYED, duration_in_words, time_left_in_words
+from django_dlock.waitfor import (
+    HeldLock,
+    Node,
+    deadlock_in_words,
+    wait_for_graph,
+    waiting_while_holding,
+)
 
 __all__ = ["list_holds", "release", "show"]
 
 Write = Callable[[str], None]
 
 
-def list_holds(write: Write, *, prefix: str, include_free: bool, show_owners: bool) -> None:
-    """One line per hold, then one per resource that has waiters and no hold."""
+def list_holds(
+    write: Write, *, prefix: str, include_free: bool, show_owners: bool, graph: bool = False
+) -> None:
+    """One line per hold, then one per resource that has waiters and no hold;
+    with ``graph``, then the waiters that hold other locks and the deadlocks."""
     holds = listed_holds(prefix=prefix, include_free=include_free)
     queued = waiters(prefix=prefix)
     header = ["RESOURCE", "KIND", "LABEL", "TOKEN", "EXPIRES", "WAITERS"]
@@ -40,13 +51,29 @@ def list_holds(write: Write, *, prefix: str, include_free: bool, show_owners: bo
     ]
     if not rows:
         write(f"No locks held{f' under {prefix!r}' if prefix else ''}.")
-        return
-    _table(write, header + (["OWNER"] if show_owners else []), rows)
+    else:
+        _table(write, header + (["OWNER"] if show_owners else []), rows)
+    if graph:
+        _list_graph(write, prefix)
 
 
-def show(write: Write, resource: str, *, show_owners: bool) -> None:
+def _list_graph(write: Write, prefix: str) -> None:
+    found, deadlocks = waiting_while_holding(using=conf.DATABASE, prefix=prefix)
+    write("waiting while holding:")
+    for waiter in found:
+        write(f"  {waiter.resource}: {waiter.name} holds {_held(waiter.holding)}")
+    if not found:
+        write("  none")
+    for cycle in deadlocks:
+        write(f"  deadlock: {deadlock_in_words(cycle)}")
+    if not deadlocks:
+        write("  no deadlock")
+
+
+def show(write: Write, resource: str, *, show_owners: bool, graph: bool = False) -> None:
     """The resource's holds (or when it came free, and its last token; or, while
-    its holder's lock-delay runs, when it becomes available) and its waiters."""
+    its holder's lock-delay runs, when it becomes available) and its waiters;
+    with ``graph``, then the wait-for graph around it (``show_graph``)."""
     holds = holds_of(resource)
     if holds:
         write(f"{resource}: held ({_kind_in_words(holds)})")
@@ -74,6 +101,43 @@ def show(write: Write, resource: str, *, show_owners: bool) -> None:
             details.append(f"owner {hold.owner}")
         write("  " + ", ".join(details))
     write(f"waiters: {waiters(resource=resource)[resource]}")
+    if graph:
+        show_graph(write, resource)
+
+
+def show_graph(write: Write, resource: str) -> None:
+    """The wait-for graph around ``resource``, breadth-first: each resource
+    with its holders (and what they wait for) and its waiters in queue order
+    (and what each holds), then the deadlocks among them. Never an owner."""
+    found = wait_for_graph(resource, using=conf.DATABASE)
+    write("wait-for graph:")
+    for node in found.nodes:
+        _write_node(write, node)
+    if found.not_followed:
+        write(f"  further away, not shown: {', '.join(found.not_followed)}")
+    for cycle in found.deadlocks:
+        write(f"  deadlock: {deadlock_in_words(cycle)}")
+    if not found.deadlocks:
+        write("  no deadlock")
+
+
+def _write_node(write: Write, node: Node) -> None:
+    holders = ", ".join(
+        holder.name() + (f" (waiting for {holder.waiting_for})" if holder.waiting_for else "")
+        for holder in node.holders
+    )
+    write(f"  {node.resource}: {f'held by {holders}' if holders else 'not held'}")
+    for waiter in node.waiters:
+        held = _held(waiter.holding)
+        write(
+            f"    {waiter.position}. {waiter.name()} {f'holds {held}' if held else 'holds nothing'}"
+        )
+    if node.more_waiters:
+        write(f"    and {node.more_waiters} more waiter{'s' if node.more_waiters != 1 else ''}")
+
+
+def _held(holding: Sequence[HeldLock]) -> str:
+    return ", ".join(lock.resource + ("" if lock.valid else " (not held now)") for lock in holding)
 
 
 def release(

@@ -21,7 +21,7 @@ are not known to the waiter, nor are those of ``lock()`` of a list of resources.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.db.models import Q
@@ -30,7 +30,14 @@ from django_dlock.backends.clock import DatabaseNow
 from django_dlock.exceptions import LockDeadlock
 from django_dlock.models import DistributedLock, LockHold, LockWaiter
 
-__all__ = ["QueuedWaiter", "check_for_deadlock", "declare_holding", "waiters_holding"]
+__all__ = [
+    "QueuedWaiter",
+    "check_for_deadlock",
+    "cycles_through",
+    "declare_holding",
+    "valid_holds",
+    "waiters_holding",
+]
 
 # How often (seconds) a waiter that holds other locks looks for a cycle, at most.
 LOOK_EVERY = 0.25
@@ -87,6 +94,31 @@ def check_for_deadlock(using: str, ticket: int) -> None:
     claimed = _claimed_holds(cycle)
     if claimed <= _valid_holds(using, claimed):
         raise _deadlock(cycle)
+
+
+def cycles_through(
+    using: str, waiters: list[QueuedWaiter], tickets: Iterable[int]
+) -> list[list[QueuedWaiter]]:
+    """Read-only, for those who show the graph (``dlock show --graph``, the
+    admin): the cycles of ``waiters`` through any of ``tickets`` whose holds
+    are valid now, the ones ``check_for_deadlock`` raises for. Each cycle once,
+    from its oldest ticket (each waits for the next, the last for the first);
+    the cycles by their oldest ticket."""
+    found: dict[frozenset[int], list[QueuedWaiter]] = {}
+    for ticket in sorted(set(tickets)):
+        cycle = _cycle_through(waiters, ticket)
+        if cycle is None or (key := frozenset(w.ticket for w in cycle)) in found:
+            continue
+        claimed = _claimed_holds(cycle)
+        if claimed <= _valid_holds(using, claimed):
+            start = min(range(len(cycle)), key=lambda index: cycle[index].ticket)
+            found[key] = cycle[start:] + cycle[:start]
+    return sorted(found.values(), key=lambda cycle: cycle[0].ticket)
+
+
+def valid_holds(using: str, pairs: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Read-only: which (resource, owner) ``pairs`` are valid holds now."""
+    return _valid_holds(using, set(pairs))
 
 
 def _cycle_through(waiters: list[QueuedWaiter], ticket: int) -> list[QueuedWaiter] | None:

@@ -49,10 +49,22 @@ class Command(BaseCommand):
         )
         listing.add_argument("--all", action="store_true", help="Also expired and released locks.")
         _show_owners(listing)
+        listing.add_argument(
+            "--graph",
+            action="store_true",
+            help="Also the waiters that hold other locks, what they hold, and any "
+            "deadlock among them (never owners).",
+        )
 
         showing = actions.add_parser("show", help="One resource: its holds and waiters.")
         showing.add_argument("resource", type=arguments.resource, metavar="RESOURCE")
         _show_owners(showing)
+        showing.add_argument(
+            "--graph",
+            action="store_true",
+            help="Also the wait-for graph around it: who holds it and waits for what, "
+            "what its waiters hold, a few steps on, and any deadlock (never owners).",
+        )
 
         releasing = actions.add_parser(
             "release", help="Force-release a lock, asking first unless --yes."
@@ -149,10 +161,14 @@ class Command(BaseCommand):
                     prefix=options["prefix"] or "",
                     include_free=options["all"],
                     show_owners=options["show_owners"],
+                    graph=options["graph"],
                 )
             elif action == "show":
                 inspect.show(
-                    self.stdout.write, options["resource"], show_owners=options["show_owners"]
+                    self.stdout.write,
+                    options["resource"],
+                    show_owners=options["show_owners"],
+                    graph=options["graph"],
                 )
             elif action == "release":
                 confirm = _yes if options["yes"] else _ask
