@@ -6,6 +6,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from django_dlock.backends.clock import DatabaseNow
 from django_dlock.managers import DistributedLockManager
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, ReleaseResult
 from django_dlock.validators import MAX_LENGTH, validate_owner, validate_resource
@@ -171,6 +172,13 @@ class FencingFloor(models.Model):
         return str(self.value)
 
 
+class LockWaiterQuerySet(models.QuerySet["LockWaiter"]):
+    def live(self) -> LockWaiterQuerySet:
+        """The waiters whose tickets are live by the database's clock (a
+        waiter that crashed stops counting when its ticket expires)."""
+        return self.filter(expires_at__gt=DatabaseNow())
+
+
 class LockWaiter(models.Model):
     """One process waiting in ``lock(..., timeout=...)`` for a resource.
 
@@ -212,6 +220,8 @@ class LockWaiter(models.Model):
     # holds some. A cycle of waiters, each holding what the next waits for, is
     # a deadlock (``locking.deadlock``).
     holding = models.TextField(_("holding"), blank=True, default="", db_default="")
+
+    objects = LockWaiterQuerySet.as_manager()
 
     class Meta:
         db_table = "distributed_lock_waiters"

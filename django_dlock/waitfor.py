@@ -15,16 +15,13 @@ are never returned; a holder or a waiter is named by its label.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from django.db.models import QuerySet
-
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.locking.deadlock import (
     QueuedWaiter,
     cycles_through,
+    holding_of,
     valid_holds,
     waiters_holding,
 )
@@ -38,7 +35,6 @@ __all__ = [
     "WaitForGraph",
     "WaitingWhileHolding",
     "deadlock_in_words",
-    "holding_of",
     "waiting_while_holding",
     "wait_for_graph",
     "waiting_holders",
@@ -135,11 +131,6 @@ def waiting_while_holding(
     return found, cycles_through(using, holding, [waiter.ticket for waiter in mine])
 
 
-def holding_of(holding: str) -> list[tuple[str, str]]:
-    """The (resource, owner) pairs of a ticket's ``holding`` ("" for none)."""
-    return [(resource, owner) for resource, owner in json.loads(holding)] if holding else []
-
-
 def waiting_holders(
     resource: str, *, using: str, holding: Sequence[QueuedWaiter] | None = None
 ) -> list[GraphHolder]:
@@ -210,7 +201,7 @@ def deadlock_in_words(cycle: Sequence[QueuedWaiter]) -> str:
 
 
 def _node(resource: str, *, using: str, holding: Sequence[QueuedWaiter], shown: int) -> Node:
-    queue = _live_waiters(using).filter(resource=resource).order_by("pk")
+    queue = LockWaiter.objects.using(using).live().filter(resource=resource).order_by("pk")
     rows = list(queue.values_list("pk", "label", "holding")[: shown + 1])
     more = queue.count() - shown if len(rows) > shown else 0
     rows = rows[:shown]
@@ -235,7 +226,3 @@ def _edges(node: Node) -> Iterable[str]:
     for waiter in node.waiters:
         yield from (held.resource for held in waiter.holding)
     yield from (holder.waiting_for for holder in node.holders if holder.waiting_for)
-
-
-def _live_waiters(using: str) -> QuerySet[LockWaiter]:
-    return LockWaiter.objects.using(using).filter(expires_at__gt=DatabaseNow())

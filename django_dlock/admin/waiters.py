@@ -11,36 +11,36 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Expression, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, Expression, IntegerField, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 from django.utils.functional import Promise
 from django.utils.translation import gettext, gettext_lazy
 
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.humanize import (
     ACTIVE,
     duration_in_words,
     kind_in_words,
     time_left_in_words,
 )
-from django_dlock.locking.deadlock import cycles_through, valid_holds, waiters_holding
+from django_dlock.locking.deadlock import (
+    cycles_through,
+    holding_of,
+    valid_holds,
+    waiters_holding,
+)
 from django_dlock.models import LockWaiter
-from django_dlock.waitfor import deadlock_in_words, holding_of, waiting_holders
+from django_dlock.waitfor import deadlock_in_words, waiting_holders
 
 # A lock's page lists at most this many waiters, and says how many more wait.
 SHOWN_WAITERS = 100
-
-
-def live_waiters(using: str) -> QuerySet[LockWaiter]:
-    """The queued waiters whose tickets are live by the database's clock."""
-    return LockWaiter.objects.using(using).filter(expires_at__gt=DatabaseNow())
 
 
 def waiter_count(using: str) -> Expression:
     """How many live waiters queue for each row's resource: a subquery of the
     list's query, so the list costs the same queries for any number of rows."""
     counts = (
-        live_waiters(using)
+        LockWaiter.objects.using(using)
+        .live()
         .filter(resource=OuterRef("resource"))
         .order_by()
         .values("resource")
@@ -151,7 +151,7 @@ def waiter_table(
     """The live waiters of ``resource`` in queue order, the first ``SHOWN_WAITERS``;
     what each holds and whom it waits behind when that is anything (the
     columns ``only_with_wait_for``), and the deadlocks through the queue."""
-    queue = live_waiters(using).filter(resource=resource).order_by("id")
+    queue = LockWaiter.objects.using(using).live().filter(resource=resource).order_by("id")
     waiters = list(queue[: SHOWN_WAITERS + 1])
     more = queue.count() - SHOWN_WAITERS if len(waiters) > SHOWN_WAITERS else 0
     waiters = waiters[:SHOWN_WAITERS]

@@ -124,7 +124,7 @@ def free_row(resource: str) -> Hold | None:
 def waiters(*, resource: str | None = None, prefix: str = "") -> Counter[str]:
     """How many live waiters ``resource``, or each resource starting with
     ``prefix``, has: one query."""
-    queued = LockWaiter.objects.using(conf.DATABASE).filter(expires_at__gt=DatabaseNow())
+    queued = LockWaiter.objects.using(conf.DATABASE).live()
     if resource is not None:
         queued = queued.filter(resource=resource)
     elif prefix:

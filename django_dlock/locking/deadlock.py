@@ -35,6 +35,7 @@ __all__ = [
     "check_for_deadlock",
     "cycles_through",
     "declare_holding",
+    "holding_of",
     "valid_holds",
     "waiters_holding",
 ]
@@ -69,17 +70,20 @@ def declare_holding(using: str, ticket: int, holding: Sequence[tuple[str, str]])
 def waiters_holding(using: str, resources: Sequence[str] | None = None) -> list[QueuedWaiter]:
     """The live waiters that hold other locks (of ``resources``' queues only,
     when given), oldest ticket first."""
-    tickets = (
-        LockWaiter.objects.using(using).filter(expires_at__gt=DatabaseNow()).exclude(holding="")
-    )
+    tickets = LockWaiter.objects.using(using).live().exclude(holding="")
     if resources is not None:
         tickets = tickets.filter(resource__in=resources)
     return [
-        QueuedWaiter(ticket, resource, label, tuple(tuple(pair) for pair in json.loads(holding)))
+        QueuedWaiter(ticket, resource, label, tuple(holding_of(holding)))
         for ticket, resource, label, holding in tickets.order_by("pk").values_list(
             "pk", "resource", "label", "holding"
         )
     ]
+
+
+def holding_of(holding: str) -> list[tuple[str, str]]:
+    """The (resource, owner) pairs of a ticket's ``holding`` ("" for none)."""
+    return [(resource, owner) for resource, owner in json.loads(holding)] if holding else []
 
 
 def check_for_deadlock(using: str, ticket: int) -> None:
@@ -92,7 +96,7 @@ def check_for_deadlock(using: str, ticket: int) -> None:
     # Each waiter's claim of its holds is its own; the lock rows tell whether
     # the one the previous waiter waits for is still valid (not lost meanwhile).
     claimed = _claimed_holds(cycle)
-    if claimed <= _valid_holds(using, claimed):
+    if claimed <= valid_holds(using, claimed):
         raise _deadlock(cycle)
 
 
@@ -110,15 +114,10 @@ def cycles_through(
         if cycle is None or (key := frozenset(w.ticket for w in cycle)) in found:
             continue
         claimed = _claimed_holds(cycle)
-        if claimed <= _valid_holds(using, claimed):
+        if claimed <= valid_holds(using, claimed):
             start = min(range(len(cycle)), key=lambda index: cycle[index].ticket)
             found[key] = cycle[start:] + cycle[:start]
     return sorted(found.values(), key=lambda cycle: cycle[0].ticket)
-
-
-def valid_holds(using: str, pairs: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
-    """Read-only: which (resource, owner) ``pairs`` are valid holds now."""
-    return _valid_holds(using, set(pairs))
 
 
 def _cycle_through(waiters: list[QueuedWaiter], ticket: int) -> list[QueuedWaiter] | None:
@@ -161,8 +160,9 @@ def _claimed_holds(cycle: list[QueuedWaiter]) -> set[tuple[str, str]]:
     return claimed
 
 
-def _valid_holds(using: str, pairs: set[tuple[str, str]]) -> set[tuple[str, str]]:
+def valid_holds(using: str, pairs: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
     """Which (resource, owner) ``pairs`` are valid holds now: exclusive, or shared."""
+    pairs = set(pairs)
     if not pairs:
         return set()
     wanted = Q()
