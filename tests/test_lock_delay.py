@@ -6,6 +6,7 @@ of each database: tests/test_admission.py, "lost with a lock-delay".)"""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -17,7 +18,7 @@ import pytest
 from django_dlock import lock
 from django_dlock.backends.clock import database_now
 from django_dlock.conf import conf
-from django_dlock.exceptions import InvalidArgument
+from django_dlock.exceptions import InvalidArgument, LockNotAcquired
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from tests import workers_lock_delay
 from tests.docs_utils import run_example
@@ -76,6 +77,17 @@ def test_a_force_release_starts_the_lock_delay_and_a_release_leaves_none() -> No
     ]
     for owner, kind in kinds:
         assert Locks.acquire("delay:2", owner=owner, ttl=30, **kind) is None, (owner, kind)
+    # lock() says why it was refused, in sync and async code.
+    in_delay = r"^The lock on 'delay:2' is in its lock-delay for another (29|30)\.\d s: its last"
+    with pytest.raises(LockNotAcquired, match=in_delay), lock("delay:2"):
+        pass
+
+    async def take() -> None:
+        async with lock("delay:2"):
+            pass
+
+    with pytest.raises(LockNotAcquired, match=in_delay):
+        asyncio.run(take())
     # The purge keeps the row while its delay runs: deleting it would free the resource.
     Locks.purge_expired()
     assert Locks.filter(resource="delay:2").exists()

@@ -264,7 +264,7 @@ class lock:
         if not self.timeout:
             acquired = await self._atake(owner)
             if acquired is None:
-                raise self._held()
+                raise await run_in_lock_thread(self.using, self._held)
             return acquired, started
         wait = Wait(
             self._claim(owner), self.timeout, self.using, Wakeup.on_loop(), holding=self._holding()
@@ -365,6 +365,14 @@ class lock:
         return tuple(held_here.held_by(self.using, current_holder()))
 
     def _held(self) -> LockNotAcquired:
+        """Why a non-blocking acquisition was refused. A lock-delay is rare and
+        a refusal the slow path: one read, there, tells the two causes apart."""
+        delay_left = DistributedLock.objects.db_manager(self.using).available_in(self.resource)
+        if delay_left is not None:
+            return LockNotAcquired(
+                f"The lock on {self.resource!r} is in its lock-delay for another "
+                f"{delay_left:.1f} s: its last holder lost it (it expired or was force-released)."
+            )
         return LockNotAcquired(f"The lock on {self.resource!r} is held by another owner.")
 
     def _hold(self, holder: object, acquired: Hold, started: float) -> Entered:
