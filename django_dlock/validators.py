@@ -11,6 +11,7 @@ import unicodedata
 from collections.abc import Callable
 from datetime import timedelta
 from functools import cache
+from typing import TypeGuard
 
 from django.utils.functional import Promise
 from django.utils.translation import gettext as _
@@ -253,15 +254,25 @@ def validate_limit(value: object) -> int:
     return value
 
 
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return not isinstance(value, bool) and isinstance(value, int | float)
+
+
+def _within(seconds: int | float, *, zero_too: bool, most: float) -> bool:
+    """Whether ``seconds`` is finite, more than 0 (or 0 too), and at most ``most``."""
+    # An int too large for a float (10**400) is out of range, not an OverflowError.
+    if isinstance(seconds, int) and abs(seconds) > 2**53:
+        return False
+    least_ok = seconds >= 0 if zero_too else seconds > 0
+    return math.isfinite(seconds) and least_ok and seconds <= most
+
+
 def validate_ttl(value: object) -> float:
     """Return ``value`` as seconds if it is a valid ttl (0 < ttl <= DLOCK_MAX_TTL)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not _is_number(value):
         raise InvalidArgument(_("A ttl must be a number of seconds."), code="invalid")
     max_ttl = conf.MAX_TTL
-    # An int too large for a float (10**400) is out of range, not an OverflowError.
-    if (isinstance(value, int) and abs(value) > 2**53) or not (
-        math.isfinite(value) and 0 < value <= max_ttl
-    ):
+    if not _within(value, zero_too=False, most=max_ttl):
         raise InvalidArgument(
             _("A ttl must be greater than 0 and at most %(max)s seconds."),
             code="range",
@@ -276,12 +287,10 @@ def validate_lock_delay(value: object, *, exclusive: bool = True) -> float:
     permit's loss keeps nobody out). A ``timedelta`` is taken as its seconds."""
     if isinstance(value, timedelta):
         value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not _is_number(value):
         raise InvalidArgument(_("A lock_delay must be a number of seconds."), code="invalid")
     max_delay = conf.MAX_TTL
-    if (isinstance(value, int) and abs(value) > 2**53) or not (
-        math.isfinite(value) and 0 <= value <= max_delay
-    ):
+    if not _within(value, zero_too=True, most=max_delay):
         raise InvalidArgument(
             _("A lock_delay must be at least 0 and at most %(max)s seconds."),
             code="range",
