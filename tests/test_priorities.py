@@ -17,8 +17,9 @@ from django_dlock.backends.queue import PRIORITY_STEP, TICKET_SPREAD
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock, LockWaiter
 from tests import workers_waiting
+from tests.docs_utils import run_example
 from tests.testapp.models import Counter
-from tests.utils import database_settings, spawn, wait_for
+from tests.utils import database_settings, run_in_thread, spawn, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,7 +27,7 @@ Locks = DistributedLock.objects
 
 
 def queued_are(count: int) -> Callable[[], bool]:
-    return lambda: LockWaiter.objects.filter(resource="prio:1").count() == count
+    return waiters_of("prio:1", count)
 
 
 def test_higher_priority_first_and_first_come_first_served_within_one() -> None:
@@ -72,3 +73,34 @@ def test_a_step_of_priority_is_worth_a_minute_of_waiting() -> None:
 def test_a_priority_is_a_whole_number_in_range(priority: object) -> None:
     with pytest.raises(InvalidArgument):
         lock("prio:3", priority=priority)  # type: ignore[arg-type]
+
+
+def test_the_recipe_puts_a_checkout_ahead_of_the_batch_queued_before_it() -> None:
+    entered: list[str] = []
+
+    def current_price(sku: str) -> int:
+        entered.append("checkout")
+        return 100
+
+    recipe = run_example(
+        "checkout first",
+        recompute_price=lambda sku: entered.append("batch"),
+        current_price=current_price,
+    )
+    Locks.acquire("pricing:mug", owner="holder", ttl=60)
+    batch = []
+    for queued in range(1, 4):
+        batch.append(run_in_thread(lambda outcome: recipe["reprice"]("mug")))
+        wait_for(waiters_of("pricing:mug", queued), 30, f"batch waiter {queued} queued")
+    checkout = run_in_thread(lambda outcome: recipe["checkout_price"]("mug"))
+    wait_for(waiters_of("pricing:mug", 4), 30, "the checkout queued")
+    Locks.release("pricing:mug", "holder")
+    for outcome in [checkout, *batch]:
+        outcome["thread"].join(30)
+        assert "error" not in outcome, outcome["error"]
+    assert checkout["result"] == 100
+    assert entered == ["checkout", "batch", "batch", "batch"]
+
+
+def waiters_of(resource: str, count: int) -> Callable[[], bool]:
+    return lambda: LockWaiter.objects.filter(resource=resource).count() == count

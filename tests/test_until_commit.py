@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import Callable
 
 import pytest
 from django.conf import settings
@@ -147,3 +148,31 @@ def test_the_docs_example_holds_the_lock_to_the_commit(monkeypatch: pytest.Monke
     assert seen == [True]  # after the block, before the commit
     assert Product.objects.get(sku="mug").stock == 3
     assert not Locks.active().filter(resource="stock:mug").exists()
+
+
+@beside_transactions
+def test_the_move_stock_recipe_never_oversells_nor_deadlocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Moves in both directions at once, one item each, from 3 mugs and no cups:
+    each move sees the stock the last one committed (a move of a cup that is not
+    there yet is refused, never a negative stock), and none deadlocks."""
+    shop = types.ModuleType("shop.models")
+    shop.Product = Product  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "shop", types.ModuleType("shop"))
+    monkeypatch.setitem(sys.modules, "shop.models", shop)
+    Product.objects.create(sku="mug", stock=3)
+    Product.objects.create(sku="cup", stock=0)
+    move_stock = run_example("move stock")["move_stock"]
+
+    def moves(source: str, target: str) -> Callable[[dict[str, object]], list[bool]]:
+        return lambda outcome: [move_stock(source, target, 1) for _ in range(8)]
+
+    both = [run_in_thread(moves("mug", "cup")), run_in_thread(moves("cup", "mug"))]
+    for outcome in both:
+        outcome["thread"].join(60)
+        assert "error" not in outcome, outcome["error"]
+    stock = dict(Product.objects.values_list("sku", "stock"))
+    assert stock["mug"] + stock["cup"] == 3
+    moved = [sum(outcome["result"]) for outcome in both]
+    assert stock["cup"] == moved[0] - moved[1]
