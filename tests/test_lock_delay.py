@@ -88,6 +88,11 @@ def test_a_force_release_starts_the_lock_delay_and_a_release_leaves_none() -> No
 
     with pytest.raises(LockNotAcquired, match=in_delay):
         asyncio.run(take())
+    with (
+        pytest.raises(LockNotAcquired, match=r"within 0.3 s: its lock-delay ran"),
+        lock("delay:2", timeout=0.3),
+    ):
+        pass
     # The purge keeps the row while its delay runs: deleting it would free the resource.
     Locks.purge_expired()
     assert Locks.filter(resource="delay:2").exists()

@@ -42,6 +42,11 @@ class QueueState:
         if self.admissible is None:  # an exclusive waiter's
             self.admissible = self.free and self.ahead == 0
 
+    @property
+    def delayed(self) -> bool:
+        """Nobody holds the lock, and its lock-delay runs (``state_of``)."""
+        return self.holder == ""
+
 
 class Queue:
     """The queue of waiters (``LockWaiter`` rows, in ticket order) on ``using``."""

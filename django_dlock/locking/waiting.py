@@ -94,6 +94,7 @@ class Wait:
     # lock(): written on the ticket, and a cycle of such waiters looked for.
     holding: tuple[tuple[str, str], ...] = ()
     next_cycle_look: float = 0.0  # monotonic time of the next look for a cycle
+    delayed: bool = False  # the last look found the lock in its lock-delay
     queue: Queue = field(init=False)
 
     @property
@@ -166,6 +167,7 @@ class Wait:
                 return acquired
             self.backoff.restart()  # a non-waiting caller took it: look again soon
         self.backoff.learn(state)
+        self.delayed = state.delayed
         if self.holding and self.ticket is not None:
             self._look_for_a_cycle()
         return self._sleep(state)
@@ -214,9 +216,13 @@ class Wait:
             if self.tries
             else "the whole time"
         )
+        why = (
+            "its lock-delay ran (its last holder lost it) when the time was up"
+            if self.delayed
+            else f"another owner held it {how}"
+        )
         return LockNotAcquired(
-            f"Could not acquire the lock on {self.resource!r} within {self.timeout:g} s: "
-            f"another owner held it {how}."
+            f"Could not acquire the lock on {self.resource!r} within {self.timeout:g} s: {why}."
         )
 
     def finish(self) -> None:
