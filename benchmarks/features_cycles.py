@@ -194,6 +194,18 @@ def transaction_cycle(alias: str, until: str | None) -> Callable[[str], Cycle]:
     return make
 
 
+def kept_alias(alias: str) -> str:
+    """A twin of ``alias`` whose connections live 60 s (``CONN_MAX_AGE``): the
+    threads that take and release ``until="commit"``'s locks otherwise open a
+    connection for each (Django's default, 0, closes it after each call)."""
+    from django.db import connections
+
+    kept = f"{alias}_kept"
+    if kept not in connections.settings:
+        connections.settings[kept] = {**connections.settings[alias], "CONN_MAX_AGE": 60}
+    return kept
+
+
 def contenders(alias: str, refused: Counter[str]) -> dict[str, Callable[[str], Cycle]]:
     """Each one-client cycle of one database, by name."""
     found: dict[str, Callable[[str], Cycle]] = {
@@ -216,6 +228,7 @@ def contenders(alias: str, refused: Counter[str]) -> dict[str, Callable[[str], C
             "atomic() + UPDATE, no lock": transaction_cycle(alias, None),
             "lock() around atomic() + UPDATE": transaction_cycle(alias, "exit"),
             "atomic() + lock(until='commit') + UPDATE": transaction_cycle(alias, "commit"),
+            "the same, CONN_MAX_AGE=60": transaction_cycle(kept_alias(alias), "commit"),
         }
     return found
 

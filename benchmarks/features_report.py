@@ -18,6 +18,7 @@ REFERENCES = {
     "once_per(), not due (window held)": NEW_NAME,
     "lock() around atomic() + UPDATE": "atomic() + UPDATE, no lock",
     "atomic() + lock(until='commit') + UPDATE": "lock() around atomic() + UPDATE",
+    "the same, CONN_MAX_AGE=60": "lock() around atomic() + UPDATE",
 } | {f"throttle, {scenario}": "floor: one upsert" for scenario in throttle_scenarios()}
 
 
