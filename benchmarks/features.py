@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import document, features_report, kinds_setup
+from benchmarks.features_redis import LIMITERS
 from benchmarks.plan import ROOT
 
 SECTIONS = ("cycles", "throttle", "priorities", "delay", "deadlock")
@@ -151,7 +152,7 @@ def run(
     pool = Pool(features_crowds.CONTENDERS)
     try:
         if "throttle" in wanted:
-            limiters = [*aliases, *features_redis_names()]
+            limiters = [*aliases, *LIMITERS]
             results["throttle_crowd"] = measured.attempt(
                 "throttle_crowd",
                 ", ".join(limiters),
@@ -194,12 +195,6 @@ def run(
         pool.close()
     results["machine"]["load_average_end"] = os.getloadavg()
     return results
-
-
-def features_redis_names() -> list[str]:
-    from benchmarks.features_redis import LIMITERS
-
-    return list(LIMITERS)
 
 
 def main(argv: list[str] | None = None) -> None:
