@@ -9,6 +9,7 @@
 #   scripts/benchmark.sh            # the full run (~50 min): docs/benchmark.{json,png}, docs/kinds.png,
 #                                   # docs/capacity.png
 #   scripts/benchmark.sh --quick    # for development: artifacts/benchmark-quick.*, artifacts/kinds-quick.png
+#   BENCH_FEATURES=1 scripts/benchmark.sh   # also issue 36's features (benchmarks.features)
 # Other arguments go to `python -m benchmarks` (--only, --delay-ms, --purge-rows, --purge-from);
 # --quick and --json also to `python -m benchmarks.kinds`.
 set -euo pipefail
@@ -56,6 +57,12 @@ PGOPTIONS="-c synchronous_commit=off" DATABASE_URL="$DLOCK_PG_URL" \
     python -m benchmarks.acquire --json "$acquire_json"
 mariadb_start # exports DLOCK_MYSQL_URL, as pg_cluster_start DLOCK_PG_URL: benchmarks.kinds reads both
 python -m benchmarks.kinds "${kinds_args[@]}"
+# Issue 36's features (docs/performance.md "Throttles, lock-delay, priorities and the rest"):
+# optional, BENCH_FEATURES=1; throttles beside Redis limiters (a redis-server of its own), the
+# options of lock() beside plain lock(), on the same three databases; about 12 minutes (--quick: 2).
+if [ -n "${BENCH_FEATURES:-}" ]; then
+    python -m benchmarks.features "${kinds_args[@]}"
+fi
 # MariaDB's waiters poll (no push): their wake-up and 8 blocking acquirers; then acquire + release
 # beside its raw floor through the same cursor, and 8 processes polling for one resource.
 DATABASE_URL="$DLOCK_MYSQL_URL" BENCH_SECTIONS=wake,fair python -m benchmarks.waiting
