@@ -8,13 +8,20 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import transaction
+from django.db import OperationalError, transaction
 
 from django_dlock import lock
-from django_dlock.exceptions import InvalidArgument, LockHeldByCaller, LockTransactionError
+from django_dlock.exceptions import (
+    InvalidArgument,
+    LockHeldByCaller,
+    LockNotAcquired,
+    LockTransactionError,
+)
+from django_dlock.locking import context, min_hold
 from django_dlock.models import DistributedLock
 from tests import workers_until_commit
 from tests.docs_utils import run_example
@@ -85,6 +92,37 @@ def test_a_rollback_releases_the_lock(where: str) -> None:
         else:
             transaction.set_rollback(True)
     wait_for(lambda: not Locks.active().filter(resource="until:3").exists(), 5, "released")
+
+
+@beside_transactions
+def test_a_release_the_database_fails_after_a_rollback_stops_no_other_release(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database fails the release after a rollback (a restart, found by the
+    torture run): it is logged, the lock expires by its ttl, the thread may ask
+    for it again, and the watcher goes on releasing the others' locks."""
+    real_release = min_hold.release_or_keep
+    failures: list[str] = []
+
+    def fails_once(using: str, handle: Any, min_hold: Any) -> Any:
+        if not failures:
+            failures.append(handle.resource)
+            raise OperationalError("the server restarted")
+        return real_release(using, handle, min_hold)
+
+    monkeypatch.setattr(context, "release_or_keep", fails_once)
+    for resource in ("until:9", "until:10"):
+        with transaction.atomic():
+            with lock(resource, ttl=30, until="commit"):
+                pass
+            transaction.set_rollback(True)
+        wait_for(lambda: bool(failures), 5, "the first release failed")
+    wait_for(lambda: not Locks.active().filter(resource="until:10").exists(), 5, "until:10 freed")
+    assert failures == ["until:9"]
+    assert "Could not release the lock on 'until:9' after its transaction ended" in caplog.text
+    assert Locks.active().filter(resource="until:9").exists()  # until its ttl
+    with pytest.raises(LockNotAcquired, match="held by another owner"), lock("until:9"):
+        pass  # refused as any holder's lock: this thread no longer holds it
 
 
 def test_until_commit_is_refused_where_it_cannot_hold() -> None:

@@ -25,6 +25,7 @@ after it commits (``transaction.on_commit``), and after it rolls back.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,8 @@ from django_dlock.threads import with_checked_connection
 __all__ = ["COMMIT", "EXIT", "bind_to_transaction", "validate_until"]
 
 _T = TypeVar("_T")
+
+logger = logging.getLogger("django_dlock")
 
 # The values of ``until``: the block's exit (the default), or the transaction's end.
 EXIT = "exit"
@@ -133,13 +136,26 @@ class CommitBinding:
         return not any(entry[1] is self.callback for entry in pending)
 
     def end(self) -> None:
-        """Release the lock (once, whoever calls first), on a connection of its own."""
+        """Release the lock (once, whoever calls first), on a connection of its
+        own. A release the database fails (it restarted, the connection broke)
+        is logged, not raised: the transaction has ended, there is nobody to
+        raise to, and the watcher that may be calling must go on watching the
+        other locks. The renewals stopped before it, so the lock expires within
+        its ttl; the caller's thread no longer holds it either way."""
         with self._ending:
             if self._ended:
                 return
             self._ended = True
         _watcher.remove(self)
-        _in_own_connection(self.using, self._end, self.entered)
+        try:
+            _in_own_connection(self.using, self._end, self.entered)
+        except Exception as error:
+            logger.warning(
+                "Could not release the lock on %r after its transaction ended (%s): "
+                "it expires within its ttl.",
+                self.entered.handle.resource,
+                error,
+            )
 
 
 class _Watcher:
