@@ -1,16 +1,15 @@
 """The calls a torture process makes, each recorded in its history: the lock
 API's operations and critical sections guarded by the fenced store. Only the
 package's public API is used (and Django's ``execute_wrapper``, to see when a
-waiter's ticket entered the queue, and one read of the database's clock
-before an operator's force-release). The lock kinds' own sections are in
-``kinds.py``."""
+waiter's ticket entered the queue). An operator's force-release is in
+``forced.py``, the lock kinds' own sections in ``kinds.py``."""
 
 from __future__ import annotations
 
 import contextlib
 import random
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from io import StringIO
 from typing import Any
 
@@ -101,22 +100,6 @@ class Operations:
             **extra,
         )
 
-    def force_release(self, resource: str, holder: str | None = None) -> Outcome | None:
-        """An operator's release of every hold of ``resource``, or of ``holder``'s;
-        recorded with ``db_now``, the database's clock read just before (the
-        lock-delay of a holder it released runs from a moment no earlier)."""
-        extra = {"owner": holder} if holder else {}
-        try:
-            extra["db_now"] = database_now()
-        except DatabaseError:
-            self.reset()  # the call goes on without it (recorded, or raising)
-        return self.call(
-            "force_release",
-            lambda: {"released": DistributedLock.objects.force_release(resource, owner=holder)},
-            resource=resource,
-            **extra,
-        )
-
     def purge(self, command: bool) -> Outcome | None:
         def run() -> Outcome:
             if command:
@@ -171,24 +154,6 @@ class Operations:
         if now() >= deadline:
             self.told(cs, "its deadline passed")
         self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=expires_at)
-        self.release_section(resource, owner, cs)
-
-    def forced_section(self, resource: str, ttl: float, asked: Asked, holder: bool) -> None:
-        """acquire, write, and an operator's force-release of the hold (of
-        every hold of ``resource``, or of this holder's): the hold is lost, not
-        released, so its lock-delay runs from that moment. The holder's release
-        then finds nothing."""
-        owner, t0 = self.owner(), now()
-        outcome = self.acquire(resource, owner, ttl, asked)
-        if not outcome or not outcome["lock"]:
-            return
-        cs = self.enter(resource, outcome["lock"], t0, asked)
-        token, deadline = outcome["lock"]["token"], t0 + ttl
-        self.work(cs, asked, resource, token, 0, lambda: now() >= deadline)
-        forced = self.force_release(resource, owner if holder else None)
-        if forced and forced["released"]:
-            self.told(cs, "force-released")
-        self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=outcome["lock"]["expires_at"])
         self.release_section(resource, owner, cs)
 
     def release_section(self, resource: str, owner: str, cs: str) -> None:
@@ -381,27 +346,6 @@ class Operations:
             "cs_read", cs=cs, token=token, t0=t0, t1=now(), accepted=accepted, counter=counter
         )
         return accepted
-
-
-# The lock tables' clock, as the library reads it (SQLite: milliseconds).
-_NOW_SQL = {
-    "postgresql": "SELECT clock_timestamp()",
-    "mysql": "SELECT UTC_TIMESTAMP(6)",
-    "sqlite": "SELECT STRFTIME('%Y-%m-%d %H:%M:%f', 'now')",
-}
-
-
-def database_now() -> str:
-    """The database's clock now, as an aware ISO string (UTC)."""
-    connection = connections["default"]
-    with connection.cursor() as cursor:
-        cursor.execute(_NOW_SQL[connection.vendor])
-        value = cursor.fetchone()[0]
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return str(value.isoformat())
 
 
 def fresh(lock_event: dict[str, Any], ttl: float) -> dict[str, Any]:
