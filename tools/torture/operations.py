@@ -14,11 +14,12 @@ from io import StringIO
 from typing import Any
 
 from django.core.management import call_command
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, connections, transaction
 
 from django_dlock import DlockError, LockExpired, LockNotOwned, lock
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from tools.torture.asked import EXCLUSIVE, Asked
+from tools.torture.db_clock import database_now
 from tools.torture.history import Recorder, error_fields, iso, lock_fields, now, pause
 from tools.torture.store import Store
 
@@ -171,9 +172,12 @@ class Operations:
         timeout: float | None,
         auto_renew: bool,
         asked: Asked = EXCLUSIVE,
+        priority: int | None = None,
     ) -> None:
-        """``with lock(...)``: a critical section of ``body`` seconds."""
+        """``with lock(...)``: a critical section of ``body`` seconds (waiting
+        with ``priority``, where given)."""
         owner = self.owner()
+        ranked = {} if priority is None else {"priority": priority}
         context = lock(
             resource,
             owner=owner,
@@ -181,9 +185,10 @@ class Operations:
             timeout=timeout,
             auto_renew=auto_renew,
             label=f"{self.name} {asked.kind}",
+            priority=priority or 0,  # (0: the default)
             **asked.arguments(),
         )
-        fields = {"resource": resource, "owner": owner, "ttl": ttl, "timeout": timeout}
+        fields = {"resource": resource, "owner": owner, "ttl": ttl, "timeout": timeout} | ranked
         entered = self.enter_lock(context, fields | asked.fields(), asked)
         if entered is None:
             return
@@ -197,7 +202,9 @@ class Operations:
         t0 = now()
         self.ops += 1
         try:
-            with self.queue_watch(fields["resource"], fields["owner"], asked):
+            with self.queue_watch(
+                fields["resource"], fields["owner"], asked, fields.get("priority")
+            ):
                 handle = context.__enter__()
         except (DatabaseError, DlockError) as error:
             self.recorder.write("lock", t0=t0, t1=now(), error=error_fields(error), **fields)
@@ -216,9 +223,15 @@ class Operations:
         return fields | {"expires_at": iso(handle.expires_at), "mode": handle.mode}
 
     @contextlib.contextmanager
-    def queue_watch(self, resource: str, owner: str, asked: Asked) -> Iterator[None]:
-        """Record ``queued`` when this thread's waiter ticket of ``resource``
-        entered the queue: the INSERT returned (autocommit: others see it)."""
+    def queue_watch(
+        self, resource: str, owner: str, asked: Asked, priority: int | None = None
+    ) -> Iterator[None]:
+        """Record ``queued`` once this thread's waiter ticket of ``resource`` is
+        in the queue: its INSERT committed (autocommit; on SQLite the lock
+        transaction around it, and a ticket rolled back with it is not
+        recorded). A waiter with a ``priority`` records it too, and the
+        database's clock read before the INSERT (``db0``) and after its commit
+        (``db1``): its ticket's time lies between (``check_priorities``)."""
         # Only the ticket's INSERT: a waiter's take also names the waiters'
         # table (it leaves the queue in its statement), and is no queuing.
         connection = connections["default"]
@@ -226,9 +239,22 @@ class Operations:
         mode = "shared" if asked.shared or asked.limit is not None else "exclusive"
 
         def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            if insert not in sql:
+                return execute(sql, params, many, context)
+            timed = {} if priority is None else {"priority": priority, "db0": database_now()}
             result = execute(sql, params, many, context)
-            if insert in sql:
-                self.recorder.write("queued", t=now(), resource=resource, owner=owner, mode=mode)
+
+            def record() -> None:
+                if timed:
+                    # A clock that cannot be read leaves the ticket's time open
+                    # (the checker skips it); the library's call goes on.
+                    with contextlib.suppress(DatabaseError):
+                        timed["db1"] = database_now()
+                self.recorder.write(
+                    "queued", t=now(), resource=resource, owner=owner, mode=mode, **timed
+                )
+
+            transaction.on_commit(record, using=connection.alias, robust=True)
             return result
 
         with connection.execute_wrapper(watch):
