@@ -88,6 +88,15 @@ def test_a_fault_over_the_pair_leaves_it_unjudged() -> None:
     assert invariants([*first(), *b, *c, fault(t0=9, t1=10)]) == [17]
 
 
+def test_a_fault_of_one_process_leaves_only_its_pairs_unjudged() -> None:
+    b, c = waiter("b", 2, 1.1, 2.01, 2.1), waiter("c", 3, 1.2, 2.11, 2.2, priority=5)
+    terminated = {"kind": "terminate worker backend", "t0": 1.5, "t1": 1.6}
+    assert check([*first(), *b, *c, fault(**terminated, scope="c")]) == []
+    assert invariants([*first(), *b, *c, fault(**terminated, scope="x")]) == [17]
+    read_only = fault(kind="read-only", t0=0.5, t1=0.6)  # only while it lasts
+    assert invariants([*first(), *b, *c, read_only]) == [17]
+
+
 def test_a_waiter_that_never_queued_passes_none() -> None:
     b = waiter("b", 2, None, 2.01, 2.1)  # found nobody queued: took it at once
     c = waiter("c", 3, 1.2, 2.11, 2.2, priority=-5)

@@ -33,8 +33,9 @@ Only what the history proves counts:
 
 Not judged: waits that raised otherwise or were killed (no outcome), a V
 whose ticket's time was not read, and pairs over which a fault struck (a
-restart or a terminated session leaves tickets whose listener's session is
-gone, which do not count until it is back), up to ``SETTLE`` after it.
+restart or a terminated session leaves tickets whose listener's or waiter's
+session is gone, which do not count until it is back), up to ``SETTLE``
+after it (``_fault_spans``).
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def _was_ahead(
     granted: Acquisition,
     freed_t: float,
     freed_at: datetime,
-    faults: list[tuple[float, float]],
+    faults: list[tuple[float, float, str | None]],
 ) -> bool:
     """Whether ``other``'s last ticket was provably live in the queue from
     before the lock came free until after ``granted``."""
@@ -172,7 +173,10 @@ def _was_ahead(
         still = error.get("class") == "LockNotAcquired" and deadline > granted.t1
     if not still:
         return False
-    return not any(t0 <= granted.t1 and queued["t"] <= t1 for t0, t1 in faults)
+    struck = (call["p"], granted.event["p"], None)
+    return not any(
+        t0 <= granted.t1 and queued["t"] <= t1 and scope in struck for t0, t1, scope in faults
+    )
 
 
 class _Ends:
@@ -216,10 +220,18 @@ def _last_tickets(history: History) -> dict[tuple[str, str], Event]:
     return last
 
 
-def _fault_spans(history: History) -> list[tuple[float, float]]:
-    """The faults' spans, each until ``SETTLE`` after its end."""
-    return [
-        (float(e["t0"]), float(e["t1"]) + SETTLE)
-        for e in history.events
-        if e["op"] == "fault" and e.get("t1")
-    ]
+def _fault_spans(history: History) -> list[tuple[float, float, str | None]]:
+    """The spans of the faults that may drop live tickets, and the process
+    each struck (None: every process). A restart ends every session, the
+    listeners' too: until ``SETTLE`` after it. A fault of one process (a
+    terminated session, a signal) only strikes its waits, also until
+    ``SETTLE`` after it. Any other (read-only, skewed clocks) only while it
+    lasts."""
+    spans: list[tuple[float, float, str | None]] = []
+    for event in history.events:
+        if event["op"] != "fault" or not event.get("t1"):
+            continue
+        t0, t1, scope = float(event["t0"]), float(event["t1"]), event.get("scope")
+        settle = SETTLE if scope or str(event.get("kind")).startswith("restart") else 0.0
+        spans.append((t0, t1 + settle, scope))
+    return spans
