@@ -26,6 +26,7 @@ EXPECTED |= {"LockDeadlock"}
 KINDS = ("exclusive", "shared", "permit", "leader")
 DELAYS = ("taken", "expired", "forced", "checked")
 PRIORITIES = ("waits", "queued", "checked", "ahead")
+BOUND = ("committed", "rolled_back", "deadlocks")
 TITLES = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mariadb": "MariaDB"}
 
 
@@ -83,6 +84,7 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
         "once_per_runs": dict(_answers(events, "once_per", "due")),
         "lock_delays": _lock_delays(history),
         "priorities": _priorities(events, history),
+        "bound": _bound(events),
         "faults": dict(run.faults),
         "violations": {n: sum(1 for v in violations if v.invariant == n) for n in INVARIANTS},
         "violation_messages": examples(violations),
@@ -127,6 +129,20 @@ def _priorities(events: list[Event], history: History) -> dict[str, int]:
     }
 
 
+def _bound(events: list[Event]) -> dict[str, int]:
+    """Holds bound to a transaction (``until="commit"``) released after the
+    commit and after a rollback, and waits refused as deadlocks."""
+    ends = Counter(
+        "rolled_back" if e["rolled_back"] else "committed"
+        for e in events
+        if e["op"] == "unlock" and "rolled_back" in e and e.get("result") == "released"
+    )
+    deadlocks = sum(
+        1 for e in events if e["op"] == "lock" and e.get("error", {}).get("class") == "LockDeadlock"
+    )
+    return dict(ends) | {"deadlocks": deadlocks}
+
+
 def _answers(events: list[Event], op: str, answer: str = "accepted") -> Counter[str]:
     """Fenced writes or reads, throttle uses (``granted``), once_per and
     min_hold runs (``due``): accepted, refused, failed (an error)."""
@@ -146,7 +162,7 @@ def combine(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         for key in ("unexplained_errors", "other_errors"):
             total[key] += summary.get(key, 0)
         merged_keys: tuple[str, ...] = ("writes", "reads", "throttle_uses", "once_per_runs")
-        merged_keys += ("lock_delays", "priorities")
+        merged_keys += ("lock_delays", "priorities", "bound")
         for key in (*merged_keys, "faults", "violations", "kinds", "readers"):
             merged = Counter(total.get(key, {}))
             merged.update(summary.get(key, {}))
@@ -211,6 +227,8 @@ def table(summary: dict[str, Any]) -> str:
         f"checked) | {_figures(summary.get('lock_delays', {}), DELAYS)} |",
         f"| waits with a priority (all / queued / grants checked / waiters found ahead) | "
         f"{_figures(summary.get('priorities', {}), PRIORITIES)} |",
+        f"| until='commit' holds released after a commit / a rollback; deadlocks refused | "
+        f"{_figures(summary.get('bound', {}), BOUND)} |",
     ]
     for kind, count in sorted(summary["faults"].items()):
         lines.append(f"| fault: {kind} | {count} |")
