@@ -29,6 +29,10 @@ A pure function of the history (see ``history.py``, read back by
 16. No grant inside a lock-delay: after an exclusive hold with ``lock_delay``
     was lost (expired, or force-released), the resource's next grant comes
     no sooner than that moment + the delay (``check_delays``).
+17. No waiter passed by one with a worse key: when a waiter is granted, no
+    waiter with a smaller key (``lock(priority=N)``: the database's time of
+    queuing less N minutes) queued before the lock came free still waits
+    (``check_priorities``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from tools.torture.check_delays import delays
 from tools.torture.check_faults import faults
 from tools.torture.check_holds import overlaps, permits, readers_together
 from tools.torture.check_kinds import all_or_nothing, hold_counts, writer_preference
+from tools.torture.check_priorities import priorities
 from tools.torture.check_snapshots import snapshots
 from tools.torture.check_store import counter
 from tools.torture.check_throttles import decisions, limits
@@ -68,4 +73,5 @@ def check(events: list[Event]) -> list[Violation]:
     violations += decisions(history)
     violations += windows(history)
     violations += delays(history)
+    violations += priorities(history)
     return sorted(violations, key=lambda violation: violation.invariant)

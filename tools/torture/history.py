@@ -21,8 +21,12 @@ Events (``op``):
   ``results``; ``set`` names the call.
 - ``upgrade``, ``downgrade``: a ``lock()`` handle's change of mode (a new
   grant: ``lock`` has the new token), or ``error``.
-- ``queued``: a waiter's ticket entered the queue (``mode``, ``t``: when the
-  INSERT returned, committed).
+- ``queued``: a waiter's ticket entered the queue (``mode``, ``t``: once the
+  INSERT committed). A waiter with a ``priority`` (``lock(priority=N)``, also
+  on its ``lock`` event) adds the database's clock read before the INSERT
+  (``db0``) and after its commit (``db1``).
+- ``lock`` with ``until`` "commit": held until the transaction around it
+  ended; its ``unlock`` spans that end (``rolled_back``).
 - ``holders``: what ``holders()`` showed (``holds``: owner, token, hold count
   and mode of each), read inside a section (``cs``) or after an
   all-or-nothing call that took nothing (``set``).

@@ -16,12 +16,13 @@ from django.db import DatabaseError
 from django_dlock import DlockError, LockExpired, LockNotAcquired, lock
 from django_dlock.models import DistributedLock, ReleaseResult
 from tools.torture.asked import EXCLUSIVE, Asked
+from tools.torture.forced import ForcedOperations
 from tools.torture.history import error_fields, lock_fields, now, pause
-from tools.torture.operations import Operations, fresh
+from tools.torture.operations import fresh
 from tools.torture.release_all import release_all_told
 
 
-class KindOperations(Operations):
+class KindOperations(ForcedOperations):
     """A torture process's calls, with the lock kinds'."""
 
     # -- reentrant -----------------------------------------------------------------------

@@ -5,7 +5,9 @@ holds, mode changes, all-or-nothing sets and writers with a lock-delay
 (some of which overrun their ttl or are force-released), the semaphores take permits
 (each its one limit), the leaders' resource terms; throttle keys take uses
 (each its one rate), and resources of their own take ``once_per`` runs and
-``lock(min_hold=...)`` (``paced.py``)."""
+``lock(min_hold=...)`` (``paced.py``); waiters with priorities queue on one
+of its own, writers hold until their transaction's commit, and pairs of
+resources are taken in either order (``waits.py``)."""
 
 from __future__ import annotations
 
@@ -14,11 +16,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from django.db import connections
+
 from tools.torture.asked import EXCLUSIVE, Asked
 from tools.torture.kinds import KindOperations
 from tools.torture.paced import MIN_HOLD, ONCE_PER, use, window
+from tools.torture.waits import commit_section, crossed_sections
 
 Config = dict[str, Any]
+# The priorities of the waiters on the priorities' resource.
+PRIORITIES = (-2, 0, 0, 3, 7)
 Call = Callable[[KindOperations, random.Random, Config], None]
 
 
@@ -177,6 +184,32 @@ def min_hold(ops: KindOperations, rng: random.Random, config: Config) -> None:
     window(ops, resource, every, _write(rng), MIN_HOLD, rng.choice((every / 2, every * 2)))
 
 
+def prioritized(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    """A writer that waits on the priorities' resource with one of a few
+    priorities and holds it a while; one in five holds it over half a second,
+    so that others queue behind it with theirs (invariant 17)."""
+    timeout, priority = rng.uniform(1.0, 3.0), rng.choice(PRIORITIES)
+    body = rng.uniform(0.5, 0.8) if rng.random() < 0.2 else rng.uniform(0.03, 0.2)
+    ops.lock_section(config["priorities"], 1.0, body, timeout, False, priority=priority)
+
+
+def until_commit(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    """A writer whose hold is bound to its transaction, some of which roll
+    back (SQLite refuses it: a plain waiting writer there)."""
+    if connections["default"].vendor == "sqlite":
+        queued_writer(ops, rng, config)
+        return
+    rollback = rng.random() < 0.3
+    commit_section(ops, _rw(rng, config), 1.0, _write(rng), rng.uniform(0.2, 1.0), rollback)
+
+
+def crossed(ops: KindOperations, rng: random.Random, config: Config) -> None:
+    """Two resources of their own taken in either order: two processes that
+    cross make the deadlock check refuse one."""
+    first, second = rng.sample(config["crossed"], 2)
+    crossed_sections(ops, first, second, 2.0, rng.uniform(0.2, 0.5), 1.5)
+
+
 def instant(ops: KindOperations, rng: random.Random, config: Config) -> None:
     ops.manager_section(_rw(rng, config), _ttl(rng), 0, EXCLUSIVE)
 
@@ -206,6 +239,9 @@ MIX: list[tuple[float, Call]] = [
     (4, throttled),
     (3, once),
     (1, min_hold),
+    (4, prioritized),
+    (1, until_commit),
+    (1, crossed),
 ]
 
 

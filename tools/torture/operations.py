@@ -1,25 +1,25 @@
 """The calls a torture process makes, each recorded in its history: the lock
 API's operations and critical sections guarded by the fenced store. Only the
 package's public API is used (and Django's ``execute_wrapper``, to see when a
-waiter's ticket entered the queue, and one read of the database's clock
-before an operator's force-release). The lock kinds' own sections are in
-``kinds.py``."""
+waiter's ticket entered the queue). An operator's force-release is in
+``forced.py``, the lock kinds' own sections in ``kinds.py``."""
 
 from __future__ import annotations
 
 import contextlib
 import random
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from io import StringIO
 from typing import Any
 
 from django.core.management import call_command
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, connections, transaction
 
 from django_dlock import DlockError, LockExpired, LockNotOwned, lock
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from tools.torture.asked import EXCLUSIVE, Asked
+from tools.torture.db_clock import database_now
 from tools.torture.history import Recorder, error_fields, iso, lock_fields, now, pause
 from tools.torture.store import Store
 
@@ -101,22 +101,6 @@ class Operations:
             **extra,
         )
 
-    def force_release(self, resource: str, holder: str | None = None) -> Outcome | None:
-        """An operator's release of every hold of ``resource``, or of ``holder``'s;
-        recorded with ``db_now``, the database's clock read just before (the
-        lock-delay of a holder it released runs from a moment no earlier)."""
-        extra = {"owner": holder} if holder else {}
-        try:
-            extra["db_now"] = database_now()
-        except DatabaseError:
-            self.reset()  # the call goes on without it (recorded, or raising)
-        return self.call(
-            "force_release",
-            lambda: {"released": DistributedLock.objects.force_release(resource, owner=holder)},
-            resource=resource,
-            **extra,
-        )
-
     def purge(self, command: bool) -> Outcome | None:
         def run() -> Outcome:
             if command:
@@ -173,24 +157,6 @@ class Operations:
         self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=expires_at)
         self.release_section(resource, owner, cs)
 
-    def forced_section(self, resource: str, ttl: float, asked: Asked, holder: bool) -> None:
-        """acquire, write, and an operator's force-release of the hold (of
-        every hold of ``resource``, or of this holder's): the hold is lost, not
-        released, so its lock-delay runs from that moment. The holder's release
-        then finds nothing."""
-        owner, t0 = self.owner(), now()
-        outcome = self.acquire(resource, owner, ttl, asked)
-        if not outcome or not outcome["lock"]:
-            return
-        cs = self.enter(resource, outcome["lock"], t0, asked)
-        token, deadline = outcome["lock"]["token"], t0 + ttl
-        self.work(cs, asked, resource, token, 0, lambda: now() >= deadline)
-        forced = self.force_release(resource, owner if holder else None)
-        if forced and forced["released"]:
-            self.told(cs, "force-released")
-        self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=outcome["lock"]["expires_at"])
-        self.release_section(resource, owner, cs)
-
     def release_section(self, resource: str, owner: str, cs: str) -> None:
         released = self.release(resource, owner, cs=cs)
         if not released:
@@ -206,9 +172,12 @@ class Operations:
         timeout: float | None,
         auto_renew: bool,
         asked: Asked = EXCLUSIVE,
+        priority: int | None = None,
     ) -> None:
-        """``with lock(...)``: a critical section of ``body`` seconds."""
+        """``with lock(...)``: a critical section of ``body`` seconds (waiting
+        with ``priority``, where given)."""
         owner = self.owner()
+        ranked = {} if priority is None else {"priority": priority}
         context = lock(
             resource,
             owner=owner,
@@ -216,9 +185,10 @@ class Operations:
             timeout=timeout,
             auto_renew=auto_renew,
             label=f"{self.name} {asked.kind}",
+            priority=priority or 0,  # (0: the default)
             **asked.arguments(),
         )
-        fields = {"resource": resource, "owner": owner, "ttl": ttl, "timeout": timeout}
+        fields = {"resource": resource, "owner": owner, "ttl": ttl, "timeout": timeout} | ranked
         entered = self.enter_lock(context, fields | asked.fields(), asked)
         if entered is None:
             return
@@ -232,7 +202,9 @@ class Operations:
         t0 = now()
         self.ops += 1
         try:
-            with self.queue_watch(fields["resource"], fields["owner"], asked):
+            with self.queue_watch(
+                fields["resource"], fields["owner"], asked, fields.get("priority")
+            ):
                 handle = context.__enter__()
         except (DatabaseError, DlockError) as error:
             self.recorder.write("lock", t0=t0, t1=now(), error=error_fields(error), **fields)
@@ -251,9 +223,15 @@ class Operations:
         return fields | {"expires_at": iso(handle.expires_at), "mode": handle.mode}
 
     @contextlib.contextmanager
-    def queue_watch(self, resource: str, owner: str, asked: Asked) -> Iterator[None]:
-        """Record ``queued`` when this thread's waiter ticket of ``resource``
-        entered the queue: the INSERT returned (autocommit: others see it)."""
+    def queue_watch(
+        self, resource: str, owner: str, asked: Asked, priority: int | None = None
+    ) -> Iterator[None]:
+        """Record ``queued`` once this thread's waiter ticket of ``resource`` is
+        in the queue: its INSERT committed (autocommit; on SQLite the lock
+        transaction around it, and a ticket rolled back with it is not
+        recorded). A waiter with a ``priority`` records it too, and the
+        database's clock read before the INSERT (``db0``) and after its commit
+        (``db1``): its ticket's time lies between (``check_priorities``)."""
         # Only the ticket's INSERT: a waiter's take also names the waiters'
         # table (it leaves the queue in its statement), and is no queuing.
         connection = connections["default"]
@@ -261,9 +239,22 @@ class Operations:
         mode = "shared" if asked.shared or asked.limit is not None else "exclusive"
 
         def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+            if insert not in sql:
+                return execute(sql, params, many, context)
+            timed = {} if priority is None else {"priority": priority, "db0": database_now()}
             result = execute(sql, params, many, context)
-            if insert in sql:
-                self.recorder.write("queued", t=now(), resource=resource, owner=owner, mode=mode)
+
+            def record() -> None:
+                if timed:
+                    # A clock that cannot be read leaves the ticket's time open
+                    # (the checker skips it); the library's call goes on.
+                    with contextlib.suppress(DatabaseError):
+                        timed["db1"] = database_now()
+                self.recorder.write(
+                    "queued", t=now(), resource=resource, owner=owner, mode=mode, **timed
+                )
+
+            transaction.on_commit(record, using=connection.alias, robust=True)
             return result
 
         with connection.execute_wrapper(watch):
@@ -381,27 +372,6 @@ class Operations:
             "cs_read", cs=cs, token=token, t0=t0, t1=now(), accepted=accepted, counter=counter
         )
         return accepted
-
-
-# The lock tables' clock, as the library reads it (SQLite: milliseconds).
-_NOW_SQL = {
-    "postgresql": "SELECT clock_timestamp()",
-    "mysql": "SELECT UTC_TIMESTAMP(6)",
-    "sqlite": "SELECT STRFTIME('%Y-%m-%d %H:%M:%f', 'now')",
-}
-
-
-def database_now() -> str:
-    """The database's clock now, as an aware ISO string (UTC)."""
-    connection = connections["default"]
-    with connection.cursor() as cursor:
-        cursor.execute(_NOW_SQL[connection.vendor])
-        value = cursor.fetchone()[0]
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return str(value.isoformat())
 
 
 def fresh(lock_event: dict[str, Any], ttl: float) -> dict[str, Any]:

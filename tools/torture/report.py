@@ -9,6 +9,7 @@ from typing import Any
 
 from tools.torture.check_delays import losses
 from tools.torture.check_holds import reader_overlaps
+from tools.torture.check_priorities import grants
 from tools.torture.checker import check
 from tools.torture.history import Event
 from tools.torture.sections import LOCK_OPS, History, read
@@ -17,10 +18,15 @@ from tools.torture.violations import INVARIANTS, Violation
 # After a fault ends, calls may still fail for this long (reconnecting).
 SETTLE = 5.0
 # What a lock call may raise besides a database error: a wait that timed out
-# or a refused upgrade, a handle found lost, a renew of nothing. (A
-# LockHeldByCaller is invariant 9's.) Anything else is a failure of the run.
+# or a refused upgrade, a handle found lost, a renew of nothing, a wait that
+# would have closed a cycle. (A LockHeldByCaller is invariant 9's.) Anything
+# else is a failure of the run.
 EXPECTED = {"LockNotAcquired", "LockHeldByCaller", "LockExpired", "DoesNotExist"}
+EXPECTED |= {"LockDeadlock"}
 KINDS = ("exclusive", "shared", "permit", "leader")
+DELAYS = ("taken", "expired", "forced", "checked")
+PRIORITIES = ("waits", "queued", "checked", "ahead")
+BOUND = ("committed", "rolled_back", "deadlocks")
 TITLES = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mariadb": "MariaDB"}
 
 
@@ -77,6 +83,8 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
         "throttle_uses": dict(_answers(events, "throttle", "granted")),
         "once_per_runs": dict(_answers(events, "once_per", "due")),
         "lock_delays": _lock_delays(history),
+        "priorities": _priorities(events, history),
+        "bound": _bound(events),
         "faults": dict(run.faults),
         "violations": {n: sum(1 for v in violations if v.invariant == n) for n in INVARIANTS},
         "violation_messages": examples(violations),
@@ -109,6 +117,32 @@ def _lock_delays(history: History) -> dict[str, int]:
     return {"taken": taken, "expired": len(lost) - forced, "forced": forced, "checked": checked}
 
 
+def _priorities(events: list[Event], history: History) -> dict[str, int]:
+    """Waits with a priority: all, those that queued, the grants that invariant
+    17 judged, and the waiters it found provably still queued ahead of them."""
+    judged = list(grants(history))
+    return {
+        "waits": sum(1 for e in events if e["op"] == "lock" and "priority" in e),
+        "queued": sum(1 for e in events if e["op"] == "queued" and "priority" in e),
+        "checked": len(judged),
+        "ahead": sum(len(grant.ahead) for grant in judged),
+    }
+
+
+def _bound(events: list[Event]) -> dict[str, int]:
+    """Holds bound to a transaction (``until="commit"``) released after the
+    commit and after a rollback, and waits refused as deadlocks."""
+    ends = Counter(
+        "rolled_back" if e["rolled_back"] else "committed"
+        for e in events
+        if e["op"] == "unlock" and "rolled_back" in e and e.get("result") == "released"
+    )
+    deadlocks = sum(
+        1 for e in events if e["op"] == "lock" and e.get("error", {}).get("class") == "LockDeadlock"
+    )
+    return dict(ends) | {"deadlocks": deadlocks}
+
+
 def _answers(events: list[Event], op: str, answer: str = "accepted") -> Counter[str]:
     """Fenced writes or reads, throttle uses (``granted``), once_per and
     min_hold runs (``due``): accepted, refused, failed (an error)."""
@@ -127,7 +161,8 @@ def combine(summaries: list[dict[str, Any]]) -> dict[str, Any]:
             total[key] += summary.get(key, 0)
         for key in ("unexplained_errors", "other_errors"):
             total[key] += summary.get(key, 0)
-        merged_keys = ("writes", "reads", "throttle_uses", "once_per_runs", "lock_delays")
+        merged_keys: tuple[str, ...] = ("writes", "reads", "throttle_uses", "once_per_runs")
+        merged_keys += ("lock_delays", "priorities", "bound")
         for key in (*merged_keys, "faults", "violations", "kinds", "readers"):
             merged = Counter(total.get(key, {}))
             merged.update(summary.get(key, {}))
@@ -158,11 +193,8 @@ def _three(counts: dict[str, int]) -> str:
     return " / ".join(f"{counts.get(key, 0):,}" for key in ("accepted", "refused", "failed"))
 
 
-def _delays(counts: dict[str, int]) -> str:
-    """taken / expired / forced / checked"""
-    return " / ".join(
-        f"{counts.get(key, 0):,}" for key in ("taken", "expired", "forced", "checked")
-    )
+def _figures(counts: dict[str, int], keys: tuple[str, ...]) -> str:
+    return " / ".join(f"{counts.get(key, 0):,}" for key in keys)
 
 
 def table(summary: dict[str, Any]) -> str:
@@ -192,7 +224,11 @@ def table(summary: dict[str, Any]) -> str:
         f"| once_per and min_hold runs (due / not due / failed) | "
         f"{_three(summary.get('once_per_runs', {}))} |",
         f"| holds with a lock-delay (taken / lost: expired / force-released / next grant "
-        f"checked) | {_delays(summary.get('lock_delays', {}))} |",
+        f"checked) | {_figures(summary.get('lock_delays', {}), DELAYS)} |",
+        f"| waits with a priority (all / queued / grants checked / waiters found ahead) | "
+        f"{_figures(summary.get('priorities', {}), PRIORITIES)} |",
+        f"| until='commit' holds released after a commit / a rollback; deadlocks refused | "
+        f"{_figures(summary.get('bound', {}), BOUND)} |",
     ]
     for kind, count in sorted(summary["faults"].items()):
         lines.append(f"| fault: {kind} | {count} |")

@@ -31,6 +31,10 @@ THROTTLES = {"throttle:a": "3/2s", "throttle:b": "2/1s", "throttle:c": "5/3s"}
 # nobody else takes them, nor force-releases them.
 ONCE_PER = {"once:a": 0.4, "once:b": 0.25}
 MIN_HOLD = {"min-hold:a": 0.3}
+# Waiters with priorities wait for this one (writers only); two processes take
+# the pair in either order (the deadlock check refuses one).
+PRIORITIES = "priority"
+CROSSED = ["crossed:a", "crossed:b"]
 VICTIM_RESOURCES = ["victim:kill", "victim:stop", "victim:renew", "victim:wait", "victim:ro"]
 VICTIM_RESOURCES += ["victim:kill-shared", "victim:stop-shared", "victim:leader"]
 SKEW_RESOURCES = ["skew:plus", "skew:minus"]
@@ -68,7 +72,7 @@ class Run:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
-        guarded = RESOURCES + LEADERS + VICTIM_RESOURCES + SKEW_RESOURCES
+        guarded = RESOURCES + LEADERS + VICTIM_RESOURCES + SKEW_RESOURCES + [PRIORITIES, *CROSSED]
         store.create(self.store_location, guarded)
         the_store = store.open_store(self.store_location, "torture/runner/store")
         self.operations = KindOperations(self.recorder, the_store, random.Random())
@@ -95,6 +99,8 @@ class Run:
             "throttles": THROTTLES,
             "once_per": ONCE_PER,
             "min_hold": MIN_HOLD,
+            "priorities": PRIORITIES,
+            "crossed": CROSSED,
             "wait_for_go": wait_for_go,
             **config,
         }

@@ -188,3 +188,56 @@ def window_run(
     lock = {"owner": f"{process}.1", "token": 1, "acquired_at": at(granted_at)}
     lock |= {"expires_at": at(granted_at + every), "mode": "exclusive", "hold_count": 1}
     return event | {"t0": granted_at - 0.01, "t1": granted_at + 0.05, "lock": lock} | fields
+
+
+def waiter(
+    process: str,
+    token: int | None,
+    queued: float | None,
+    granted: float,
+    leave: float | None = None,
+    *,
+    priority: int = 0,
+    timeout: float = 5,
+    t0: float | None = None,
+    ttl: float = 10,
+    resource: str = "r",
+) -> Events:
+    """A ``lock(priority=...)`` wait of ``process``: its ticket queued at
+    ``queued`` (database clock read 1 ms before and at that moment; None: it
+    found the lock free and took it at once), its call ending at ``granted``
+    with ``token`` (None: timed out), and its section left and released at
+    ``leave`` (None: never)."""
+    owner = f"{process}.{token or 0}"
+    start = (granted - 0.5 if queued is None else queued - 0.01) if t0 is None else t0
+    call = {"resource": resource, "owner": owner}
+    events: Events = []
+    if queued is not None:
+        events.append(
+            {"p": process, "op": "queued", "t": queued, "mode": "exclusive"}
+            | {"priority": priority, "db0": at(queued - 0.001), "db1": at(queued)}
+            | call
+        )
+    wait: dict[str, Any] = {"p": process, "op": "lock", "t0": start, "t1": granted, "ttl": ttl}
+    wait |= {"timeout": timeout, "priority": priority} | call
+    if token is None:
+        error = {"class": "LockNotAcquired", "message": "timed out", "db": False}
+        return [*events, wait | {"error": error}]
+    lock = {"owner": owner, "token": token, "acquired_at": None}
+    lock |= {"expires_at": at(granted + ttl), "mode": "exclusive"}
+    cs = f"{process}:{token}"
+    events += [
+        wait | {"lock": lock},
+        {"p": process, "op": "cs_enter", "cs": cs, "t": granted, "token": token}
+        | {"acquired_at": at(granted), "expires_at": lock["expires_at"]}
+        | {"acquire_t0": start, "kind": "exclusive"}
+        | call,
+    ]
+    if leave is not None:
+        events.append({"p": process, "op": "cs_exit", "cs": cs, "t": leave})
+        events.append(
+            {"p": process, "op": "unlock", "cs": cs, "t0": leave, "t1": leave + 0.01}
+            | {"result": "released"}
+            | call
+        )
+    return events

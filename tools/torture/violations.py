@@ -24,6 +24,7 @@ INVARIANTS = {
     14: "throttle decisions agree with the grants",
     15: "once_per / min_hold windows kept",
     16: "no grant inside a lock-delay",
+    17: "no waiter passed by one with a worse key",
 }
 
 
