@@ -20,7 +20,6 @@ import argparse
 import functools
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,21 +55,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _machine() -> dict[str, Any]:
-    import platform
+    from benchmarks.kinds import machine
+    from benchmarks.setup import version_of
 
-    import django
-
-    from benchmarks.setup import cpu_model, version_of
-
-    return {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "nproc": os.cpu_count(),
-        "cpu": cpu_model(),
-        "load_average": os.getloadavg(),
-        "python": platform.python_version(),
-        "django": django.get_version(),
-        "redis_server": version_of("redis-server", "--version"),
-    }
+    return machine() | {"redis_server": version_of("redis-server", "--version")}
 
 
 def _commit() -> str:

@@ -94,18 +94,10 @@ def upsert_floor(alias: str) -> Callable[[str], Cycle]:
             sql, _ = _floor_sql("datetime('now')", "datetime('now', '+30 seconds')")
             upsert = sql.replace("%s", "?")
             return lambda n: lite.execute(upsert, (f"{prefix}:{n % 10}", prefix)).fetchall()
-        import MySQLdb  # type: ignore[import-untyped]
-
+        from benchmarks.kinds_setup import mariadb_connection
         from benchmarks.mariadb import floor_sql
 
-        maria = MySQLdb.connect(
-            host=settings_dict["HOST"],
-            port=int(settings_dict["PORT"]),
-            user=settings_dict["USER"],
-            password=settings_dict["PASSWORD"],
-            database=settings_dict["NAME"],
-            autocommit=True,
-        )
+        maria = mariadb_connection(settings_dict)
         upsert = floor_sql()[0]
 
         def cycle(n: int) -> None:

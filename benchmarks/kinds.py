@@ -76,7 +76,8 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def _machine() -> dict[str, Any]:
+def machine() -> dict[str, Any]:
+    """The machine a run measured, for its JSON (the load average says how quiet it was)."""
     import django
 
     return {
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace, proxies: dict[str, DelayProxy]) -> dict[str, A
     if args.rounds:  # a noisy part measured again, longer
         rounds, crowd_rounds = args.rounds, args.rounds
     results: dict[str, Any] = {
-        "machine": _machine(),
+        "machine": machine(),
         "quick": args.quick,
         "databases": aliases,
         "versions": {alias: kinds_setup.version(alias) for alias in aliases},

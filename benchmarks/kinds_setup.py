@@ -153,12 +153,11 @@ def floor(alias: str) -> Callable[[str], Cycle]:
     return make
 
 
-def _mariadb_floor(settings_dict: dict[str, Any], prefix: str) -> Cycle:
+def mariadb_connection(settings_dict: dict[str, Any]) -> Any:
+    """A raw MySQLdb connection in autocommit, as the MariaDB floor runs on."""
     import MySQLdb  # type: ignore[import-untyped]
 
-    from benchmarks.mariadb import floor_sql
-
-    raw = MySQLdb.connect(
+    return MySQLdb.connect(
         host=settings_dict["HOST"],
         port=int(settings_dict["PORT"]),
         user=settings_dict["USER"],
@@ -166,6 +165,12 @@ def _mariadb_floor(settings_dict: dict[str, Any], prefix: str) -> Cycle:
         database=settings_dict["NAME"],
         autocommit=True,
     )
+
+
+def _mariadb_floor(settings_dict: dict[str, Any], prefix: str) -> Cycle:
+    from benchmarks.mariadb import floor_sql
+
+    raw = mariadb_connection(settings_dict)
     acquire, release = floor_sql()
 
     def cycle(n: int) -> None:
