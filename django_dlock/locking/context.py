@@ -22,7 +22,6 @@ from django_dlock.backends.claim import Claim
 from django_dlock.conf import conf
 from django_dlock.exceptions import (
     InvalidArgument,
-    LockNotAcquired,
 )
 from django_dlock.kinds import LockKind
 from django_dlock.locking.handle import LockHandle, report_release
@@ -39,7 +38,7 @@ from django_dlock.locking.until_commit import (
     validate_until,
 )
 from django_dlock.locking.wait_loops import wait_here, wait_on_loop
-from django_dlock.locking.waiting import Wait
+from django_dlock.locking.waiting import Wait, refusal
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold, ReleaseResult, new_owner_token
@@ -214,7 +213,7 @@ class lock:
             started = time.monotonic()
             acquired = self._take(owner)
             if acquired is None:
-                raise self._held()
+                raise refusal(self.using, self.resource)
             return acquired, started
         wait = Wait(self._claim(owner), self.timeout, self.using, holding=self._holding())
         return wait_here(wait), wait.started
@@ -264,7 +263,7 @@ class lock:
         if not self.timeout:
             acquired = await self._atake(owner)
             if acquired is None:
-                raise await run_in_lock_thread(self.using, self._held)
+                raise await run_in_lock_thread(self.using, refusal, self.using, self.resource)
             return acquired, started
         wait = Wait(
             self._claim(owner), self.timeout, self.using, Wakeup.on_loop(), holding=self._holding()
@@ -363,17 +362,6 @@ class lock:
         """What the calling thread or task holds with lock() on this database,
         which a waiter writes on its ticket (``locking.deadlock``)."""
         return tuple(held_here.held_by(self.using, current_holder()))
-
-    def _held(self) -> LockNotAcquired:
-        """Why a non-blocking acquisition was refused. A lock-delay is rare and
-        a refusal the slow path: one read, there, tells the two causes apart."""
-        delay_left = DistributedLock.objects.db_manager(self.using).available_in(self.resource)
-        if delay_left is not None:
-            return LockNotAcquired(
-                f"The lock on {self.resource!r} is in its lock-delay for another "
-                f"{delay_left:.1f} s: its last holder lost it (it expired or was force-released)."
-            )
-        return LockNotAcquired(f"The lock on {self.resource!r} is held by another owner.")
 
     def _hold(self, holder: object, acquired: Hold, started: float) -> Entered:
         handle = LockHandle(acquired, self.ttl, self.using, started, on_lost=self.on_lost)

@@ -50,7 +50,7 @@ from django_dlock.rules import Hold
 from django_dlock.service import service_for
 from django_dlock.transactions import refuse_callers_transaction
 
-__all__ = ["WAITER_TTL", "Wait", "queue_state", "state_of"]
+__all__ = ["WAITER_TTL", "Wait", "queue_state", "refusal", "state_of"]
 
 # A waiter's row counts for this long (seconds) unless refreshed, so a waiter
 # that crashed holds up the queue at most this long.
@@ -365,6 +365,18 @@ class Wait:
 
     def _ticket_ttl(self) -> float:
         return min(WAITER_TTL, self._remaining() + 1.0)
+
+
+def refusal(using: str, resource: str) -> LockNotAcquired:
+    """Why a non-blocking acquisition was refused. A lock-delay is rare and a
+    refusal the slow path: one read, there, tells the two causes apart."""
+    delay_left = DistributedLock.objects.db_manager(using).available_in(resource)
+    if delay_left is not None:
+        return LockNotAcquired(
+            f"The lock on {resource!r} is in its lock-delay for another {delay_left:.1f} s: "
+            "its last holder lost it (it expired or was force-released)."
+        )
+    return LockNotAcquired(f"The lock on {resource!r} is held by another owner.")
 
 
 def head_grace() -> float:
