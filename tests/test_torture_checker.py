@@ -170,6 +170,17 @@ def test_a_fault_that_raised_passes() -> None:
     assert check(events) == []
 
 
+def test_the_release_after_a_transaction_is_not_judged_a_call() -> None:
+    """An until='commit' lock's release after its transaction is the library's,
+    with no caller to raise to (it logs a failure): not judged by invariant 4."""
+    events = [
+        fault(raise_window=[11, 19]),
+        {"p": "w", "op": "unlock", "resource": "r", "owner": "w.1", "t0": 12, "t1": 13}
+        | {"result": "expired", "rolled_back": True},
+    ]
+    assert 4 not in invariants(events)
+
+
 def test_a_waiter_whose_backend_was_terminated_must_raise() -> None:
     events = [
         fault(kind="terminate waiter backend", t0=5, t1=5.1, scope="w", raise_span=True),

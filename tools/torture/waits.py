@@ -102,6 +102,8 @@ def _record_end(
     while not (released.is_set() or handle.lost.is_set()) and now() < deadline:
         pause(0.01)
     fields = {"cs": cs, "resource": handle.resource, "owner": handle.owner}
+    # ``rolled_back`` also marks the library's own release, with no caller to
+    # raise to: it logs a failed one (invariant 4 does not judge it).
     fields |= {"rolled_back": rolled_back}
     if released.is_set():
         ops.recorder.write("unlock", t0=t0, t1=now(), result="released", **fields)
