@@ -112,8 +112,8 @@ class Election:
     def kill(self) -> dict[str, float]:
         """SIGKILL the leader at a random moment of its renewal period: seconds
         from the kill to the next term, and from the lease's expiry."""
-        from django_dlock.backends.clock import database_now
         from django_dlock.models import DistributedLock
+        from django_dlock.rules.clock import database_now
 
         time.sleep(random.uniform(0, TTL / 3))
         [hold] = DistributedLock.objects.db_manager(self.alias).holders(self.resource)

@@ -10,8 +10,8 @@ from datetime import datetime
 
 from django.utils.translation import gettext
 
-from django_dlock.backends.clock import time_left
 from django_dlock.rules import SHARED
+from django_dlock.rules.clock import time_left
 
 ACTIVE = "active"
 # Expired or force-released while its holder's lock-delay runs: refused to

@@ -30,7 +30,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django_dlock.backends import backend_for
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.conf import conf
 from django_dlock.listeners.base import Watch
 from django_dlock.listeners.registry import listener_for
@@ -38,6 +37,7 @@ from django_dlock.locking.waiting import LISTEN_WAIT, WAITER_TTL
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import SHARED_HOLDERS
+from django_dlock.rules.clock import DatabaseNow
 from django_dlock.threads import run_in_lock_thread
 from django_dlock.validators import validate_resource
 

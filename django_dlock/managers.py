@@ -24,7 +24,6 @@ from django.db.models.lookups import GreaterThan
 from django_dlock import signals
 from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.clock import DatabaseNow, time_left
 from django_dlock.backends.purge import expired_q
 from django_dlock.conf import conf
 from django_dlock.prefix import resource_prefix_q
@@ -34,6 +33,7 @@ from django_dlock.rules import (
     duration_of,
     new_owner_token,
 )
+from django_dlock.rules.clock import DatabaseNow, time_left
 from django_dlock.service import LockService, service_of
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import (

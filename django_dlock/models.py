@@ -6,9 +6,9 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.managers import DistributedLockManager
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, ReleaseResult
+from django_dlock.rules.clock import DatabaseNow
 from django_dlock.validators import MAX_LENGTH, validate_owner, validate_resource
 
 __all__ = [

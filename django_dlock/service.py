@@ -21,7 +21,6 @@ from django.db import models
 from django_dlock import signals
 from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.claim import Claim
 from django_dlock.backends.results import LockRow
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockKindMismatch
@@ -35,6 +34,7 @@ from django_dlock.rules import (
     duration_of,
     kind_of,
 )
+from django_dlock.rules.claim import Claim
 from django_dlock.validators import (
     validate_label,
     validate_lock_delay,

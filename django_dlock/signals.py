@@ -13,7 +13,7 @@ from django.dispatch import Signal
 from django_dlock.rules import EXCLUSIVE, SHARED
 
 if TYPE_CHECKING:
-    from django_dlock.backends.claim import Claim
+    from django_dlock.rules.claim import Claim
 
 # Each signal caches its receivers by sender, as Django's model signals do (each
 # is sent with the ``DistributedLock`` model as sender): every lock operation

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.claim import Claim
-from django_dlock.backends.clock import expired_before
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock, LockHold, LockWaiter
+from django_dlock.rules.claim import Claim
+from django_dlock.rules.clock import expired_before
 
 Locks = DistributedLock.objects
 

@@ -19,8 +19,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db.models import DurationField, Value
 
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.models import DistributedLock, LockWaiter
+from django_dlock.rules.clock import DatabaseNow
 from tests.utils import make_lock
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vendor_independent]

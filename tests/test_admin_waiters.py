@@ -15,8 +15,8 @@ from django.test import Client
 from django.urls import reverse
 
 from django_dlock.admin.waiters import SHOWN_WAITERS
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.models import DistributedLock, LockWaiter
+from django_dlock.rules.clock import DatabaseNow
 from tests.utils import (
     database_settings,
     make_lock,

@@ -25,11 +25,11 @@ import pytest
 from django_dlock.backends import backend_for
 from django_dlock.backends.admission import Action, admit
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.claim import Claim
 from django_dlock.backends.results import LockRow, Taken
 from django_dlock.conf import conf
 from django_dlock.locking.waiting import queue_state
 from django_dlock.rules import SHARED_HOLDERS, kind_of
+from django_dlock.rules.claim import Claim
 from tests.lock_cases import (
     DEAD_WRITER,
     READER,

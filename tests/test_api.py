@@ -24,8 +24,8 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.throttling import UserRateThrottle
 
 from django_dlock.api.views import LockViewSet
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.models import DistributedLock
+from django_dlock.rules.clock import DatabaseNow
 from tests.api_utils import (
     PROBLEM,
     CheckedClient,

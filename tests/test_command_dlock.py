@@ -13,8 +13,8 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command, execute_from_command_line
 
-from django_dlock.backends.clock import now_plus
 from django_dlock.models import DistributedLock, LockWaiter
+from django_dlock.rules.clock import now_plus
 from tests.test_kinds import REFUSED
 from tests.utils import make_delayed_lock, make_lock
 

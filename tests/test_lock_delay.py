@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from django_dlock import lock
-from django_dlock.backends.clock import database_now
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockNotAcquired
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
+from django_dlock.rules.clock import database_now
 from tests import workers_lock_delay
 from tests.docs_utils import run_example
 from tests.utils import database_settings, run_in_thread, spawn, wait_for

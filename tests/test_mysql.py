@@ -14,8 +14,8 @@ from django.conf import settings
 from django.db import OperationalError, connection
 
 from django_dlock.backends import backend_for
-from django_dlock.backends.clock import database_now
 from django_dlock.models import DistributedLock, FencingFloor, ReleaseResult
+from django_dlock.rules.clock import database_now
 from django_dlock.service import service_for
 from tests import workers_mysql
 from tests.utils import database_settings, run_in_processes, run_in_thread, spawn

@@ -20,10 +20,10 @@ from django.db import DEFAULT_DB_ALIAS
 
 from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.claim import Claim
-from django_dlock.backends.clock import database_now
 from django_dlock.backends.results import LockRow
 from django_dlock.models import DistributedLock, ReleaseResult
+from django_dlock.rules.claim import Claim
+from django_dlock.rules.clock import database_now
 from tests.utils import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,10 +12,10 @@ import pytest
 
 from django_dlock import InvalidArgument, lock
 from django_dlock.backends import backend_for
-from django_dlock.backends.claim import Claim
 from django_dlock.backends.queue import PRIORITY_STEP, TICKET_SPREAD
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock, LockWaiter
+from django_dlock.rules.claim import Claim
 from tests import workers_waiting
 from tests.docs_utils import run_example
 from tests.testapp.models import Counter

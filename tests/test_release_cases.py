@@ -26,11 +26,11 @@ import pytest
 
 from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.clock import DatabaseNow, now_plus
 from django_dlock.backends.results import LockRow, Released, Renewed
 from django_dlock.conf import conf
 from django_dlock.listeners.sqlite import host_address
 from django_dlock.models import LockHold, LockWaiter
+from django_dlock.rules.clock import DatabaseNow, now_plus
 from tests.lock_cases import (
     TTL,
     A,

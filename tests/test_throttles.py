@@ -11,8 +11,8 @@ import pytest
 from django.db import transaction
 
 from django_dlock import DlockError, InvalidArgument, LockTransactionError, Throttled, throttle
-from django_dlock.backends.clock import expired_before
 from django_dlock.models import ThrottleSlot
+from django_dlock.rules.clock import expired_before
 from django_dlock.signals import throttle_used
 from django_dlock.throttles import Rate, ThrottleDecision
 from django_dlock.throttles.parsing import parse_rate

@@ -11,8 +11,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_dlock import throttle
-from django_dlock.backends.clock import expired_before
 from django_dlock.models import ThrottleSlot
+from django_dlock.rules.clock import expired_before
 
 pytestmark = pytest.mark.django_db
 

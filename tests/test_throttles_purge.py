@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 
 from django_dlock import throttle
-from django_dlock.backends.clock import expired_before
 from django_dlock.models import ThrottleSlot
+from django_dlock.rules.clock import expired_before
 from django_dlock.throttles.purge import count_free_keys, purge_free_keys
 from tests import workers_throttles
 from tests.utils import database_settings, run_in_processes, spawn

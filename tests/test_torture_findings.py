@@ -16,9 +16,9 @@ from django.db import connection
 
 from django_dlock import LockExpired, LockNotAcquired, lock
 from django_dlock.backends import backend_for
-from django_dlock.backends.claim import Claim
 from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
+from django_dlock.rules.claim import Claim
 from django_dlock.service import service_for
 from tests import workers_torture
 from tests.utils import (

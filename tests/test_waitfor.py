@@ -15,10 +15,10 @@ from django.test import Client
 from django.urls import reverse
 
 from django_dlock import lock
-from django_dlock.backends.claim import Claim
 from django_dlock.locking.deadlock import declare_holding
 from django_dlock.locking.queue import Queue
 from django_dlock.models import DistributedLock
+from django_dlock.rules.claim import Claim
 from django_dlock.waitfor import wait_for_graph
 from tests.utils import run_in_thread, wait_for
 

@@ -28,8 +28,8 @@ spawn: SpawnContext = multiprocessing.get_context("spawn")
 def make_lock(resource: str, owner: str = "worker-1", *, expires_in: float = 60) -> Any:
     """A lock acquired by ``owner`` whose expiry is ``expires_in`` seconds from the
     database's now (negative: expired that long ago)."""
-    from django_dlock.backends.clock import DatabaseNow
     from django_dlock.models import DistributedLock
+    from django_dlock.rules.clock import DatabaseNow
 
     lock = DistributedLock.objects.acquire(resource, owner=owner, ttl=60)
     assert lock is not None
@@ -65,8 +65,8 @@ def make_delayed_lock(
 
 def expire(resource: str, seconds_ago: float = 1) -> None:
     """Make the lock on ``resource`` expired ``seconds_ago`` by the database's clock."""
-    from django_dlock.backends.clock import expired_before
     from django_dlock.models import DistributedLock
+    from django_dlock.rules.clock import expired_before
 
     DistributedLock.objects.filter(resource=resource).update(expires_at=expired_before(seconds_ago))
 

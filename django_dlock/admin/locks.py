@@ -40,7 +40,6 @@ from django_dlock.admin.holders import holder_table
 from django_dlock.admin.purge import PurgeAdmin, non_atomic
 from django_dlock.admin.status import STATUS_RANK, StatusFilter, by_status, moment
 from django_dlock.admin.waiters import waiter_count, waiter_table
-from django_dlock.backends.clock import database_now
 from django_dlock.conf import conf
 from django_dlock.humanize import (
     ACTIVE,
@@ -53,6 +52,7 @@ from django_dlock.humanize import (
 )
 from django_dlock.models import DistributedLock
 from django_dlock.permissions import may_see_owners
+from django_dlock.rules.clock import database_now
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations

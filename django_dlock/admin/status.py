@@ -16,9 +16,9 @@ from django.utils.html import format_html
 from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy as _
 
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.humanize import ACTIVE, DELAYED, EXPIRED, RELEASED
 from django_dlock.managers import delay_runs_q
+from django_dlock.rules.clock import DatabaseNow
 
 if TYPE_CHECKING:
     from django_dlock.managers import DistributedLockQuerySet

@@ -29,11 +29,11 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from django_dlock.admin.status import moment
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument
 from django_dlock.humanize import duration_in_words
 from django_dlock.models import ThrottleKey, ThrottleSlot
+from django_dlock.rules.clock import DatabaseNow
 from django_dlock.throttles.parsing import parse_rate
 
 if TYPE_CHECKING:

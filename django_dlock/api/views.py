@@ -42,11 +42,11 @@ from django_dlock.api.serializers import (
     RenewRequestSerializer,
 )
 from django_dlock.api.throttling import LockCallThrottle, OwnerFailureThrottle
-from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockKindMismatch
 from django_dlock.models import DistributedLock, LockHold, ReleaseResult
 from django_dlock.permissions import may_see_owners
+from django_dlock.rules.clock import DatabaseNow, database_now, time_left
 from django_dlock.validators import validate_resource, validate_resource_prefix
 
 # How often acquire is tried again when it lost to a holder that was gone by the

@@ -29,9 +29,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from django_dlock.backends.claim import Claim
 from django_dlock.backends.results import LockRow
 from django_dlock.rules import kind_of, same_owner
+from django_dlock.rules.claim import Claim
 
 
 class Action(enum.Enum):

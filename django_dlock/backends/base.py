@@ -33,8 +33,6 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_dlock.backends.admission import admit
 from django_dlock.backends.checks import BackendChecks
-from django_dlock.backends.claim import Claim
-from django_dlock.backends.clock import DatabaseNow, now_plus
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.grants import Grants
 from django_dlock.backends.holds import Holds
@@ -46,6 +44,8 @@ from django_dlock.backends.results import LockRow, Released, Renewed, Taken
 from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner
+from django_dlock.rules.claim import Claim
+from django_dlock.rules.clock import DatabaseNow, now_plus
 from django_dlock.transactions import in_lock_transaction
 
 __all__ = ["LockBackend"]

@@ -8,11 +8,11 @@ from dataclasses import replace
 from datetime import datetime
 
 from django_dlock.backends.admission import Action, Admission
-from django_dlock.backends.claim import Claim
 from django_dlock.backends.holds import Holds
 from django_dlock.backends.lock_rows import LockRows
 from django_dlock.backends.results import LockRow, Taken
 from django_dlock.rules import SHARED_HOLDERS
+from django_dlock.rules.claim import Claim
 
 # The columns a new holder of a resource's row writes.
 HEADER_WRITTEN = [

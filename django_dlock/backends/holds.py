@@ -14,10 +14,10 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from django_dlock.backends.clock import DatabaseNow, now_plus
 from django_dlock.backends.results import LockRow
 from django_dlock.backends.tables import PLACEHOLDER, LockTables, row_of
 from django_dlock.django_private import Converters, compile_expression, compile_select
+from django_dlock.rules.clock import DatabaseNow, now_plus
 
 
 class Holds:

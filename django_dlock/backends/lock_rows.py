@@ -17,10 +17,10 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from django_dlock.backends.clock import DatabaseNow, now_plus
 from django_dlock.backends.results import LockRow
 from django_dlock.backends.tables import PLACEHOLDER, LockTables
 from django_dlock.django_private import compile_expression
+from django_dlock.rules.clock import DatabaseNow, now_plus
 
 
 class LockRows:

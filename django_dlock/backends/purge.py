@@ -13,10 +13,10 @@ from typing import Any, NamedTuple
 from django.db.models import DurationField, ExpressionWrapper, F, Q, QuerySet, Value
 from django.db.models.functions import Greatest
 
-from django_dlock.backends.clock import expired_before
 from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_where
 from django_dlock.prefix import resource_prefix_q
+from django_dlock.rules.clock import expired_before
 
 
 class PurgedBatch(NamedTuple):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.holds import Holds
 from django_dlock.backends.results import LockRow
 from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS
+from django_dlock.rules.clock import DatabaseNow
 
 # Holds per statement: well under every database's parameter limit.
 RENEW_CHUNK = 500

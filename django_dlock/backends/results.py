@@ -1,5 +1,5 @@
 """What the backends' lock operations answer: typed values, built from the rows
-the statements return (what they are asked is a ``Claim``: ``backends.claim``).
+the statements return (what they are asked is a ``Claim``: ``rules.claim``).
 The manager makes model instances of them."""
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Model, QuerySet
 
-from django_dlock.backends.clock import DatabaseNow, now_plus
 from django_dlock.backends.results import LOCK_FIELDS, LockRow
 from django_dlock.django_private import Converters, compile_expression, compile_select
+from django_dlock.rules.clock import DatabaseNow, now_plus
 
 #: The value a compiled SELECT is written with where a resource's name goes.
 PLACEHOLDER = "django-dlock:placeholder"

@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 from django.db.models import F, Q
 
 from django_dlock import rules
-from django_dlock.backends.clock import DatabaseNow, database_now, time_left
 from django_dlock.conf import conf
 from django_dlock.humanize import ACTIVE, DELAYED, EXPIRED, RELEASED, kind_in_words
 from django_dlock.managers import delay_runs_q
 from django_dlock.models import DistributedLock, LockHold, LockWaiter
 from django_dlock.prefix import resource_prefix_q
 from django_dlock.rules import SHARED_HOLDERS
+from django_dlock.rules.clock import DatabaseNow, database_now, time_left
 
 __all__ = ["Hold", "free_row", "holds_of", "listed_holds", "release_hold", "waiters"]
 

@@ -28,11 +28,11 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from django_dlock import signals
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.conf import conf
 from django_dlock.contrib.labels import EXCLUSIVE, SEMAPHORE, SHARED, lock_kind, resource_group
 from django_dlock.contrib.receivers import LockSignalReceivers
 from django_dlock.rules import SHARED_HOLDERS
+from django_dlock.rules.clock import DatabaseNow
 
 __all__ = ["LockMetrics", "PrometheusMetrics", "install", "metrics_view"]
 

@@ -18,7 +18,6 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from django_dlock import signals
-from django_dlock.backends.claim import Claim
 from django_dlock.conf import conf
 from django_dlock.exceptions import (
     InvalidArgument,
@@ -42,6 +41,7 @@ from django_dlock.locking.waiting import Wait, refusal
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold, ReleaseResult, new_owner_token
+from django_dlock.rules.claim import Claim
 from django_dlock.service import service_for
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import (

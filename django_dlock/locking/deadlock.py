@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.exceptions import LockDeadlock
 from django_dlock.models import DistributedLock, LockHold, LockWaiter
+from django_dlock.rules.clock import DatabaseNow
 
 __all__ = [
     "QueuedWaiter",

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from django.db import IntegrityError
 
 from django_dlock.backends import backend_for
-from django_dlock.backends.claim import Claim
-from django_dlock.backends.clock import time_left
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.queue import QueueRow, WaiterQueue
 from django_dlock.rules import SHARED_HOLDERS, delay_end
+from django_dlock.rules.claim import Claim
+from django_dlock.rules.clock import time_left
 
 __all__ = ["Queue", "QueueState", "state_of"]
 

@@ -35,7 +35,6 @@ import time
 from dataclasses import dataclass, field, replace
 
 from django_dlock import signals
-from django_dlock.backends.claim import Claim
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.listeners.base import Watch
@@ -47,6 +46,7 @@ from django_dlock.locking.queue import Queue, QueueState, state_of
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold
+from django_dlock.rules.claim import Claim
 from django_dlock.service import service_for
 from django_dlock.transactions import refuse_callers_transaction
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from django.db.models import Exists, OuterRef, QuerySet
 
 from django_dlock.backends import backend_for
-from django_dlock.backends.clock import expired_before
 from django_dlock.models import ThrottleSlot
 from django_dlock.prefix import resource_prefix_q
+from django_dlock.rules.clock import expired_before
 from django_dlock.transactions import in_lock_transaction
 
 __all__ = ["count_free_keys", "purge_free_keys"]

@@ -28,8 +28,8 @@ from datetime import datetime, timedelta
 from django.db.models import QuerySet
 
 from django_dlock.backends import backend_for
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.models import ThrottleSlot
+from django_dlock.rules.clock import DatabaseNow
 from django_dlock.signals import throttle_used
 from django_dlock.throttles.rate import Rate
 from django_dlock.transactions import in_lock_transaction

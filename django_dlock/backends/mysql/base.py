@@ -32,7 +32,6 @@ from datetime import timedelta
 from typing import Any
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.claim import Claim
 from django_dlock.backends.mysql import one_row
 from django_dlock.backends.mysql.checks import MySQLChecks
 from django_dlock.backends.mysql.features import MySQLFeatures
@@ -44,6 +43,7 @@ from django_dlock.backends.mysql.renewals import MySQLRenewals
 from django_dlock.backends.results import Released, Taken
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import ReleaseResult
+from django_dlock.rules.claim import Claim
 from django_dlock.transactions import refuse_callers_transaction, run_again_after_lost_races
 
 # InnoDB's "Deadlock found when trying to get lock; try restarting transaction".

@@ -25,10 +25,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS
+from django_dlock.rules.clock import DatabaseNow
 
 # The decisions (the variable @dlock_act).
 PORTABLE = "portable"

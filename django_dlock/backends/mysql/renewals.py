@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.renewals import Renewals, flat
 from django_dlock.backends.results import LockRow
 from django_dlock.django_private import compile_expression
+from django_dlock.rules.clock import DatabaseNow
 
 
 class MySQLRenewals(Renewals):

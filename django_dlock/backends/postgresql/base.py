@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any, TypeVar, cast
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.claim import Claim
 from django_dlock.backends.postgresql import release, shared_take
 from django_dlock.backends.postgresql.checks import PostgreSQLChecks
 from django_dlock.backends.postgresql.exclusive import ExclusiveStatements
@@ -29,6 +28,7 @@ from django_dlock.backends.queue import NO_TICKET
 from django_dlock.backends.results import LockRow, Released, Renewed, Taken
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult
+from django_dlock.rules.claim import Claim
 from django_dlock.transactions import in_lock_transaction, refuse_callers_transaction
 
 _T = TypeVar("_T")

@@ -15,7 +15,6 @@ database's now (NULL where there was none).
 from __future__ import annotations
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql.prepared import Statement
 from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
@@ -25,6 +24,7 @@ from django_dlock.backends.postgresql.wake import (
 )
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS
+from django_dlock.rules.clock import DatabaseNow
 
 
 class ExclusiveStatements:

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
+from django_dlock.rules.clock import DatabaseNow
 
 # The alias of the ``handed`` CTE in a header's UPDATE (``FROM ... LEFT JOIN handed g``).
 HANDED = "g"

@@ -14,10 +14,10 @@ under the lock.
 
 from __future__ import annotations
 
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS
+from django_dlock.rules.clock import DatabaseNow
 
 # The answer (first column) that leaves the case to the portable operation.
 PORTABLE = "portable"

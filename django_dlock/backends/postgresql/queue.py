@@ -4,8 +4,6 @@ woken with ``NOTIFY`` (``postgresql.wake``)."""
 
 from __future__ import annotations
 
-from django_dlock.backends.claim import Claim
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
     fitting_sql,
@@ -15,6 +13,8 @@ from django_dlock.backends.postgresql.wake import (
 from django_dlock.backends.queue import WANTS, QueueRow, WaiterQueue, record_ticket
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
+from django_dlock.rules.claim import Claim
+from django_dlock.rules.clock import DatabaseNow
 
 # A FROM item that makes the statement's own transaction (autocommit) commit
 # without waiting for its WAL to reach the disk. For the waiter queue only: a

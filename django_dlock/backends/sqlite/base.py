@@ -14,7 +14,6 @@ from django.db.models import DurationField
 from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.clock import DatabaseNow
 from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.backends.results import LockRow
 from django_dlock.backends.sqlite.checks import SQLiteChecks
@@ -24,6 +23,7 @@ from django_dlock.backends.sqlite.queue import SQLiteQueue, listening
 from django_dlock.django_private import atomic_depth, compile_expression, sqlite_begin_immediate
 from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.rules import EXCLUSIVE
+from django_dlock.rules.clock import DatabaseNow
 
 # SQLite's primary result code for "database is locked".
 SQLITE_BUSY = 5
