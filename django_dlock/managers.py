@@ -17,9 +17,7 @@ from datetime import timedelta
 from typing import Any, Literal, TypeVar, cast, overload
 
 from django.db import models
-from django.db.models import DateTimeField, ExpressionWrapper, F, Q
-from django.db.models.expressions import CombinedExpression
-from django.db.models.lookups import GreaterThan
+from django.db.models import Q
 
 from django_dlock import signals
 from django_dlock.backends import backend_for
@@ -34,6 +32,7 @@ from django_dlock.rules import (
     new_owner_token,
 )
 from django_dlock.rules.clock import DatabaseNow, time_left
+from django_dlock.rules.predicates import DELAY_END, DELAY_RUNS
 from django_dlock.service import LockService, service_of
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import (
@@ -45,26 +44,16 @@ __all__ = [
     "DistributedLockManager",
     "DistributedLockQuerySet",
     "ReleaseResult",
-    "delay_ends",
     "delay_runs_q",
 ]
 
 _Lock = TypeVar("_Lock", bound=models.Model)
 
 
-def delay_ends() -> ExpressionWrapper[CombinedExpression]:
-    """``expires_at + lock_delay``: when the lock-delay kept after an involuntary
-    loss ends (null without one). Django adds a duration to a datetime on every
-    database (an interval, microseconds on MySQL, text on SQLite)."""
-    return ExpressionWrapper(F("expires_at") + F("lock_delay"), output_field=DateTimeField())
-
-
 def delay_runs_q() -> Q:
-    """Locks whose lock-delay still runs, by the database's clock: no valid
-    holder, and ``expires_at + lock_delay`` ahead (``LockRow.available_at`` in SQL)."""
-    now = DatabaseNow()
-    not_held = Q(owner="") | Q(expires_at__lte=now)
-    return Q(lock_delay__isnull=False) & not_held & Q(GreaterThan(delay_ends(), now))
+    """Locks whose lock-delay still runs, by the database's clock
+    (``rules.predicates.DELAY_RUNS``)."""
+    return DELAY_RUNS.q()
 
 
 class DistributedLockQuerySet(models.QuerySet[_Lock]):
@@ -387,11 +376,8 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         row = (
             self.delayed()
             .filter(resource=resource)
-            .annotate(db_now=DatabaseNow())
-            .values_list("expires_at", "lock_delay", "db_now")
+            .annotate(db_now=DatabaseNow(), delay_end=DELAY_END.expression())
+            .values_list("delay_end", "db_now")
             .first()
         )
-        if row is None:
-            return None
-        expires_at, lock_delay, now = row
-        return max(time_left(expires_at + lock_delay, now), 0.0)
+        return None if row is None else max(time_left(*row), 0.0)

@@ -9,6 +9,7 @@ from django.utils.translation import gettext_lazy as _
 from django_dlock.managers import DistributedLockManager
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, ReleaseResult
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.predicates import DELAY_END
 from django_dlock.validators import MAX_LENGTH, validate_owner, validate_resource
 
 __all__ = [
@@ -112,9 +113,8 @@ class DistributedLock(models.Model):
         involuntary loss (the row has no valid holder then); None without one.
         Until then the resource is refused to everyone. (Whether that moment
         has passed is the database clock's to say: ``objects.delayed()``.)"""
-        if self.lock_delay is None:
-            return None
-        return self.expires_at + self.lock_delay
+        end: datetime | None = DELAY_END.value(self, {})
+        return end
 
 
 class LockHold(models.Model):

@@ -45,7 +45,8 @@ from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner
 from django_dlock.rules.claim import Claim
-from django_dlock.rules.clock import DatabaseNow, now_plus
+from django_dlock.rules.clock import now_plus
+from django_dlock.rules.predicates import HELD_BY_OWNER
 from django_dlock.transactions import in_lock_transaction
 
 __all__ = ["LockBackend"]
@@ -316,18 +317,18 @@ class LockBackend:
             return None
         tables = self.tables
         qn = tables.qn
-        now_sql, now_params = compile_expression(self.using, DatabaseNow())
+        rule_row = tables.sql_row
         expires_sql, expires_params = compile_expression(self.using, now_plus(duration))
+        mine = HELD_BY_OWNER.sql(replace(rule_row, placeholders={"owner": "%s"}))
         # Only quoted identifiers and Django-compiled SQL are formatted in.
         sql = (
             f"UPDATE {tables.table} SET {qn('expires_at')} = {expires_sql}, "  # noqa: S608
-            f"{qn('lock_delay')} = %s WHERE {qn('resource')} = %s AND {qn('owner')} = %s "
-            f"AND {qn('expires_at')} > {now_sql} AND NOT EXISTS "
+            f"{qn('lock_delay')} = %s WHERE {qn('resource')} = %s AND {mine} AND NOT EXISTS "
             f"(SELECT 1 FROM {tables.waiters_table} w WHERE w.{qn('id')} = %s) "
-            f"RETURNING {', '.join(tables.columns)}, {now_sql}"
+            f"RETURNING {', '.join(tables.columns)}, {rule_row.now}"
         )
         delay = self.rows.duration_value(lock_delay)
-        params = [*expires_params, delay, resource, owner, *now_params, ticket, *now_params]
+        params = [*expires_params, delay, resource, owner, ticket]
         return tables.fetch_row(sql, params)
 
     # -- the auto-renewer's batch, and the purge -------------------------------------

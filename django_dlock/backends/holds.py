@@ -71,9 +71,9 @@ class Holds:
         with self.tables.connection.cursor() as cursor:
             cursor.execute(sql, [resource])
             holds = [self.row(row) for row in cursor.fetchall()]
-        if now is None:
-            return [hold for hold in holds if hold.expires_at > hold.now]
-        return [replace(hold, now=now) for hold in holds if hold.expires_at > now]
+        if now is not None:
+            holds = [replace(hold, now=now) for hold in holds]
+        return [hold for hold in holds if hold.held]
 
     def row(self, values: Sequence[Any]) -> LockRow:
         """A hold's ``LockRow`` of the hold's columns followed by the database's now."""

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, delay_end
+from django_dlock.rules import ReleaseResult
+from django_dlock.rules.predicates import HELD, HELD_BY_SHARED, delay_end
 
 __all__ = ["LockRow", "Released", "Renewed", "Taken"]
 
@@ -51,19 +52,20 @@ class LockRow:
 
     @property
     def held(self) -> bool:
-        """Whether the row had a valid holder at ``now``."""
-        return self.owner != "" and self.now < self.expires_at
+        """Whether the row had a valid holder at ``now`` (``predicates.HELD``)."""
+        return bool(HELD.value(self, {}))
 
     @property
     def available_at(self) -> datetime | None:
         """When the resource comes free after its holder's involuntary loss, if
-        its lock-delay still ran at ``now``; else None (held, or free)."""
-        return None if self.held else delay_end(self.expires_at, self.lock_delay, self.now)
+        its lock-delay still ran at ``now`` (``predicates.DELAY_RUNS``); else
+        None (held, or free)."""
+        return delay_end(self)
 
     @property
     def held_by_shared(self) -> bool:
         """Whether this resource's row was held by shared holds at ``now``."""
-        return self.held and self.owner == SHARED_HOLDERS
+        return bool(HELD_BY_SHARED.value(self, {}))
 
     def field_values(self) -> dict[str, object]:
         """The row's values by model field (``LOCK_FIELDS``)."""

@@ -21,6 +21,7 @@ from django.db.models import Model, QuerySet
 from django_dlock.backends.results import LOCK_FIELDS, LockRow
 from django_dlock.django_private import Converters, compile_expression, compile_select
 from django_dlock.rules.clock import DatabaseNow, now_plus
+from django_dlock.rules.predicates import SqlRow
 
 #: The value a compiled SELECT is written with where a resource's name goes.
 PLACEHOLDER = "django-dlock:placeholder"
@@ -70,6 +71,25 @@ class LockTables:
     @property
     def connection(self) -> BaseDatabaseWrapper:
         return connections[self.using]
+
+    @cached_property
+    def sql_row(self) -> SqlRow:
+        """The lock row as the rule's predicates read it in this alias's SQL
+        (``rules.predicates``): its columns, the database's now, and the
+        vendor's spelling of a timestamp plus a duration, as Django spells it."""
+        connection = self.connection
+        now, params = compile_expression(self.using, DatabaseNow())
+        if params:  # the predicates format the now in, as SQL without parameters
+            raise AssertionError(f"the database's now takes parameters on {self.using!r}")
+        ops = connection.ops
+
+        def plus(at: str, duration: str) -> str:
+            if connection.features.has_native_duration_field:
+                return f"({at} + {duration})"
+            spelled = ops.format_for_duration_arithmetic(duration)
+            return f"({ops.combine_duration_expression('+', [at, spelled])})"
+
+        return SqlRow(columns=self.column_sql, now=now, plus=plus)
 
     # -- a lock row as read back ---------------------------------------------------
 

@@ -22,6 +22,7 @@ from django_dlock.models import DistributedLock, LockHold, LockWaiter
 from django_dlock.prefix import resource_prefix_q
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.clock import DatabaseNow, database_now, time_left
+from django_dlock.rules.predicates import delay_end
 
 __all__ = ["Hold", "free_row", "holds_of", "listed_holds", "release_hold", "waiters"]
 
@@ -76,10 +77,7 @@ class Hold:
     def available_at(self) -> datetime | None:
         """When the resource comes free, while the lock-delay of its holder's
         involuntary loss (expiry, or a force-release) runs; else None."""
-        if self.lock_delay is None or (self.owner and self.seconds_left > 0):
-            return None
-        available_at = self.expires_at + self.lock_delay
-        return available_at if self.now < available_at else None
+        return delay_end(self)
 
     @property
     def seconds_left(self) -> float:

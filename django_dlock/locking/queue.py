@@ -16,9 +16,10 @@ from django.db import IntegrityError
 from django_dlock.backends import backend_for
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.queue import QueueRow, WaiterQueue
-from django_dlock.rules import SHARED_HOLDERS, delay_end
+from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import time_left
+from django_dlock.rules.predicates import HELD, HELD_BY_SHARED, delay_end
 
 __all__ = ["Queue", "QueueState", "state_of"]
 
@@ -133,12 +134,10 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
     """What a look that saw ``row`` means for a waiter of ``claim``: admitted
     as ``backends.admission`` would decide (a kind that does not match is tried
     too, so that the acquisition raises ``LockKindMismatch``)."""
-    held = bool(row.owner) and row.expires_at is not None and row.now < row.expires_at
-    shared = held and row.owner == SHARED_HOLDERS and row.holders > 0
+    held = HELD.value(row, {})
+    shared = HELD_BY_SHARED.value(row, {}) and row.holders > 0
     free = not held or (row.owner == SHARED_HOLDERS and row.holders == 0)
-    available_at = None
-    if not held and row.expires_at is not None:
-        available_at = delay_end(row.expires_at, row.lock_delay, row.now)
+    available_at = delay_end(row)
     if available_at is not None:
         # Lost with a lock-delay that still runs: nobody holds it, nobody takes it.
         free, holder, left = False, "", time_left(available_at, row.now)

@@ -54,16 +54,6 @@ def kind_of(limit: int | None) -> str:
     return "lock" if limit is None else f"semaphore of {limit}"
 
 
-def delay_end(expires_at: datetime, lock_delay: timedelta | None, now: datetime) -> datetime | None:
-    """When the lock-delay of a holder that lost its lock (it expired at
-    ``expires_at``, or was force-released then) ends, if it still runs at
-    ``now``; None without one, or once it ended."""
-    if lock_delay is None:
-        return None
-    ends = expires_at + lock_delay
-    return ends if now < ends else None
-
-
 def new_owner_token() -> str:
     """A random 128-bit owner token, for callers that name no owner."""
     return secrets.token_hex(16)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
@@ -31,6 +32,7 @@ from django_dlock.rules.clock import DatabaseNow
 from django_dlock.validators import RESERVED_OWNER
 
 __all__ = [
+    "DELAY_END",
     "DELAY_RUNS",
     "FREE_FOR_OWNER",
     "HELD",
@@ -38,6 +40,7 @@ __all__ = [
     "HELD_BY_SHARED",
     "SqlRow",
     "Term",
+    "delay_end",
 ]
 
 
@@ -271,10 +274,13 @@ HELD_BY_OWNER = _all(HELD, Compare(OWNER, "=", Param("owner")))
 #: are in ``distributed_lock_holds``.
 HELD_BY_SHARED = _all(HELD, Compare(OWNER, "=", Literal(RESERVED_OWNER)))
 
+#: When the lock-delay kept after an involuntary loss ends (None without one).
+DELAY_END = Plus(EXPIRES_AT, LOCK_DELAY)
+
 #: The lock-delay still runs: the holder lost the lock (its lease ran out, or
 #: an operator force-released it) less than its lock-delay ago. A release by
 #: the holder clears the delay.
-DELAY_RUNS = _all(IsNotNull(LOCK_DELAY), Not(HELD), Compare(Plus(EXPIRES_AT, LOCK_DELAY), ">", NOW))
+DELAY_RUNS = _all(IsNotNull(LOCK_DELAY), Not(HELD), Compare(DELAY_END, ">", NOW))
 
 #: Free for the claim's owner (``owner``) as the exclusive holder: nobody else
 #: holds it, a re-entry (``held``: the fencing token of the grant it means)
@@ -290,3 +296,13 @@ FREE_FOR_OWNER = _all(
     ),
     Not(DELAY_RUNS),
 )
+
+
+def delay_end(row: Any) -> datetime | None:
+    """When the lock-delay of ``row`` (a ``LockRow``, or a waiter's look at the
+    resource) ends, if it still runs at the row's ``now`` (``DELAY_RUNS``);
+    else None (held, free, or no delay)."""
+    if not DELAY_RUNS.value(row, {}):
+        return None
+    ends: datetime = DELAY_END.value(row, {})
+    return ends

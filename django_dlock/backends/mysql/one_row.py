@@ -29,6 +29,7 @@ from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.predicates import DELAY_RUNS, HELD, HELD_BY_SHARED
 
 # The decisions (the variable @dlock_act).
 PORTABLE = "portable"
@@ -54,7 +55,7 @@ class OneRowStatements:
         c, table = tables.column_sql, tables.table
         now_sql, _ = compile_expression(tables.using, DatabaseNow())
         # The database's now: one value for the whole statement.
-        valid = f"{c['owner']} <> '' AND {c['expires_at']} > {now_sql}"
+        valid = HELD.sql(tables.sql_row)
         # The first assignment decides, on the row as it was; the id, the owner
         # and the database's now are kept on the way. (The optimizer drops an
         # assignment whose value it can tell without it: "(@v := a NOT NULL
@@ -64,13 +65,9 @@ class OneRowStatements:
             f"WHEN CHAR_LENGTH(CONCAT(@dlock_id := {c['id']}, @dlock_before := {c['owner']}, "
             f"@dlock_now := {now_sql})) = 0 THEN NULL"
         )
-        shared = f"{c['owner']} = '{SHARED_HOLDERS}' AND {c['expires_at']} > {now_sql}"
-        # The holder lost it with a lock-delay that still runs (a duration is
-        # kept in microseconds).
-        delayed = (
-            f"{c['lock_delay']} IS NOT NULL "
-            f"AND {c['expires_at']} + INTERVAL {c['lock_delay']} MICROSECOND > {now_sql}"
-        )
+        shared = HELD_BY_SHARED.sql(tables.sql_row)
+        # The holder lost it with a lock-delay that still runs.
+        delayed = DELAY_RUNS.sql(tables.sql_row)
 
         def kept(name: str, value: str) -> str:
             """An assignment of ``value`` to the column ``name`` that keeps it."""

@@ -25,6 +25,7 @@ from django_dlock.backends.postgresql.wake import (
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.predicates import FREE_FOR_OWNER, HELD, HELD_BY_OWNER
 
 
 class ExclusiveStatements:
@@ -39,16 +40,11 @@ class ExclusiveStatements:
         now, _ = compile_expression(tables.using, DatabaseNow())
         row = f"{', '.join(tables.columns)}, {now}"  # the lock's columns and db_now
 
+        rule_row = tables.sql_row
+
         def valid_in(alias: str = "") -> str:
             """SQL: the row (of ``alias``, a table alias and dot) has a holder now."""
-            return f"{alias}{c['owner']} <> '' AND {alias}{c['expires_at']} > {now}"
-
-        def delayed(alias: str) -> str:
-            """SQL: the row's holder lost it, and its lock-delay still runs."""
-            return (
-                f"({alias}{c['lock_delay']} IS NOT NULL AND NOT ({valid_in(alias)}) "
-                f"AND {alias}{c['expires_at']} + {alias}{c['lock_delay']} > {now})"
-            )
+            return HELD.sql(rule_row.aliased(alias))
 
         locked = (
             f"WITH locked AS (SELECT {row} AS db_now "  # noqa: S608
@@ -76,13 +72,9 @@ class ExclusiveStatements:
         # A re-entry (``held``: the token of the grant it holds) only of that grant.
         # Lost with a lock-delay that still runs: nobody's.
         def free_for_owner(alias: str) -> str:
-            return (
-                f"NOT ({valid_in(alias)} AND {alias}{c['owner']} <> %(owner)s) AND "
-                f"(%(held)s IS NULL OR ({valid_in(alias)} AND "
-                f"{alias}{c['fencing_token']} = %(held)s)) AND NOT {delayed(alias)}"
-            )
+            return FREE_FOR_OWNER.sql(rule_row.aliased(alias))
 
-        mine = f"{table}.{c['owner']} = %(owner)s AND {table}.{c['expires_at']} > {now}"
+        mine = HELD_BY_OWNER.sql(rule_row.aliased(f"{table}."))
         # A reentrant acquisition by the holder adds a hold; a new holder has one.
         take = (
             f"{c['owner']} = %(owner)s, {c['acquired_at']} = "

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
-from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.predicates import HELD, HELD_BY_SHARED
 
 # The answer (first column) that leaves the case to the portable operation.
 PORTABLE = "portable"
@@ -40,8 +40,8 @@ class LockedRow:
             f"FROM {tables.table} WHERE {c['resource']} = %(resource)s FOR UPDATE)"
         )
         #: The locked row (``l``) has a valid holder.
-        self.held = f"(l.{c['owner']} <> '' AND l.{c['expires_at']} > {now})"
+        self.held = HELD.sql(tables.sql_row.aliased("l."))
         #: The locked row (``l``) is held by valid shared holds.
-        self.shared = f"(l.{c['owner']} = '{SHARED_HOLDERS}' AND l.{c['expires_at']} > {now})"
+        self.shared = HELD_BY_SHARED.sql(tables.sql_row.aliased("l."))
         #: The columns of a shared hold, named by its table.
         self.hold_columns = ", ".join(f"{holds}.{h[name]}" for name in tables.hold_attnames)

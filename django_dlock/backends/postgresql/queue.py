@@ -15,6 +15,7 @@ from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.predicates import HELD
 
 # A FROM item that makes the statement's own transaction (autocommit) commit
 # without waiting for its WAL to reach the disk. For the waiter queue only: a
@@ -119,7 +120,7 @@ class PostgreSQLQueue(WaiterQueue):
         now_sql, _ = compile_expression(tables.using, DatabaseNow())
         held = (
             f"SELECT 1 FROM {tables.table} l WHERE l.{qn('resource')} = %s "  # noqa: S608
-            f"AND l.{qn('owner')} <> '' AND l.{qn('expires_at')} > {now_sql}"
+            f"AND {HELD.sql(tables.sql_row.aliased('l.'))}"
         )
         sql = (
             f"WITH gone AS (DELETE FROM {tables.waiters_table} WHERE {qn('id')} = %s "  # noqa: S608

@@ -18,6 +18,7 @@ from django_dlock.backends.postgresql.wake import (
     head_sql,
     wake_sql,
 )
+from django_dlock.rules.predicates import HELD_BY_OWNER
 
 # The answers' first column (or ``PORTABLE``).
 RELEASED = "released"
@@ -49,7 +50,7 @@ class AloneReleaseStatement:
             f"{c['hold_count']} = CASE WHEN {kept} THEN {c['hold_count']} - 1 "
             f"ELSE {c['hold_count']} END, {c['lock_delay']} = CASE WHEN {kept} "
             f"THEN {c['lock_delay']} END WHERE {c['resource']} = %(resource)s "
-            f"AND {c['owner']} = %(owner)s AND {c['expires_at']} > {now} AND ({kept} "
+            f"AND {HELD_BY_OWNER.sql(tables.sql_row)} AND ({kept} "
             f"OR NOT EXISTS (SELECT FROM {tables.waiters_table} w "
             f"WHERE w.{tables.qn('resource')} = %(resource)s)) RETURNING {after}, {now}",
         )

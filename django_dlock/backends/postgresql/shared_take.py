@@ -11,6 +11,7 @@ from django_dlock.backends.postgresql.prepared import Statement
 from django_dlock.backends.postgresql.wake import head_sql, wake_sql
 from django_dlock.backends.queue import NO_TICKET
 from django_dlock.rules import SHARED_HOLDERS
+from django_dlock.rules.predicates import DELAY_RUNS
 
 # The answers' first column (or ``PORTABLE``).
 REFUSED = "refused"
@@ -68,8 +69,7 @@ class SharedTakeStatement:
             f"THEN '{PORTABLE}' WHEN EXISTS (SELECT FROM mine) THEN '{AGAIN}' "
             f"ELSE {join_shared} END "
             # Lost by an exclusive holder with a lock-delay that still runs.
-            f"WHEN l.{c['lock_delay']} IS NOT NULL AND "
-            f"l.{c['expires_at']} + l.{c['lock_delay']} > {now} THEN '{REFUSED}' "
+            f"WHEN {DELAY_RUNS.sql(tables.sql_row.aliased('l.'))} THEN '{REFUSED}' "
             f"ELSE {join_free} END AS action FROM locked l)"
         )
         joined_header = (

@@ -13,6 +13,7 @@ from django_dlock.django_private import atomic_depth, compile_expression
 from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.predicates import HELD
 from django_dlock.transactions import in_lock_transaction
 
 _T = TypeVar("_T")
@@ -96,7 +97,7 @@ class SQLiteQueue(WaiterQueue):
         now_sql, _ = compile_expression(self.tables.using, DatabaseNow())
         held = (
             f"AND NOT EXISTS (SELECT 1 FROM {self.tables.table} l WHERE l.{qn('resource')} = %s "  # noqa: S608
-            f"AND l.{qn('owner')} <> '' AND l.{qn('expires_at')} > {now_sql})"
+            f"AND {HELD.sql(self.tables.sql_row.aliased('l.'))})"
         )
         return (
             f"SELECT w.{qn('channel')} || ' ' || w.{qn('id')} FROM {self.tables.waiters_table} w "  # noqa: S608

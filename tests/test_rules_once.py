@@ -1,0 +1,157 @@
+"""The predicates of admission are defined once (``django_dlock.rules.predicates``):
+their Python, SQL and queryset forms agree on every database, and nothing else
+in the package writes them out again."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from django_dlock.backends import backend_for
+from django_dlock.backends.results import LockRow
+from django_dlock.models import DistributedLock
+from django_dlock.rules import SHARED_HOLDERS
+from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.predicates import (
+    DELAY_RUNS,
+    FREE_FOR_OWNER,
+    HELD,
+    HELD_BY_OWNER,
+    HELD_BY_SHARED,
+    Term,
+)
+
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+PACKAGE = Path(__file__).resolve().parent.parent / "django_dlock"
+PREDICATES = PACKAGE / "rules" / "predicates.py"
+
+# What each predicate looks like written out: "held now" in SQL and in Python,
+# and "the lock-delay still runs" (an expiry plus the delay) in either.
+COPIES = {
+    "held now (SQL)": re.compile(r"owner\W*\s*<>\s*''.*expires_at"),
+    "held now (Python)": re.compile(
+        r"owner\s*!=\s*\"\"|bool\([\w.]*owner\)\s+and|now\s*<\s*[\w.]*expires_at"
+        r"|expires_at\s*>\s*[\w.]*now\b"
+    ),
+    "the delay runs": re.compile(r"expires_at\W.*\+.*lock_delay|lock_delay\W.*\+.*expires_at"),
+}
+
+
+@pytest.mark.vendor_independent
+def test_no_module_writes_a_predicate_out_again() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PREDICATES or "migrations" in path.parts:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]  # a comment may name the rule
+            found += [
+                f"{path.relative_to(PACKAGE)}:{number}: {name}"
+                for name, pattern in COPIES.items()
+                if pattern.search(code)
+            ]
+    assert found == []
+
+
+@pytest.mark.vendor_independent
+def test_the_check_finds_a_copy() -> None:
+    copies = [
+        "f\"l.{c['owner']} <> '' AND l.{c['expires_at']} > {now}\"",
+        'return self.owner != "" and self.now < self.expires_at',
+        "f\"{c['expires_at']} + INTERVAL {c['lock_delay']} MICROSECOND > {now_sql}\"",
+    ]
+    assert all(any(p.search(copy) for p in COPIES.values()) for copy in copies)
+
+
+# Rows in every state the predicates tell apart, relative to the database's now:
+# (owner, expires in seconds, lock_delay in seconds, fencing token).
+STATES = {
+    "held by a": ("a", 30, None, 7),
+    "held by a with a delay": ("a", 30, 60, 7),
+    "held by b": ("b", 30, None, 7),
+    "expired, a's": ("a", -5, None, 7),
+    "expired, delay running": ("a", -5, 60, 7),
+    "expired, delay over": ("a", -120, 60, 7),
+    "force-released, delay running": ("", 0, 60, 7),
+    "released": ("", 0, None, 7),
+    "shared holders": (SHARED_HOLDERS, 30, None, 7),
+    "shared holders, expired": (SHARED_HOLDERS, -5, None, 7),
+}
+PARAMS = [
+    {"owner": "a", "held": None},
+    {"owner": "a", "held": 7},
+    {"owner": "a", "held": 8},
+    {"owner": "b", "held": None},
+]
+TERMS: dict[str, Term] = {
+    "HELD": HELD,
+    "HELD_BY_OWNER": HELD_BY_OWNER,
+    "HELD_BY_SHARED": HELD_BY_SHARED,
+    "DELAY_RUNS": DELAY_RUNS,
+    "FREE_FOR_OWNER": FREE_FOR_OWNER,
+}
+
+
+@pytest.fixture
+def rows() -> dict[str, int]:
+    """A row per state; {state: pk}. Written relative to the database's now."""
+    clock = DistributedLock.objects.create(
+        resource="clock", owner="", acquired_at=EPOCH, expires_at=EPOCH, fencing_token=1
+    )
+    annotated = DistributedLock.objects.annotate(db_now=DatabaseNow())
+    db_now = annotated.values_list("db_now", flat=True).get(pk=clock.pk)
+    clock.delete()
+    pks = {}
+    for index, (state, (owner, expires, delay, token)) in enumerate(STATES.items()):
+        lock = DistributedLock.objects.create(
+            resource=f"state:{index}",
+            owner=owner,
+            acquired_at=db_now - timedelta(seconds=200),
+            expires_at=db_now + timedelta(seconds=expires),
+            fencing_token=token,
+            lock_delay=None if delay is None else timedelta(seconds=delay),
+        )
+        pks[state] = lock.pk
+    return pks
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("params", PARAMS, ids=lambda p: f"owner={p['owner']},held={p['held']}")
+def test_python_sql_and_queryset_forms_agree(
+    rows: dict[str, int], params: dict[str, object]
+) -> None:
+    tables = backend_for("default").tables
+    row = tables.sql_row
+    placeholders = dict.fromkeys(params, "%s")
+    ordered = [params["owner"], params["held"], params["held"]]  # as FREE_FOR_OWNER reads them
+    columns = ", ".join(tables.columns)
+    for name, term in TERMS.items():
+        sql = term.sql(type(row)(row.columns, row.now, row.plus, "", placeholders))
+        used = ordered if term is FREE_FOR_OWNER else [params["owner"]] if "%s" in sql else []
+        for state, pk in rows.items():
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT {columns}, {row.now}, CASE WHEN {sql} THEN 1 ELSE 0 END "  # noqa: S608
+                    f"FROM {tables.table} WHERE {tables.column_sql['id']} = %s",
+                    [*used, pk],
+                )
+                values = cursor.fetchone()
+            lock_row: LockRow = tables.row(values[:-1])
+            in_python = bool(term.value(lock_row, params))
+            assert (name, state, bool(values[-1])) == (name, state, in_python)
+    # The querysets' forms, where they have one, on the same rows.
+    for name, term in {"HELD": HELD, "DELAY_RUNS": DELAY_RUNS}.items():
+        matched = set(DistributedLock.objects.filter(term.q()).values_list("pk", flat=True))
+        for state, pk in rows.items():
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT {columns}, {row.now} FROM {tables.table} "  # noqa: S608
+                    f"WHERE {tables.column_sql['id']} = %s",
+                    [pk],
+                )
+                lock_row = tables.row(cursor.fetchone())
+            assert (name, state, pk in matched) == (name, state, bool(term.value(lock_row, {})))
