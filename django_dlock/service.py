@@ -173,10 +173,11 @@ class LockService(Generic[_Lock]):
             )
         signals.lock_acquired.send(sender=self.model, lock=hold, taken_over_from=taken_over_from)
 
-    def release(self, resource: str, owner: str) -> ReleaseResult:
+    def release(self, resource: str, owner: str, mode: str | None = None) -> ReleaseResult:
         """``owner``'s release of its hold on ``resource`` (both checked
-        already), with its signal: what it did."""
-        released = self._backend().give_up(resource, owner)
+        already; ``mode``: the hold's, where the holder knows it), with its
+        signal: what it did."""
+        released = self._backend().give_up(resource, owner, mode=mode)
         if released.result is ReleaseResult.RELEASED and released.row is not None:
             self.announce_released(released.row, owner, forced=False)
         return released.result

@@ -17,6 +17,8 @@ from django.test.utils import CaptureQueriesContext
 from benchmarks.proxy import DelayProxy
 from django_dlock import lock
 from django_dlock.models import DistributedLock
+from django_dlock.rules import SHARED
+from django_dlock.service import service_for
 
 # Each lock operation is the outermost transaction, as in an application.
 pytestmark = [
@@ -105,21 +107,36 @@ def test_a_reentrant_reentry_and_its_release_take_one_round_trip_each(proxy: Del
 
 def test_a_reader_and_a_permit_take_one_round_trip_each_way(proxy: DelayProxy) -> None:
     locks = DistributedLock.objects.db_manager(ALIAS)
+    service = service_for(ALIAS)
     locks.acquire("rt:6", owner="first", ttl=30, shared=True)  # the row exists
     locks.acquire("rt:7", owner="first", ttl=30, limit=3)
     locks.acquire("rt:8", owner="w", ttl=30)
     operations: dict[str, Callable[[], object]] = {
         "reader joins": lambda: locks.acquire("rt:6", owner="a", ttl=30, shared=True),
         "reader again": lambda: locks.acquire("rt:6", owner="a", ttl=30, shared=True),
-        "reader releases": lambda: locks.release("rt:6", owner="a"),
+        # A release that carries the hold's mode, as lock()'s does (LockHandle.mode).
+        "reader releases": lambda: service.release("rt:6", "a", SHARED),
         "reader refused": lambda: locks.acquire("rt:8", owner="a", ttl=30, shared=True),
         "permit": lambda: locks.acquire("rt:7", owner="b", ttl=30, limit=3),
-        "permit released": lambda: locks.release("rt:7", owner="b"),
-        "last reader releases": lambda: locks.release("rt:6", owner="first"),
+        "permit released": lambda: service.release("rt:7", "b", SHARED),
+        "last reader releases": lambda: service.release("rt:6", "first", SHARED),
     }
     counted = {name: round_trips(proxy, operation) for name, operation in operations.items()}
-    # A shared hold's release is the full release at once: this process took it.
     assert counted == dict.fromkeys(operations, 1)
+
+
+def test_a_shared_release_without_its_mode_tries_the_exclusive_release_first(
+    proxy: DelayProxy,
+) -> None:
+    # The manager's release(resource, owner) does not know the hold's mode: the
+    # short release of an exclusive hold writes nothing, then the full one runs.
+    locks = DistributedLock.objects.db_manager(ALIAS)
+    locks.acquire("rt:9", owner="a", ttl=30, shared=True)
+    assert round_trips(proxy, lambda: locks.release("rt:9", owner="a")) == 2
+    # lock()'s handle knows it: its release is the full one at once.
+    reader = lock("rt:9", ttl=30, using=ALIAS, shared=True)
+    reader.__enter__()
+    assert round_trips(proxy, lambda: reader.__exit__(None, None, None)) == 1
 
 
 def test_lock_context_takes_one_round_trip_each_way(proxy: DelayProxy) -> None:

@@ -182,11 +182,15 @@ class LockBackend:
             None,
         )
 
-    def give_up(self, resource: str, owner: str | None, *, forced: bool = False) -> Released:
+    def give_up(
+        self, resource: str, owner: str | None, *, forced: bool = False, mode: str | None = None
+    ) -> Released:
         """Release ``owner``'s hold (one of its holds, when it has several,
         unless ``forced``); ``owner=None`` (forced): every hold, whoever holds
         it. Marks the resource's row released once nobody holds it
-        (``mark_released``)."""
+        (``mark_released``). ``mode``: the hold's, where its holder knows it
+        (``LockHandle.mode``), so that a vendor goes straight to the statement
+        that releases that kind of hold; the decision does not depend on it."""
         return in_lock_transaction(self, lambda: self._give_up(resource, owner, forced))
 
     def _give_up(self, resource: str, owner: str | None, forced: bool) -> Released:

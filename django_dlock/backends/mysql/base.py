@@ -42,7 +42,7 @@ from django_dlock.backends.mysql.queue import MySQLQueue
 from django_dlock.backends.mysql.renewals import MySQLRenewals
 from django_dlock.backends.results import Released, Taken
 from django_dlock.django_private import atomic_depth
-from django_dlock.rules import ReleaseResult
+from django_dlock.rules import SHARED, ReleaseResult
 from django_dlock.rules.claim import Claim
 from django_dlock.transactions import refuse_callers_transaction, run_again_after_lost_races
 
@@ -93,8 +93,11 @@ class MySQLBackend(LockBackend):
             row=self.tables.row(values), previous_owner=before, renewed=action == one_row.AGAIN
         )
 
-    def give_up(self, resource: str, owner: str | None, *, forced: bool = False) -> Released:
-        if owner is None or forced or not self._alone():
+    def give_up(
+        self, resource: str, owner: str | None, *, forced: bool = False, mode: str | None = None
+    ) -> Released:
+        # A hold its holder knows is shared: the one-row UPDATE would only say so.
+        if owner is None or forced or mode == SHARED or not self._alone():
             return super().give_up(resource, owner, forced=forced)
         answer = self._update_one_row(self._one_row.release, {"resource": resource, "owner": owner})
         if answer is None or answer[0] == one_row.NOT_FOUND:

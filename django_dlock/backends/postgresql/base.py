@@ -27,14 +27,11 @@ from django_dlock.backends.postgresql.wake import (
 from django_dlock.backends.queue import NO_TICKET
 from django_dlock.backends.results import LockRow, Released, Renewed, Taken
 from django_dlock.django_private import atomic_depth
-from django_dlock.rules import SHARED_HOLDERS, ReleaseResult
+from django_dlock.rules import SHARED, SHARED_HOLDERS, ReleaseResult
 from django_dlock.rules.claim import Claim
 from django_dlock.transactions import in_lock_transaction, refuse_callers_transaction
 
 _T = TypeVar("_T")
-
-# How many shared holds' names a process keeps as a hint for their release.
-SHARED_HINTS = 10_000
 
 
 class PostgreSQLBackend(LockBackend):
@@ -68,22 +65,12 @@ class PostgreSQLBackend(LockBackend):
         self._release_alone = release.AloneReleaseStatement(self).statement
         self._release = release.ReleaseStatement(self).statement
         self._prepared = PreparedStatements(using)
-        #: The (resource, owner) pairs this process took as shared holds, whose
-        #: release skips the short statement that cannot release them. A hint
-        #: only: a pair missing (or left over) costs a round trip, never a
-        #: wrong answer.
-        self._shared_here: dict[tuple[str, str], None] = {}
 
     def take(self, claim: Claim) -> Taken:
         if not self.features.one_statement:
             return super().take(claim)
         if not claim.exclusive:
-            taken = self._alone(lambda: self._take_shared(claim)) or super().take(claim)
-            if taken.row is not None:
-                if len(self._shared_here) >= SHARED_HINTS:
-                    self._shared_here.clear()
-                self._shared_here[claim.resource, claim.owner] = None
-            return taken
+            return self._alone(lambda: self._take_shared(claim)) or super().take(claim)
         exclusive = self._exclusive
         statement = exclusive.take if claim.ticket is None else exclusive.take_leaving
         params = {
@@ -166,12 +153,14 @@ class PostgreSQLBackend(LockBackend):
             return super().extend(resource, owner, duration)  # a shared hold's
         return Renewed(row=row, exists=held_by not in (None, ""))
 
-    def give_up(self, resource: str, owner: str | None, *, forced: bool = False) -> Released:
+    def give_up(
+        self, resource: str, owner: str | None, *, forced: bool = False, mode: str | None = None
+    ) -> Released:
         if not self.features.one_statement or (forced and owner is not None):
             return super().give_up(resource, owner, forced=forced)
         if owner is not None:
             params = {"resource": resource, "owner": owner}
-            released = self._alone(lambda: self._owners_release(params))
+            released = self._alone(lambda: self._owners_release(params, mode))
             return super().give_up(resource, owner) if released is None else released
         # An operator's: whoever holds it (shared holds: the portable operation).
         params = {"resource": resource}
@@ -185,18 +174,15 @@ class PostgreSQLBackend(LockBackend):
         held_row = replace(row, owner=held_by, expires_at=row.now)  # as it was held
         return Released(row=row, owner=held_by, result=ReleaseResult.RELEASED, released=(held_row,))
 
-    def _owners_release(self, params: dict[str, Any]) -> Released | None:
+    def _owners_release(self, params: dict[str, Any], mode: str | None) -> Released | None:
         """The owner's release: the short statement where the row allows it (an
         exclusive hold, no queue: ``release.AloneReleaseStatement``), else the
-        full one, at once for a hold this process took shared; None where the
-        portable operation decides. Each statement is a transaction of its own."""
-        key = (params["resource"], params["owner"])
-        alone = None if key in self._shared_here else self._run(self._release_alone, params)
+        full one, at once for a hold its holder knows is shared (``mode``); None
+        where the portable operation decides. Each statement is a transaction of
+        its own."""
+        alone = None if mode == SHARED else self._run(self._release_alone, params)
         if alone is None:
-            released = self._released(self._answer(self._release, params))
-            if released is None or released.result is not ReleaseResult.DECREMENTED:
-                self._shared_here.pop(key, None)
-            return released
+            return self._released(self._answer(self._release, params))
         row = self.tables.row(alone)
         if row.owner:  # one hold of several went
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
