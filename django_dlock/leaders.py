@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django_dlock.backends import backend_for
 from django_dlock.conf import conf
 from django_dlock.listeners.base import Watch
 from django_dlock.listeners.registry import listener_for
@@ -38,6 +37,7 @@ from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.service import service_for
 from django_dlock.threads import run_in_lock_thread
 from django_dlock.validators import validate_resource
 
@@ -146,7 +146,7 @@ class Observer:
             .first()
         )
         # The head's channel only where it can be heard.
-        channel = backend_for(self.using).queue.head_channel(self.resource) if self.hearable else ""
+        channel = service_for(self.using).queue.head_channel(self.resource) if self.hearable else ""
         if row is None:
             return Look(None, None, channel)
         label, term, since, expires_at, db_now = row

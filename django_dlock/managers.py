@@ -22,7 +22,7 @@ from django.db.models import Q
 from django_dlock import signals
 from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.purge import expired_q
+from django_dlock.backends.purge import expired_q, purgeable_q
 from django_dlock.conf import conf
 from django_dlock.prefix import resource_prefix_q
 from django_dlock.rules import (
@@ -65,6 +65,12 @@ class DistributedLockQuerySet(models.QuerySet[_Lock]):
         """Locks that expired or were released (at least ``older_than`` seconds
         ago), by the database's clock."""
         return self.filter(expired_q(older_than))
+
+    def purgeable(self, older_than: float = 0) -> DistributedLockQuerySet[_Lock]:
+        """Locks that ``purge_expired()`` deletes: expired or released at least
+        ``older_than`` seconds ago, and out of any lock-delay (a delayed lock
+        is kept until its delay ended ``older_than`` ago)."""
+        return self.filter(purgeable_q(older_than))
 
     def delayed(self) -> DistributedLockQuerySet[_Lock]:
         """Locks refused to everyone while the lock-delay of their holder's

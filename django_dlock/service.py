@@ -11,7 +11,7 @@ reaches it through ``service_for(using)``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, cast
 
@@ -21,7 +21,10 @@ from django.db import models
 from django_dlock import signals
 from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
+from django_dlock.backends.features import BackendFeatures
+from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.results import LockRow
+from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockKindMismatch
 from django_dlock.kinds import LockKind
@@ -45,6 +48,7 @@ from django_dlock.validators import (
 __all__ = ["LockService", "mismatch", "service_for", "service_of"]
 
 _Lock = TypeVar("_Lock", bound=models.Model)
+_T = TypeVar("_T")
 
 
 class LockService(Generic[_Lock]):
@@ -56,6 +60,30 @@ class LockService(Generic[_Lock]):
 
     def _backend(self) -> LockBackend:
         return backend_for(self.using)
+
+    # -- what the layers above reach the database through -------------------------
+
+    @property
+    def features(self) -> BackendFeatures:
+        """What this alias's backend can do (push wake-ups, hand-overs, ...)."""
+        return self._backend().features
+
+    @property
+    def queue(self) -> WaiterQueue:
+        """The statements of ``lock()``'s waiter queue on this alias."""
+        return self._backend().queue
+
+    def in_transaction(self, operation: Callable[[], _T]) -> _T:
+        """``operation()`` in a lock transaction of its own on this alias, run
+        again after a lost race where the vendor does so (a throttle's decision,
+        a purge's batch); ``LockTransactionError`` inside a transaction the
+        caller has open."""
+        return in_lock_transaction(self._backend(), operation)
+
+    def refuse_callers_transaction(self) -> None:
+        """Raise ``LockTransactionError`` if the caller has a transaction open on
+        this alias (lock rows written in it would be invisible to others)."""
+        refuse_callers_transaction(self.using)
 
     def claim(
         self,

@@ -46,3 +46,45 @@ def test_only_the_admin_imports_the_admin() -> None:
     outside = [name for name in graph if not name.startswith("django_dlock.admin")]
     for name in outside:
         assert not {m for m in graph[name] if m.startswith("django_dlock.admin")}, name
+
+
+# The operation layer: what the rest of the package reaches the database
+# through. ``locking.queue`` is the waiter queue's operations (one call of the
+# backend's queue each), as ``service`` is the locks'.
+OPERATION_LAYER = ("django_dlock.service", "django_dlock.managers", "django_dlock.locking.queue")
+# What the backends stand on: the rule, and helpers that know no layer.
+BELOW_THE_BACKENDS = (
+    "django_dlock.backends",
+    "django_dlock.rules",
+    "django_dlock.django_private",
+    "django_dlock.exceptions",
+    "django_dlock.prefix",
+    "django_dlock.conf",
+    "django_dlock.validators",
+    "django_dlock.listeners.base",
+    "django_dlock.listeners.sqlite",  # SQLite's wake-up datagrams, its "NOTIFY"
+)
+
+
+def test_the_layers_point_one_way() -> None:
+    graph = import_graph(PACKAGE)
+    # lock(), the features, the admin, the API and the commands reach the
+    # database only through the operation layer (system checks ask each
+    # backend, as Django asks each connection).
+    reaching = sorted(
+        f"{name} -> {imported}"
+        for name, imports in graph.items()
+        if not name.startswith(("django_dlock.backends", *OPERATION_LAYER, "django_dlock.checks"))
+        for imported in imports
+        if imported.startswith("django_dlock.backends")
+    )
+    assert reaching == []
+    # The backends import nothing above the rule.
+    above = sorted(
+        f"{name} -> {imported}"
+        for name, imports in graph.items()
+        if name.startswith("django_dlock.backends")
+        for imported in imports
+        if not imported.startswith(BELOW_THE_BACKENDS)
+    )
+    assert above == []

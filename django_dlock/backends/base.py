@@ -42,12 +42,12 @@ from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.renewals import RENEW_CHUNK, Renewals
 from django_dlock.backends.results import LockRow, Released, Renewed, Taken
 from django_dlock.backends.tables import LockTables
+from django_dlock.backends.transactions import in_lock_transaction
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import now_plus
 from django_dlock.rules.predicates import HELD_BY_OWNER
-from django_dlock.transactions import in_lock_transaction
 
 __all__ = ["LockBackend"]
 

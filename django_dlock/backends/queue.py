@@ -18,11 +18,11 @@ from functools import cached_property
 from typing import Any
 
 from django_dlock.backends.tables import LockTables
+from django_dlock.backends.transactions import TransactionHooks
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE, SHARED
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
-from django_dlock.transactions import TransactionHooks
 
 # The columns of a ticket that say what its waiter wants and how to reach it (``WaiterQueue.wants``).
 WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")

@@ -9,17 +9,17 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
-from django_dlock.backends import backend_for
 from django_dlock.conf import conf
 from django_dlock.listeners.base import Listener
 from django_dlock.per_alias import PerAlias
+from django_dlock.service import service_for
 
 __all__ = ["listener_for", "stop_listeners"]
 
 
 def _listener(using: str) -> Listener[Any]:
     listener_class: type[Listener[Any]] = import_string(
-        backend_for(using).features.listener_class or ""
+        service_for(using).features.listener_class or ""
     )
     return listener_class(using)
 
@@ -31,7 +31,7 @@ def listener_for(using: str) -> Listener[Any] | None:
     """This process's listener for ``using``, or ``None`` where waiters poll:
     ``DLOCK_LISTEN = False``, a backend that cannot push (see
     ``BackendFeatures.can_listen``), or a listener that found a pooler in between."""
-    if conf.LISTEN is False or not backend_for(using).features.can_listen:
+    if conf.LISTEN is False or not service_for(using).features.can_listen:
         return None
     listener = _listeners(using)
     return listener if listener.usable else None

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError
 
-from django_dlock.backends import backend_for
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.queue import QueueRow, WaiterQueue
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import time_left
 from django_dlock.rules.predicates import HELD, HELD_BY_SHARED, delay_end
+from django_dlock.service import service_for
 
 __all__ = ["Queue", "QueueState", "state_of"]
 
@@ -57,11 +57,11 @@ class Queue:
 
     @property
     def _features(self) -> BackendFeatures:
-        return backend_for(self.using).features
+        return service_for(self.using).features
 
     @property
     def _queue(self) -> WaiterQueue:
-        return backend_for(self.using).queue
+        return service_for(self.using).queue
 
     @property
     def grants_on_release(self) -> bool:

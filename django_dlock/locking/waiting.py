@@ -48,7 +48,6 @@ from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold
 from django_dlock.rules.claim import Claim
 from django_dlock.service import service_for
-from django_dlock.transactions import refuse_callers_transaction
 
 __all__ = ["WAITER_TTL", "Wait", "queue_state", "refusal", "state_of"]
 
@@ -111,7 +110,7 @@ class Wait:
         self.queue = Queue(self.using)
         # Queue rows written in the caller's transaction would be invisible to
         # the other waiters; fail as the manager's calls do.
-        refuse_callers_transaction(self.using)
+        service_for(self.using).refuse_callers_transaction()
 
     def step(self) -> Hold | float:
         as_head = self.wakeup.clear()

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from django.db.models import Exists, OuterRef, QuerySet
 
-from django_dlock.backends import backend_for
 from django_dlock.models import ThrottleSlot
 from django_dlock.prefix import resource_prefix_q
 from django_dlock.rules.clock import expired_before
-from django_dlock.transactions import in_lock_transaction
+from django_dlock.service import service_for
 
 __all__ = ["count_free_keys", "purge_free_keys"]
 
@@ -33,8 +32,8 @@ def purge_free_keys(
     ``batch_size`` keys; return how many keys."""
     deleted = 0
     while True:
-        chosen, gone = in_lock_transaction(
-            backend_for(using), lambda: _purge_batch(using, older_than, batch_size, prefix)
+        chosen, gone = service_for(using).in_transaction(
+            lambda: _purge_batch(using, older_than, batch_size, prefix)
         )
         deleted += gone
         # Done when the batch took every free key there was, or deleted none of

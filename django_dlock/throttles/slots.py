@@ -27,12 +27,11 @@ from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
 
-from django_dlock.backends import backend_for
 from django_dlock.models import ThrottleSlot
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.service import service_for
 from django_dlock.signals import throttle_used
 from django_dlock.throttles.rate import Rate
-from django_dlock.transactions import in_lock_transaction
 
 __all__ = ["ThrottleDecision", "decide"]
 
@@ -74,7 +73,7 @@ def decide(key: str, rate: Rate, using: str) -> ThrottleDecision:
     lock transaction of its own on ``using``. Raises ``LockTransactionError``
     inside a transaction the caller has open; a database failure raises.
     Sends ``throttle_used`` once the decision is committed."""
-    decision = in_lock_transaction(backend_for(using), lambda: _decide(key, rate, using))
+    decision = service_for(using).in_transaction(lambda: _decide(key, rate, using))
     throttle_used.send(
         sender=ThrottleSlot,
         key=key,

@@ -41,10 +41,13 @@ from django_dlock.backends.mysql.purge import MySQLPurge
 from django_dlock.backends.mysql.queue import MySQLQueue
 from django_dlock.backends.mysql.renewals import MySQLRenewals
 from django_dlock.backends.results import Released, Taken
+from django_dlock.backends.transactions import (
+    refuse_callers_transaction,
+    run_again_after_lost_races,
+)
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED, ReleaseResult
 from django_dlock.rules.claim import Claim
-from django_dlock.transactions import refuse_callers_transaction, run_again_after_lost_races
 
 # InnoDB's "Deadlock found when trying to get lock; try restarting transaction".
 ER_LOCK_DEADLOCK = 1213

@@ -26,10 +26,10 @@ from django_dlock.backends.postgresql.wake import (
 )
 from django_dlock.backends.queue import NO_TICKET
 from django_dlock.backends.results import LockRow, Released, Renewed, Taken
+from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED, SHARED_HOLDERS, ReleaseResult
 from django_dlock.rules.claim import Claim
-from django_dlock.transactions import in_lock_transaction, refuse_callers_transaction
 
 _T = TypeVar("_T")
 

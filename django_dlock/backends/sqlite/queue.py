@@ -9,12 +9,12 @@ from typing import TypeVar
 from django.db import transaction
 
 from django_dlock.backends.queue import QueueRow, WaiterQueue
+from django_dlock.backends.transactions import in_lock_transaction
 from django_dlock.django_private import atomic_depth, compile_expression
 from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
 from django_dlock.rules.predicates import HELD
-from django_dlock.transactions import in_lock_transaction
 
 _T = TypeVar("_T")
 

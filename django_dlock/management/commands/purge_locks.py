@@ -9,7 +9,6 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_dlock.backends.purge import purgeable_q
 from django_dlock.cli import arguments
 from django_dlock.conf import conf
 from django_dlock.exceptions import LockTransactionError
@@ -126,7 +125,7 @@ class Command(BaseCommand):
 
     def _count(self, *, older_than: float, prefix: str) -> int:
         # What the purge would delete: not a row whose lock-delay still runs.
-        locks = DistributedLock.objects.using(conf.DATABASE).filter(purgeable_q(older_than))
+        locks = DistributedLock.objects.using(conf.DATABASE).purgeable(older_than)
         if prefix:
             locks = locks.with_resource_prefix(prefix)
         return locks.count()
