@@ -31,6 +31,7 @@ from django_dlock.rules import (
     duration_of,
     new_owner_token,
 )
+from django_dlock.rules.claim import claim_for
 from django_dlock.rules.clock import DatabaseNow, time_left
 from django_dlock.rules.predicates import DELAY_END, DELAY_RUNS
 from django_dlock.service import LockService, service_of
@@ -181,8 +182,15 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         validate_resource(resource)
         owner = new_owner_token() if owner is None else validate_owner(owner)
         service = self._service()
-        claim = service.claim(
-            resource, owner, ttl, reentrant, shared, limit, label, lock_delay=lock_delay
+        claim = claim_for(
+            resource,
+            owner,
+            ttl,
+            reentrant=reentrant,
+            shared=shared,
+            limit=limit,
+            label=label,
+            lock_delay=lock_delay,
         )
         hold = service.take(claim)
         if hold is None:

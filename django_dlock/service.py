@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from django.apps import apps
 from django.db import models
+from django.dispatch import Signal
 
 from django_dlock import signals
 from django_dlock.backends import backend_for
@@ -27,21 +28,16 @@ from django_dlock.backends.results import LockRow
 from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockKindMismatch
-from django_dlock.kinds import LockKind
 from django_dlock.rules import (
     EXCLUSIVE,
     SHARED,
     SHARED_HOLDERS,
     Hold,
     ReleaseResult,
-    duration_of,
     kind_of,
 )
-from django_dlock.rules.claim import Claim
+from django_dlock.rules.claim import Claim, claim_for
 from django_dlock.validators import (
-    validate_label,
-    validate_lock_delay,
-    validate_priority,
     validate_resource,
 )
 
@@ -85,39 +81,6 @@ class LockService(Generic[_Lock]):
         this alias (lock rows written in it would be invisible to others)."""
         refuse_callers_transaction(self.using)
 
-    def claim(
-        self,
-        resource: str,
-        owner: str,
-        ttl: float | None,
-        reentrant: bool = False,
-        shared: bool = False,
-        limit: int | None = None,
-        label: str = "",
-        ticket: int | None = None,
-        held_token: int | None = None,
-        lock_delay: float | timedelta | None = None,
-        priority: int = 0,
-    ) -> Claim:
-        """What an acquisition of ``resource`` by ``owner`` asks for (the
-        arguments not yet checked are checked here)."""
-        kind = LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant)
-        exclusive = not kind.shared and kind.limit is None
-        delay = 0.0 if lock_delay is None else validate_lock_delay(lock_delay, exclusive=exclusive)
-        return Claim(
-            resource=resource,
-            owner=owner,
-            duration=duration_of(ttl),
-            shared=kind.shared,
-            limit=kind.limit,
-            reentrant=kind.reentrant,
-            label=validate_label(label),
-            ticket=ticket,
-            held_token=held_token,
-            lock_delay=timedelta(seconds=delay) if delay else None,
-            priority=validate_priority(priority),
-        )
-
     def claims(
         self,
         resources: Sequence[str | tuple[str, str]],
@@ -134,23 +97,23 @@ class LockService(Generic[_Lock]):
                 raise InvalidArgument(
                     f"A mode must be {EXCLUSIVE!r} or {SHARED!r}, not {mode!r}.", code="mode"
                 )
-            claims.append(self.claim(resource, owner, ttl, shared=mode == SHARED, label=label))
+            claims.append(claim_for(resource, owner, ttl, shared=mode == SHARED, label=label))
         if not claims or len({claim.resource for claim in claims}) != len(claims):
             raise InvalidArgument("Name each resource once, and at least one.", code="resources")
         return claims
 
-    def take(self, claim: Claim) -> Hold | None:
+    def take(self, claim: Claim, *, instance: bool = True) -> Hold | None:
         """The acquisition ``claim`` (checked already), with its signals: the
         hold, or ``None``; once admitted, the waiter of ``claim.ticket`` (if
-        any) leaves its queue in the same transaction."""
+        any) leaves its queue in the same transaction. ``instance=False``: the
+        hold as the row the backend answered, where the caller only reads it
+        (``lock()``), unless a signal's receiver is to get the model instance."""
         taken = self._backend().take(claim)
         if taken.mismatch is not None:
             raise mismatch(claim, taken.mismatch)
         if taken.row is None:
             return None
-        hold = self.instance(taken.row)
-        self.announce(taken.row, hold, taken.previous_owner, taken.renewed)
-        return hold
+        return self.announce(taken.row, taken.previous_owner, taken.renewed, instance=instance)
 
     def take_all(self, claims: list[Claim]) -> list[Hold] | None:
         """``acquire_all()`` of checked claims."""
@@ -162,9 +125,7 @@ class LockService(Generic[_Lock]):
             if one.mismatch is not None:
                 raise mismatch(claim, one.mismatch)
             assert one.row is not None  # noqa: S101 - take_all() takes all or none
-            hold = self.instance(one.row)
-            self.announce(one.row, hold, one.previous_owner, one.renewed)
-            holds.append(hold)
+            holds.append(self.announce(one.row, one.previous_owner, one.renewed))
         return holds
 
     def accept_handover(
@@ -174,32 +135,49 @@ class LockService(Generic[_Lock]):
         ticket: int,
         duration: timedelta,
         lock_delay: timedelta | None = None,
+        *,
+        instance: bool = True,
     ) -> Hold | None:
         """The lock, for ``duration`` from now (with ``lock_delay``), if a release
         handed it to the waiter of ``ticket`` (``BackendFeatures.grants_on_release``)
-        and the offer still stands; announced as acquired."""
+        and the offer still stands; announced as acquired (``instance``: as ``take``)."""
         row = self._backend().granted(resource, owner, ticket, duration, lock_delay)
         if row is None:
             return None
-        hold = self.instance(row)
-        self.announce(row, hold, previous_owner="", renewed=False)
-        return hold
+        return self.announce(row, previous_owner="", renewed=False, instance=instance)
 
-    def announce(self, row: LockRow, hold: Hold, previous_owner: str | None, renewed: bool) -> None:
+    def announce(
+        self, row: LockRow, previous_owner: str | None, renewed: bool, *, instance: bool = True
+    ) -> Hold:
         """The signals of an acquisition (``previous_owner``: the resource row's
-        owner before; an expired lock of another owner was taken over). They go
-        out after the commit, so that a receiver sees the lock as others do, and
-        one that raises cannot undo it."""
+        owner before; an expired lock of another owner was taken over), and the
+        hold: the model instance of ``row`` where the caller or a receiver gets
+        one, else ``row`` itself. They go out after the commit, so that a
+        receiver sees the lock as others do, and one that raises cannot undo it."""
+        if renewed:
+            sent: tuple[Signal, ...] = (signals.lock_renewed,)
+            taken_over_from = None
+        else:
+            taken_over = previous_owner not in (None, "", SHARED_HOLDERS, row.owner)
+            taken_over_from = previous_owner if taken_over else None
+            sent = (signals.lock_acquired,)
+            if taken_over_from is not None:
+                sent = (signals.lock_taken_over, signals.lock_acquired)
+        heard = any(signal.has_listeners(self.model) for signal in sent)
+        if not (instance or heard):
+            return row
+        hold = self.instance(row)
         if renewed:
             signals.lock_renewed.send(sender=self.model, lock=hold)
-            return
-        taken_over = previous_owner not in (None, "", SHARED_HOLDERS, row.owner)
-        taken_over_from = previous_owner if taken_over else None
-        if taken_over_from is not None:
-            signals.lock_taken_over.send(
-                sender=self.model, lock=hold, previous_owner=taken_over_from
+        else:
+            if taken_over_from is not None:
+                signals.lock_taken_over.send(
+                    sender=self.model, lock=hold, previous_owner=taken_over_from
+                )
+            signals.lock_acquired.send(
+                sender=self.model, lock=hold, taken_over_from=taken_over_from
             )
-        signals.lock_acquired.send(sender=self.model, lock=hold, taken_over_from=taken_over_from)
+        return hold
 
     def release(self, resource: str, owner: str, mode: str | None = None) -> ReleaseResult:
         """``owner``'s release of its hold on ``resource`` (both checked

@@ -15,8 +15,8 @@ from django.db import OperationalError, connection
 
 from django_dlock.backends import backend_for
 from django_dlock.models import DistributedLock, FencingFloor, ReleaseResult
+from django_dlock.rules.claim import claim_for
 from django_dlock.rules.clock import database_now
-from django_dlock.service import service_for
 from tests import workers_mysql
 from tests.utils import database_settings, run_in_processes, run_in_thread, spawn
 
@@ -285,10 +285,10 @@ def test_the_one_row_update_keeps_what_it_read_not_what_the_session_had() -> Non
         assert cursor.fetchone() == (held.pk, "a", 1)
         cursor.execute("SET @dlock_id = -1, @dlock_before = 'stale', @dlock_now = NULL")
     backend = backend_for("default")
-    taken = backend.take(service_for().claim("fresh:1", "b", 30))
+    taken = backend.take(claim_for("fresh:1", "b", 30))
     assert taken.row is None and taken.previous_owner == "a"
     Locks.release("fresh:1", owner="a")
-    taken = backend.take(service_for().claim("fresh:1", "b", 30))
+    taken = backend.take(claim_for("fresh:1", "b", 30))
     assert taken.row is not None and taken.previous_owner == ""
     assert (taken.row.pk, taken.row.fencing_token) == (held.pk, held.fencing_token + 1)
     assert taken.row.now is not None and taken.row.expires_at > taken.row.now

@@ -18,8 +18,7 @@ from django_dlock import LockExpired, LockNotAcquired, lock
 from django_dlock.backends import backend_for
 from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
-from django_dlock.rules.claim import Claim
-from django_dlock.service import service_for
+from django_dlock.rules.claim import Claim, claim_for
 from tests import workers_torture
 from tests.utils import (
     database_settings,
@@ -204,7 +203,7 @@ def test_a_waiter_whose_handed_lock_was_force_released_queues_again() -> None:
     if not backend_for("default").features.grants_on_release:
         pytest.skip("this database's releases do not hand the lock over")
     Locks.acquire("host:8", "holder", ttl=60)
-    wait = Wait(service_for().claim("host:8", "head", 30), 10, "default")
+    wait = Wait(claim_for("host:8", "head", 30), 10, "default")
     try:
         assert isinstance(wait.step(), float)  # queued behind the holder
         Locks.release("host:8", "holder")

@@ -34,7 +34,7 @@ from django_dlock.locking.backoff import LISTENING_LOOKS
 from django_dlock.locking.queue import QueueState
 from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
-from django_dlock.service import service_for
+from django_dlock.rules.claim import claim_for
 from django_dlock.signals import lock_acquired, lock_released, lock_renewed
 from tests.pgbouncer import pgbouncer
 from tests.utils import database_settings, run_in_processes, spawn, wait_for
@@ -247,9 +247,7 @@ def test_a_waiter_whose_waiters_ahead_left_unseen_looks_again_soon_after_queuing
     # queued and saw both.
     settings.DLOCK_BACKOFF_MAX = 5  # a timed look every 20 s
     Locks.acquire("listen:10", "holder", ttl=60)
-    ahead = backend_for("default").queue.enqueue_waiter(
-        service_for().claim("listen:10", "ahead", 60), 60
-    )[0]
+    ahead = backend_for("default").queue.enqueue_waiter(claim_for("listen:10", "ahead", 60), 60)[0]
 
     def leave_and_free(queued: Any) -> None:
         assert queued[1].ahead == 1  # behind the one ahead, which leaves now
@@ -413,7 +411,7 @@ def test_on_sqlite_a_release_hands_the_lock_to_a_listening_head() -> None:
     assert held is not None
 
     def queue(owner: str, channel: str = "dlock_spy", ttl: float | None = 30) -> int:
-        claim = service_for().claim("host:4", owner, ttl or 30)
+        claim = claim_for("host:4", owner, ttl or 30)
         if ttl is None:  # a waiter of the previous version: no ttl in its ticket
             ticket = backend.queue.enqueue_waiter(claim, 60, channel=channel)[0]
             LockWaiter.objects.filter(pk=ticket).update(ttl=None)
@@ -468,7 +466,7 @@ def test_a_wait_that_ends_as_the_lock_is_handed_to_it_gives_it_back() -> None:
     lock_acquired.connect(acquired)
     lock_released.connect(released)
     try:
-        wait = Wait(service_for().claim("host:5", "late", 30), 10, "default")
+        wait = Wait(claim_for("host:5", "late", 30), 10, "default")
         assert isinstance(wait.step(), float)  # queued behind the holder
         Locks.release("host:5", "holder")
         assert DistributedLock.objects.get(resource="host:5").owner == "late"

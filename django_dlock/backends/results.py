@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django_dlock.rules import ReleaseResult
+from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, ReleaseResult
 from django_dlock.rules.predicates import HELD, HELD_BY_SHARED, delay_end
 
 __all__ = ["LockRow", "Released", "Renewed", "Taken"]
@@ -61,6 +61,11 @@ class LockRow:
         its lock-delay still ran at ``now`` (``predicates.DELAY_RUNS``); else
         None (held, or free)."""
         return delay_end(self)
+
+    @property
+    def mode(self) -> str:
+        """The hold's mode, as its model instance says it (``Hold.mode``)."""
+        return SHARED if self.shared or self.owner == SHARED_HOLDERS else EXCLUSIVE
 
     @property
     def held_by_shared(self) -> bool:

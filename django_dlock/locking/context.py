@@ -13,6 +13,7 @@ import functools
 import inspect
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
@@ -41,7 +42,7 @@ from django_dlock.locking.waiting import Wait, refusal
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold, ReleaseResult, new_owner_token
-from django_dlock.rules.claim import Claim
+from django_dlock.rules.claim import Claim, claim_for
 from django_dlock.service import service_for
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import (
@@ -146,6 +147,7 @@ class lock:
         self.label = label
         self.on_lost = on_lost
         self._entered: list[Entered | HeldLocks] = []
+        self._claimed: Claim | None = None
         self.min_hold = validate_min_hold(min_hold, several=self.items is not None)
         exclusive = self.items is None and not shared and limit is None
         self.lock_delay = (
@@ -337,23 +339,27 @@ class lock:
         )
 
     def _claim(self, owner: str, held_token: int | None = None) -> Claim:
-        return service_for(self.using).claim(
-            self.resource,
-            owner,
-            self.ttl,
-            reentrant=self.reentrant,
-            shared=self.shared,
-            limit=self.limit,
-            label=self.label,
-            held_token=held_token,
-            lock_delay=self.lock_delay,
-            priority=self.priority,
-        )
+        """This lock()'s claim for ``owner``: made (and its arguments checked)
+        once, on the first acquisition; each one after changes only the owner
+        and the grant it re-enters."""
+        if self._claimed is None:
+            self._claimed = claim_for(
+                self.resource,
+                owner,
+                self.ttl,
+                reentrant=self.reentrant,
+                shared=self.shared,
+                limit=self.limit,
+                label=self.label,
+                lock_delay=self.lock_delay,
+                priority=self.priority,
+            )
+        return replace(self._claimed, owner=owner, held_token=held_token)
 
     def _take(self, owner: str, held_token: int | None = None) -> Hold | None:
         """One non-blocking acquisition; with ``held_token``, a re-entry of that grant."""
         claim = self._claim(owner, held_token)
-        hold = service_for(self.using).take(claim)
+        hold = service_for(self.using).take(claim, instance=False)
         if hold is None:
             signals.send_refused(DistributedLock, claim)
         return hold

@@ -15,6 +15,7 @@ from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
 from django_dlock.locking.renewal import RenewalFailure, renew_lock
 from django_dlock.models import DistributedLock
 from django_dlock.rules import EXCLUSIVE, SHARED, Hold, ReleaseResult
+from django_dlock.rules.claim import claim_for
 from django_dlock.service import service_for
 from django_dlock.threads import run_in_lock_thread
 
@@ -170,7 +171,7 @@ class LockHandle:
         service = service_for(self.using)
         manager = DistributedLock.objects.db_manager(self.using)
         # Of this grant only: one that was lost is not replaced by a new one.
-        claim = service.claim(
+        claim = claim_for(
             self.resource, self.owner, ttl, shared=shared, held_token=self.fencing_token
         )
         hold = service.take(claim)

@@ -249,7 +249,7 @@ class Wait:
         self.tries += 1
         self.started = time.monotonic()
         leaving = self.ticket if queued else None
-        acquired = service_for(self.using).take(replace(self.claim, ticket=leaving))
+        acquired = service_for(self.using).take(replace(self.claim, ticket=leaving), instance=False)
         if acquired is not None and leaving is not None:
             self.ticket = None
         return acquired
@@ -275,7 +275,7 @@ class Wait:
         if not (self.queue.grants_on_release and self.claim.exclusive) or duration is None:
             return None
         return service_for(self.using).accept_handover(
-            self.resource, self.owner, ticket, duration, self.claim.lock_delay
+            self.resource, self.owner, ticket, duration, self.claim.lock_delay, instance=False
         )
 
     def _give_back(self, ticket: int) -> None:

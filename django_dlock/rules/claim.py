@@ -6,7 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-__all__ = ["Claim"]
+from django_dlock.kinds import LockKind
+from django_dlock.rules import duration_of
+from django_dlock.validators import validate_label, validate_lock_delay, validate_priority
+
+__all__ = ["Claim", "claim_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,3 +45,37 @@ class Claim:
         queued waiter's (``lock()`` re-enters without queuing, so a waiter that
         finds the lock its own was handed it by a release as it looked)."""
         return self.reentrant and self.ticket is None
+
+
+def claim_for(
+    resource: str,
+    owner: str,
+    ttl: float | None,
+    *,
+    reentrant: bool = False,
+    shared: bool = False,
+    limit: int | None = None,
+    label: str = "",
+    held_token: int | None = None,
+    lock_delay: float | timedelta | None = None,
+    priority: int = 0,
+) -> Claim:
+    """What an acquisition of ``resource`` by ``owner`` (both checked by the
+    caller) asks for, each other argument checked here, once: ``InvalidArgument``
+    for a bad one. ``lock()`` makes its claim once and only changes the owner
+    and the re-entered grant of it for each acquisition."""
+    kind = LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant)
+    exclusive = not kind.shared and kind.limit is None
+    delay = 0.0 if lock_delay is None else validate_lock_delay(lock_delay, exclusive=exclusive)
+    return Claim(
+        resource=resource,
+        owner=owner,
+        duration=duration_of(ttl),
+        shared=kind.shared,
+        limit=kind.limit,
+        reentrant=kind.reentrant,
+        label=validate_label(label),
+        held_token=held_token,
+        lock_delay=timedelta(seconds=delay) if delay else None,
+        priority=validate_priority(priority),
+    )
