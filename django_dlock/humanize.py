@@ -11,7 +11,10 @@ from datetime import datetime
 from django.utils.translation import gettext
 
 from django_dlock.backends.clock import time_left
-from django_dlock.rules import SHARED
+
+# ``rules.SHARED``: ``exceptions`` words its messages here, and ``rules``
+# imports ``exceptions`` (through ``validators``), so this module does not.
+SHARED = "shared"
 
 ACTIVE = "active"
 # Expired or force-released while its holder's lock-delay runs: refused to
