@@ -46,3 +46,11 @@ def test_only_the_admin_imports_the_admin() -> None:
     outside = [name for name in graph if not name.startswith("django_dlock.admin")]
     for name in outside:
         assert not {m for m in graph[name] if m.startswith("django_dlock.admin")}, name
+
+
+def test_the_version_is_the_installed_packages() -> None:
+    # pyproject.toml is the one place that states it; the package reads its metadata.
+    from importlib.metadata import version
+
+    assert django_dlock.__version__ == version("django-dlock")
+    assert django_dlock.__version__.count(".") >= 2
