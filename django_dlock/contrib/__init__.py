@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+
 
 def extra_missing(error: ModuleNotFoundError, package: str, module: str, install: str) -> Exception:
     """What the import of ``module`` raises for ``error``: a ``ModuleNotFoundError``
@@ -13,3 +16,12 @@ def extra_missing(error: ModuleNotFoundError, package: str, module: str, install
     return ModuleNotFoundError(
         f"{module} needs {package}, which is not installed: {install}", name=missing
     )
+
+
+def import_extra(package: str, module: str, install: str) -> ModuleType:
+    """``package``, imported for ``module``; where it is not installed, the
+    ``ModuleNotFoundError`` of ``extra_missing``."""
+    try:
+        return importlib.import_module(package)
+    except ModuleNotFoundError as error:
+        raise extra_missing(error, package, module, install) from None

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from django_dlock.contrib import extra_missing
+from django_dlock.contrib import import_extra
 from django_dlock.contrib.task_locks import (
     FENCING_TOKEN_ARG,
     HANDLE_ARG,
@@ -88,12 +88,7 @@ def task_framework() -> ModuleType:
     try:
         return importlib.import_module("django.tasks")
     except ImportError:
-        pass
-    try:
-        return importlib.import_module("django_tasks")
-    except ModuleNotFoundError as error:
-        install = "pip install django-tasks (the backport of Django 6.0's django.tasks)"
-        raise extra_missing(error, "django_tasks", __name__, install) from None
+        return import_extra("django_tasks", __name__, "pip install django-tasks (or Django 6)")
 
 
 # The result of the task that runs now in this thread, from the framework's
