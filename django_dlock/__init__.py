@@ -44,6 +44,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # The version is stated once, in pyproject.toml; the installed
+        # package's metadata carries it. Read when asked, not at each import.
+        from importlib.metadata import version
+
+        return version("django-dlock")
     # `lock` needs the models, which cannot be imported before the app registry
     # is ready; importing it lazily keeps `import django_dlock` safe in settings.
     if name == "lock":

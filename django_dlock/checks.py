@@ -15,8 +15,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
 
 from django_dlock.backends import BACKENDS, backend_for
-from django_dlock.backends.checks import is_seconds
-from django_dlock.conf import Settings, conf
+from django_dlock.conf import Settings, conf, is_seconds
 from django_dlock.contrib.labels import group_function
 from django_dlock.exceptions import InvalidArgument
 from django_dlock.throttles.parsing import parse_rate
@@ -38,7 +37,7 @@ def check_settings(
 ) -> list[CheckMessage]:
     """Validate every ``DLOCK_*`` setting."""
     errors: list[CheckMessage] = []
-    default_ttl, max_ttl = conf.DEFAULT_TTL, conf.MAX_TTL
+    default_ttl, max_ttl = conf.default_ttl_as_set(), conf.MAX_TTL
     if not is_seconds(default_ttl):
         errors.append(
             _not_seconds("DLOCK_DEFAULT_TTL", default_ttl, "60", check_id="django_dlock.E001")
@@ -52,7 +51,7 @@ def check_settings(
                 id="django_dlock.E002",
             )
         )
-    if not errors and default_ttl > max_ttl:
+    if not errors and is_seconds(default_ttl) and default_ttl > max_ttl:
         errors.append(
             Error(
                 f"DLOCK_DEFAULT_TTL ({default_ttl!r}) is larger than DLOCK_MAX_TTL ({max_ttl!r}).",
@@ -64,15 +63,15 @@ def check_settings(
     errors.extend(_check_resource_group())
     errors.extend(_check_resource_groups())
     errors.extend(_check_throttle_rates())
-    known = {
+    known = [
         f"DLOCK_{name}" for name, value in vars(Settings).items() if isinstance(value, property)
-    }
+    ]
     for name in sorted(n for n in dir(settings) if n.startswith("DLOCK_") and n not in known):
-        close = difflib.get_close_matches(name, known, n=1)
+        meant = _meant(name, known)
         errors.append(
             Warning(
                 f"{name} is not a django-dlock setting; it has no effect.",
-                hint=f"Did you mean {close[0]}?" if close else "See the README's Settings.",
+                hint=f"Did you mean {meant}?" if meant else "See the README's Settings.",
                 id="django_dlock.W004",
             )
         )
@@ -85,6 +84,19 @@ def check_settings(
             )
         )
     return errors
+
+
+def _meant(name: str, known: Sequence[str]) -> str | None:
+    """The setting that ``name`` probably meant: the first of ``known``, in the
+    order ``Settings`` declares them, whose words include each of its words (as
+    DLOCK_DEFAULT_TTL for DLOCK_TTL, which the closest spelling would take for
+    DLOCK_MAX_TTL); else the closest spelling."""
+    words = set(name.split("_")[1:])
+    for setting in known:
+        if words <= set(setting.split("_")[1:]):
+            return setting
+    close = difflib.get_close_matches(name, known, n=1)
+    return close[0] if close else None
 
 
 def _check_backoff() -> list[CheckMessage]:

@@ -4,13 +4,25 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeGuard, TypeVar, cast
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
 _T = TypeVar("_T")
+
+
+def is_seconds(value: object) -> TypeGuard[int | float]:
+    """Whether a setting's ``value`` is a number of seconds greater than 0 (a bool is not)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
 
 
 class Settings:
@@ -39,7 +51,25 @@ class Settings:
 
     @property
     def DEFAULT_TTL(self) -> float:
-        """Seconds a lock lives when the caller names no ttl."""
+        """Seconds a lock lives when the caller names no ttl. Raises
+        ``ImproperlyConfigured`` naming the setting when it is no such number:
+        the caller, who named no ttl, is not at fault."""
+        value = self.default_ttl_as_set()
+        if not is_seconds(value):
+            raise ImproperlyConfigured(
+                f"DLOCK_DEFAULT_TTL must be a number of seconds greater than 0, not "
+                f"{value!r} (manage.py check: django_dlock.E001)."
+            )
+        if is_seconds(self.MAX_TTL) and value > self.MAX_TTL:
+            raise ImproperlyConfigured(
+                f"DLOCK_DEFAULT_TTL ({value!r}) is larger than DLOCK_MAX_TTL "
+                f"({self.MAX_TTL!r}) (manage.py check: django_dlock.E003)."
+            )
+        return value
+
+    def default_ttl_as_set(self) -> object:
+        """``DLOCK_DEFAULT_TTL`` as the project set it, unchecked: for ``checks``,
+        which reports what is wrong with it."""
         return self._setting("DEFAULT_TTL", 60)
 
     @property

@@ -69,10 +69,16 @@ class Throttled(DlockError):
         self.key = key
         self.rate = rate
         self.retry_after = retry_after
+        # Imported here: ``import django_dlock`` (this module) stays safe in a
+        # settings file, before the database layer can be imported.
+        from django_dlock.humanize import duration_in_words
+
+        # In the admin's words ("in 59 min"). Less than a second reads as one:
+        # rounded down it would say "in 0 s" of a use that is still refused.
+        wait = duration_in_words(max(retry_after.total_seconds(), 1))
         super().__init__(
-            f"Throttled: {key!r} was used {rate.limit} time(s) within the last "
-            f"{rate.period_text}, as many as the rate {rate} allows; the next use is "
-            f"allowed in {retry_after.total_seconds():.3f} s."
+            f"{key!r} was used {rate.limit} time(s) within the last {rate.period_text}, "
+            f"as many as the rate {rate} allows; the next use is allowed in {wait}."
         )
 
     def __reduce__(self) -> tuple[type[Throttled], tuple[str, Rate, timedelta]]:
@@ -92,3 +98,9 @@ class InvalidArgument(ValidationError, ValueError):
     a ``ValueError``, Python's error for a bad argument value, so that code
     catching either catches every one of them.
     """
+
+    def __str__(self) -> str:
+        # ValidationError prints the repr of its list of messages (['A ttl must
+        # ...']), made for a form's errors; this one is raised, logged and shown
+        # in tracebacks, where its sentence is what a reader needs.
+        return " ".join(self.messages)

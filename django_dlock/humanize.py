@@ -10,8 +10,11 @@ from datetime import datetime
 
 from django.utils.translation import gettext
 
-from django_dlock.rules import SHARED
 from django_dlock.rules.clock import time_left
+
+# ``rules.SHARED``: ``exceptions`` words its messages here, and ``rules``
+# imports ``exceptions`` (through ``validators``), so this module does not.
+SHARED = "shared"
 
 ACTIVE = "active"
 # Expired or force-released while its holder's lock-delay runs: refused to

@@ -168,6 +168,15 @@ def resource_character_class() -> str:
     )
 
 
+def resource_pattern(*, least: int = 1) -> str:
+    """The OpenAPI pattern of a resource name, and of what obeys its rules (a
+    throttle key; a prefix, with ``least=0``): anchored, with the lengths in
+    it. A schema's pattern matches anywhere in a value unless anchored, and
+    tools that fold a ``maxLength`` into a pattern write its characters
+    outside the class; so the length is the pattern's only."""
+    return f"^{resource_character_class()}{{{least},{MAX_LENGTH}}}$"
+
+
 @cache
 def label_character_class() -> str:
     """A regular expression class (``[^...]``) of the characters a label may

@@ -35,6 +35,7 @@ __all__ = [
     "WaitForGraph",
     "WaitingWhileHolding",
     "deadlock_in_words",
+    "queue_head",
     "waiting_while_holding",
     "wait_for_graph",
     "waiting_holders",
@@ -200,21 +201,28 @@ def deadlock_in_words(cycle: Sequence[QueuedWaiter]) -> str:
     )
 
 
-def _node(resource: str, *, using: str, holding: Sequence[QueuedWaiter], shown: int) -> Node:
+def queue_head(resource: str, *, using: str, shown: int) -> tuple[list[LockWaiter], int]:
+    """The first ``shown`` live waiters of ``resource`` in queue order (their
+    tickets carry their owners: for the caller to keep to itself), and how many
+    more wait behind them."""
     queue = LockWaiter.objects.using(using).live().filter(resource=resource).order_by("pk")
-    rows = list(queue.values_list("pk", "label", "holding")[: shown + 1])
+    rows = list(queue[: shown + 1])
     more = queue.count() - shown if len(rows) > shown else 0
-    rows = rows[:shown]
-    claims = {ticket: holding_of(held) for ticket, _, held in rows}
+    return rows[:shown], more
+
+
+def _node(resource: str, *, using: str, holding: Sequence[QueuedWaiter], shown: int) -> Node:
+    rows, more = queue_head(resource, using=using, shown=shown)
+    claims = {row.pk: holding_of(row.holding) for row in rows}
     valid = valid_holds(using, (pair for pairs in claims.values() for pair in pairs))
     waiters = tuple(
         GraphWaiter(
             position=position,
-            ticket=ticket,
-            label=label,
-            holding=tuple(HeldLock(pair[0], pair in valid) for pair in claims[ticket]),
+            ticket=row.pk,
+            label=row.label,
+            holding=tuple(HeldLock(pair[0], pair in valid) for pair in claims[row.pk]),
         )
-        for position, (ticket, label, _) in enumerate(rows, start=1)
+        for position, row in enumerate(rows, start=1)
     )
     holders = tuple(waiting_holders(resource, using=using, holding=holding))
     return Node(resource=resource, holders=holders, waiters=waiters, more_waiters=more)

@@ -3,7 +3,9 @@ that DATABASE_URL names (postgres://user:password@host:port/name, or mysql://...
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from importlib.metadata import version
 from pathlib import Path
 
 import dj_database_url
@@ -41,9 +43,11 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_dlock",
     "django_dlock.api",
-    # Prometheus metrics of the locks, served at /metrics (urls.py).
-    "django_dlock.contrib.prometheus.PrometheusMetrics",
 ]
+# Prometheus metrics of the locks, served at /metrics (urls.py), with the `prometheus`
+# extra: the `api` extra alone is enough to run the example.
+if importlib.util.find_spec("prometheus_client") is not None:
+    INSTALLED_APPS.append("django_dlock.contrib.prometheus.PrometheusMetrics")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -100,7 +104,8 @@ DLOCK_API_PERMISSION_CLASSES = ["rest_framework.permissions.IsAuthenticated"]
 SPECTACULAR_SETTINGS = {
     "TITLE": "django-dlock example",
     "DESCRIPTION": "Distributed locks kept in the database.",
-    "VERSION": "0.1.0",
+    # The installed package's, so the page never says another release.
+    "VERSION": version("django-dlock"),
     # The schema describes the lock API, not the view that serves the schema.
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",

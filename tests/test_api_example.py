@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -44,3 +48,54 @@ def test_options_describes_the_api_in_plain_text(path: str) -> None:
     description = response.json()["description"]
     assert description.startswith("Distributed locks:")
     assert "``" not in description and "\n" not in description
+
+
+def test_the_swagger_page_says_the_packages_version() -> None:
+    from importlib.metadata import version
+
+    output = run_in_example_project(
+        """
+        import json
+        from django.conf import settings
+        print(json.dumps(settings.SPECTACULAR_SETTINGS["VERSION"]))
+        """
+    )
+    assert output.strip() == f'"{version("django-dlock")}"'
+
+
+# The example project where prometheus_client is not installed: None in sys.modules makes
+# find_spec() answer None and an import raise ModuleNotFoundError, as an absent package does.
+WITHOUT = """
+import sys
+sys.modules["prometheus_client"] = None
+"""
+
+
+def test_the_example_runs_without_prometheus_client(tmp_path: Path) -> None:
+    # The `api` extra alone is enough to start it: the metrics come with the `prometheus` one.
+    script = WITHOUT + textwrap.dedent(
+        """
+        import django, os
+        os.environ["DJANGO_SETTINGS_MODULE"] = "example_project.settings"
+        django.setup()
+        from django.core.management import call_command
+        from django.test import Client
+        from django.test.utils import setup_test_environment
+        setup_test_environment()
+        call_command("check")
+        call_command("migrate", verbosity=0)
+        client = Client()
+        print(client.get("/").status_code, client.get("/metrics").status_code)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == ["200", "404"]

@@ -5,6 +5,7 @@ with a Swagger UI page whose assets ship with the install."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,59 @@ def test_the_label_pattern_refuses_what_the_label_rule_refuses() -> None:
     assert pattern.fullmatch("x" * 255) and not pattern.fullmatch("x" * 256)
     for refused in ("\u202eevil", "job\u200b", "a\nb", "a\u2028b"):
         assert not pattern.fullmatch(refused), refused
+
+
+def _patterns(node: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """Every ``pattern`` of the schema, with where it is."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "pattern" and isinstance(value, str):
+                yield where, value
+            else:
+                yield from _patterns(value, f"{where}/{key}")
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _patterns(value, f"{where}/{index}")
+
+
+def _parameter_pattern(schema: dict[str, Any], path: str, name: str) -> str:
+    item = schema["paths"][path]
+    operations = [item, *(o for o in item.values() if isinstance(o, dict))]
+    [pattern] = {
+        parameter["schema"]["pattern"]
+        for operation in operations
+        for parameter in operation.get("parameters", [])
+        if parameter["name"] == name
+    }
+    return str(pattern)
+
+
+def test_every_pattern_compiles_and_agrees_with_the_validator_of_its_name() -> None:
+    # A JSON Schema pattern matches anywhere in the value unless anchored: one that allows what
+    # the server refuses sends clients (and schemathesis) requests that answer 400.
+    from django.core.exceptions import ValidationError
+
+    from django_dlock.validators import validate_resource, validate_throttle_key
+
+    schema = served_schema()
+    found = list(_patterns(schema))
+    assert found
+    for where, pattern in found:
+        assert pattern.startswith("^") and pattern.endswith("$"), where
+        re.compile(pattern)
+    resource = _parameter_pattern(schema, "/api/locks/{resource}", "resource")
+    key = _parameter_pattern(schema, "/api/throttles/{key}", "key")
+    names = ["job:42", "billing.nightly", "x" * 255, "\u03a9mega", "\U0001f512", "a b"]
+    names += ["a/b", "", "x" * 256, "a\tb", "job\u200b", "a\nb", "\u202eevil", " lead"]
+    for pattern, check in ((resource, validate_resource), (key, validate_throttle_key)):
+        for name in names:
+            try:
+                check(name)
+            except ValidationError:
+                valid = False
+            else:
+                valid = True
+            assert bool(re.search(pattern, name)) == valid, (check.__name__, name)
 
 
 def test_acquire_and_renew_link_to_the_calls_that_use_the_lock() -> None:

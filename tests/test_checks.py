@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.db import connections
@@ -40,6 +41,32 @@ def test_max_ttl_must_be_positive_seconds(settings: Any, value: object) -> None:
     assert ids() == ["django_dlock.E002"]
 
 
+@pytest.mark.parametrize("value", ["60", 0, None])
+def test_a_lock_under_a_bad_default_ttl_names_the_setting(settings: Any, value: object) -> None:
+    """The caller named no ttl: the fault is the setting's, which the error names, and which
+    manage.py check reports (E001), not the caller's argument."""
+    from django_dlock import lock
+
+    settings.DLOCK_DEFAULT_TTL = value
+    with pytest.raises(ImproperlyConfigured) as error:
+        lock("x:1")
+    assert "DLOCK_DEFAULT_TTL" in str(error.value)
+    assert repr(value) in str(error.value)
+    assert "django_dlock.E001" in str(error.value)
+    assert ids() == ["django_dlock.E001"]
+    assert lock("x:1", ttl=30).ttl == 30  # a ttl given is the caller's, and fine
+
+
+def test_a_lock_under_a_default_ttl_above_the_max_ttl_names_both_settings(settings: Any) -> None:
+    from django_dlock import lock
+
+    settings.DLOCK_DEFAULT_TTL = 120
+    settings.DLOCK_MAX_TTL = 60
+    with pytest.raises(ImproperlyConfigured, match="DLOCK_DEFAULT_TTL.*DLOCK_MAX_TTL"):
+        lock("x:1")
+    assert ids() == ["django_dlock.E003"]
+
+
 def test_default_ttl_above_max_ttl(settings: Any) -> None:
     settings.DLOCK_DEFAULT_TTL = 120
     settings.DLOCK_MAX_TTL = 60
@@ -51,6 +78,27 @@ def test_a_misspelled_setting_is_reported(settings: Any) -> None:
     messages = check_settings()
     assert [m.id for m in messages] == ["django_dlock.W004"]
     assert messages[0].hint == "Did you mean DLOCK_DEFAULT_TTL?"
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("DLOCK_TTL", "DLOCK_DEFAULT_TTL"),
+        ("DLOCK_DEFAULT_TLL", "DLOCK_DEFAULT_TTL"),
+        ("DLOCK_MAXTTL", "DLOCK_MAX_TTL"),
+        ("DLOCK_THROTTLE_RATE", "DLOCK_THROTTLE_RATES"),
+        ("DLOCK_RATES", "DLOCK_THROTTLE_RATES"),
+        ("DLOCK_BACKOFF", "DLOCK_BACKOFF_BASE"),
+        ("DLOCK_DATABASES", "DLOCK_DATABASE"),
+    ],
+)
+def test_a_misspelled_setting_is_told_the_likeliest_one(
+    settings: Any, typed: str, meant: str
+) -> None:
+    setattr(settings, typed, 30)
+    [message] = check_settings()
+    assert message.id == "django_dlock.W004"
+    assert message.hint == f"Did you mean {meant}?"
 
 
 @pytest.mark.parametrize(

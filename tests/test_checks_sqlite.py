@@ -3,6 +3,7 @@ on a SQLite alias of its own: they run whatever database the suite uses."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -39,6 +40,16 @@ def ids(**kwargs: Any) -> list[str | None]:
 def test_immediate_transactions_and_a_busy_timeout_pass(sqlite_locks: Any) -> None:
     sqlite_locks(OPTIONS=GOOD_OPTIONS)
     assert ids() == []
+
+
+def test_a_new_sqlite_project_gets_the_warnings_the_readme_names(sqlite_locks: Any) -> None:
+    # README's quickstart: a project that keeps Django's SQLite defaults (deferred transactions,
+    # Python's busy timeout of 5 s) is warned of what the README says, no more and no less.
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    sentence = readme[readme.index("`manage.py check` warns") :].split(")", 1)[0]
+    named = {f"django_dlock.{id}" for id in re.findall(r"\b([EW]\d{3})\b", sentence)}
+    sqlite_locks()
+    assert set(ids()) == named == {"django_dlock.W001"}
 
 
 def test_deferred_transactions_and_short_timeout_warn(sqlite_locks: Any) -> None:

@@ -112,6 +112,31 @@ class TestShow:
         assert lines[2] == "waiters: 1"
         assert "owner-secret" not in out
 
+    def test_the_queue_is_listed_in_order_with_owners_only_when_asked(self) -> None:
+        make_lock("job:42", "owner-secret")
+        for owner, label, limit in [("w-1", "nightly", None), ("w-2", "", None), ("w-3", "x", 4)]:
+            LockWaiter.objects.create(
+                resource="job:42",
+                owner=owner,
+                label=label,
+                limit=limit,
+                expires_at=now_plus(timedelta(seconds=60)),
+            )
+
+        lines = dlock("show", "job:42").splitlines()
+
+        start = lines.index("waiters: 3")
+        assert [line.split(",")[0] for line in lines[start + 1 :]] == [
+            "  1. 'nightly'",
+            "  2. ticket " + str(LockWaiter.objects.get(owner="w-2").pk),
+            "  3. 'x'",
+        ]
+        assert "asks for exclusive" in lines[start + 1]
+        assert "asks for semaphore of 4" in lines[start + 3]
+        assert "w-1" not in "\n".join(lines)
+        owners = dlock("show", "job:42", "--show-owners").splitlines()
+        assert owners[start + 1].endswith(", owner w-1")
+
     def test_owner_only_with_show_owners(self) -> None:
         make_lock("job:42", "owner-secret")
 

@@ -25,7 +25,7 @@ from django.db import connection  # noqa: E402
 
 from django_dlock.models import DistributedLock  # noqa: E402
 from tests.task_processes import CeleryWorkers, Redis  # noqa: E402
-from tests.utils import wait_for  # noqa: E402
+from tests.utils import import_without, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -566,3 +566,10 @@ def test_on_duplicate_without_the_enqueue_once_task_class_fails_its_run() -> Non
     result = unmarked.apply((1,))
     assert isinstance(result.result, TypeError)
     assert "base=EnqueueOnce" in str(result.result)
+
+
+def test_without_celery_the_import_names_what_to_install() -> None:
+    # Not a bare "No module named ...": the error says which extra brings the package.
+    error = import_without("django_dlock.contrib.celery", "celery")
+    assert error.startswith("ModuleNotFoundError: "), error
+    assert 'pip install "django-dlock[celery]"' in error, error

@@ -18,6 +18,7 @@ from django_dlock import LockExpired, LockNotAcquired, lock
 from django_dlock.contrib import labels, opentelemetry
 from django_dlock.contrib.opentelemetry import LockTracing
 from django_dlock.models import DistributedLock
+from tests.utils import import_without
 
 pytestmark = pytest.mark.django_db
 
@@ -199,3 +200,10 @@ def test_throttle_uses(exporter: InMemorySpanExporter) -> None:
     assert second[1]["dlock.outcome"] == "refused"
     assert second[1]["dlock.retry_after_seconds"] == refused.retry_after.total_seconds() > 0
     assert granted
+
+
+def test_without_opentelemetry_the_import_names_what_to_install() -> None:
+    # Not a bare "No module named ...": the error says which extra brings the package.
+    error = import_without("django_dlock.contrib.opentelemetry", "opentelemetry")
+    assert error.startswith("ModuleNotFoundError: "), error
+    assert 'pip install "django-dlock[otel]"' in error, error

@@ -21,6 +21,7 @@ from django_dlock.contrib.labels import GROUP_LIMIT, OTHER, resource_group
 from django_dlock.contrib.prometheus import LockMetrics
 from django_dlock.models import DistributedLock
 from tests.test_command_dlock import queue_waiter
+from tests.utils import import_without
 
 pytestmark = pytest.mark.django_db
 
@@ -447,3 +448,10 @@ def test_throttle_uses_by_group_and_outcome(registry: CollectorRegistry) -> None
         ("other", "refused"): None,
     }
     assert "order:1" not in scrape(registry)
+
+
+def test_without_prometheus_the_import_names_what_to_install() -> None:
+    # Not a bare "No module named ...": the error says which extra brings the package.
+    error = import_without("django_dlock.contrib.prometheus", "prometheus_client")
+    assert error.startswith("ModuleNotFoundError: "), error
+    assert 'pip install "django-dlock[prometheus]"' in error, error

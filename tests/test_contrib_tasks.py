@@ -17,7 +17,7 @@ from django.db import transaction
 from django_dlock.exceptions import LockTransactionError
 from django_dlock.models import DistributedLock
 from tests.task_processes import DbWorkers, finished, overlaps
-from tests.utils import wait_for
+from tests.utils import import_without, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -229,3 +229,10 @@ def test_policies_and_attempts_are_checked() -> None:
         locked_task("x", max_attempts=0)
     with pytest.raises(ValueError, match="on_lost"):
         locked_task("x", on_lost="kill")(len)  # type: ignore[arg-type]
+
+
+def test_without_a_tasks_framework_the_import_names_what_to_install() -> None:
+    # Not a bare "No module named ...": the error says which extra brings the package.
+    error = import_without("django_dlock.contrib.tasks", "django_tasks", "django.tasks")
+    assert error.startswith("ModuleNotFoundError: "), error
+    assert "pip install django-tasks" in error, error

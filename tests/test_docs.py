@@ -84,6 +84,36 @@ def test_readme_keeps_the_two_commands_from_a_clone_near_the_top() -> None:
     assert "not the package from PyPI" in clone
 
 
+def test_readme_says_how_to_call_the_examples_api(tmp_path: Path) -> None:
+    # Without a token the example's API answers 401: the README gives the way in, and it works
+    # on the example project as scripts/example.sh leaves it (a superuser admin).
+    pytest.importorskip("rest_framework")
+    from tests.api_utils import run_in_example_project
+
+    clone = section(README, "## From a clone")
+    command = re.search(r"`(?:\.venv/bin/)?python manage\.py (drf_create_token admin)`", clone)
+    curl = re.search(
+        r'`curl -H "Authorization: Token <token>" http://127\.0\.0\.1:8000(/\S+)`', clone
+    )
+    assert command is not None and curl is not None, clone
+    output = run_in_example_project(
+        f"""
+        import io, re
+        from django.contrib.auth.models import User
+        from django.core.management import call_command
+        call_command("migrate", verbosity=0)
+        User.objects.create_superuser("admin", "admin@example.com", "admin")
+        out = io.StringIO()
+        call_command(*{command.group(1).split()!r}, stdout=out)
+        token = re.search(r"Generated token (\\w+)", out.getvalue()).group(1)
+        print(client.get({curl.group(1)!r}).status_code)
+        print(client.get({curl.group(1)!r}, HTTP_AUTHORIZATION="Token " + token).status_code)
+        """,
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+    )
+    assert output.split() == ["401", "200"]
+
+
 def test_readme_names_every_extra() -> None:
     extras = set(PYPROJECT["project"]["optional-dependencies"])
     install = section(README, "## Installation")

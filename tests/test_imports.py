@@ -88,3 +88,11 @@ def test_the_layers_point_one_way() -> None:
         if not imported.startswith(BELOW_THE_BACKENDS)
     )
     assert above == []
+
+
+def test_the_version_is_the_installed_packages() -> None:
+    # pyproject.toml is the one place that states it; the package reads its metadata.
+    from importlib.metadata import version
+
+    assert django_dlock.__version__ == version("django-dlock")
+    assert django_dlock.__version__.count(".") >= 2

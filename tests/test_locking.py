@@ -120,6 +120,36 @@ def test_every_invalid_argument_is_both_a_validation_error_and_a_value_error() -
         assert isinstance(error.value, ValidationError) and isinstance(error.value, ValueError)
 
 
+def test_an_invalid_argument_reads_as_its_sentence_not_a_list() -> None:
+    """Printed, logged or shown in a traceback, the error is the sentence itself; it stays a
+    ValidationError (forms, model validation and the HTTP API read its messages)."""
+    from django.core.exceptions import ValidationError
+
+    from django_dlock import InvalidArgument
+
+    with pytest.raises(InvalidArgument) as error:
+        lock("job:5", ttl=-1)
+    assert str(error.value) == error.value.messages[0]
+    assert str(error.value).startswith("A ttl must be greater than 0")
+    assert str(InvalidArgument("A %(what)s.", params={"what": "sentence"})) == "A sentence."
+    assert isinstance(error.value, ValidationError)
+    assert error.value.messages == [str(error.value)]
+
+
+@pytest.mark.parametrize("resource", [42, None, 4.2])
+def test_a_resource_that_is_no_string_is_refused_as_the_manager_refuses_it(
+    resource: Any,
+) -> None:
+    from django_dlock import InvalidArgument
+
+    with pytest.raises(InvalidArgument) as by_manager:
+        DistributedLock.objects.acquire(resource)
+    with pytest.raises(InvalidArgument) as by_lock:
+        lock(resource)
+    assert str(by_lock.value) == str(by_manager.value)
+    assert "A resource must be a string." in by_lock.value.messages
+
+
 def test_a_lost_lock_is_a_lock_lost_of_either_kind() -> None:
     from django_dlock import DlockError, LockExpired, LockLost, LockNotOwned
 

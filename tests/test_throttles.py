@@ -94,9 +94,20 @@ def test_throttled_is_a_dlock_error_with_key_rate_and_retry_after() -> None:
         timedelta(seconds=1.5),
     )
     assert str(error) == (
-        "Throttled: 'email:42' was used 10 time(s) within the last 1 min, as many as the "
-        "rate 10/m allows; the next use is allowed in 1.500 s."
+        "'email:42' was used 10 time(s) within the last 1 min, as many as the "
+        "rate 10/m allows; the next use is allowed in 1 s."
     )
+
+
+@pytest.mark.vendor_independent
+@pytest.mark.parametrize(
+    ("seconds", "words"),
+    [(3599.997, "59 min"), (59.9, "59 s"), (7200, "2 h"), (0.004, "1 s")],
+)
+def test_throttled_says_when_in_the_admins_words(seconds: float, words: str) -> None:
+    error = Throttled("k:9", parse_rate("1/h"), timedelta(seconds=seconds))
+    assert str(error).endswith(f"the next use is allowed in {words}.")
+    assert "Throttled" not in str(error)  # the class name is the traceback's to say
 
 
 @pytest.mark.vendor_independent

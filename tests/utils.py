@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -12,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from multiprocessing.context import SpawnContext
+from pathlib import Path
 from typing import Any
 
 from django.db import connection
@@ -192,3 +195,51 @@ def extra_database(alias: str, **settings_dict: Any) -> Iterator[BaseDatabaseWra
         del connections[alias]
         for databases in (settings.DATABASES, connections.settings):
             databases.pop(alias, None)
+
+
+# Imports a module in a new interpreter in which the packages named in argv[1] cannot be
+# imported (as if not installed), under a minimal configuration of Django.
+_IMPORT_WITHOUT = """
+import importlib, importlib.abc, sys
+hidden, module = sys.argv[1].split(","), sys.argv[2]
+
+
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if any(name == package or name.startswith(package + ".") for package in hidden):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Hide())
+import django
+from django.conf import settings
+
+settings.configure(
+    INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_dlock"],
+    DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+    USE_TZ=True,
+)
+django.setup()
+try:
+    importlib.import_module(module)
+except ImportError as error:
+    print(f"{type(error).__name__}: {error}")
+else:
+    print("imported")
+"""
+
+
+def import_without(module: str, *hidden: str) -> str:
+    """What importing ``module`` gives where the packages ``hidden`` are not installed:
+    "imported", or the ImportError raised ("ModuleNotFoundError: ...")."""
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORT_WITHOUT, ",".join(hidden), module],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()

@@ -30,7 +30,7 @@ from django_dlock.api.serializers import (
     ReleaseRequestSerializer,
     RenewRequestSerializer,
 )
-from django_dlock.validators import resource_character_class
+from django_dlock.validators import resource_pattern
 
 TAG = "locks"
 
@@ -85,7 +85,6 @@ _USE_THE_LOCK = {
 LINKS = {"locks_acquire": _USE_THE_LOCK, "locks_renew": _USE_THE_LOCK}
 
 
-_RESOURCE_CHARS = resource_character_class()
 RESOURCE = OpenApiParameter(
     "resource",
     OpenApiTypes.STR,
@@ -93,7 +92,7 @@ RESOURCE = OpenApiParameter(
     description="The name of what is locked: 1 to 255 characters; no whitespace, "
     "control characters, invisible formatting characters (Unicode Cf), line or paragraph "
     "separators, nor '/'; in Unicode normal form NFC (which a pattern cannot express).",
-    pattern=rf"^{_RESOURCE_CHARS}{{1,255}}$",
+    pattern=resource_pattern(),
 )
 PREFIX = OpenApiParameter(
     "prefix",
@@ -101,7 +100,7 @@ PREFIX = OpenApiParameter(
     OpenApiParameter.QUERY,
     description="Only locks whose resource starts with this (case-sensitive, on every "
     "database); it obeys the rules of a resource. Empty: every lock.",
-    pattern=rf"^{_RESOURCE_CHARS}{{0,255}}$",
+    pattern=resource_pattern(least=0),
 )
 PAGE_SIZE = OpenApiParameter(
     "page_size",

@@ -10,13 +10,13 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from django_dlock.api.problems import PROBLEM_CONTENT_TYPE, problem_type
 from django_dlock.api.schema import COMMON_HEADERS, json_response, problem_responses
 from django_dlock.api.schema_extensions import InvalidInputErrorsExtension
-from django_dlock.validators import resource_character_class
+from django_dlock.validators import resource_pattern
 
 TAG = "throttles"
 
 KEY = OpenApiParameter(
     "key",
-    {"type": "string", "minLength": 1, "maxLength": 255, "pattern": resource_character_class()},
+    {"type": "string", "pattern": resource_pattern()},
     OpenApiParameter.PATH,
     description="The throttle key, e.g. `email:42`: the rules of a resource name.",
 )

@@ -9,11 +9,13 @@ from django.core.management.base import CommandError
 
 from django_dlock.cli.holds import Hold, free_row, holds_of, listed_holds, release_hold, waiters
 from django_dlock.conf import conf
-from django_dlock.humanize import DELAYED, duration_in_words, time_left_in_words
+from django_dlock.humanize import DELAYED, duration_in_words, kind_in_words, time_left_in_words
 from django_dlock.waitfor import (
+    WAITERS_PER_RESOURCE,
     HeldLock,
     Node,
     deadlock_in_words,
+    queue_head,
     wait_for_graph,
     waiting_while_holding,
 )
@@ -100,9 +102,24 @@ def show(write: Write, resource: str, *, show_owners: bool, graph: bool = False)
         if show_owners:
             details.append(f"owner {hold.owner}")
         write("  " + ", ".join(details))
-    write(f"waiters: {waiters(resource=resource)[resource]}")
+    _write_queue(write, resource, show_owners=show_owners)
     if graph:
         show_graph(write, resource)
+
+
+def _write_queue(write: Write, resource: str, *, show_owners: bool) -> None:
+    """The resource's live waiters in queue order: the head of the queue as the
+    wait-for graph reads it, each with its label (or ticket) and what it asks for."""
+    queued, more = queue_head(resource, using=conf.DATABASE, shown=WAITERS_PER_RESOURCE)
+    write(f"waiters: {len(queued) + more}")
+    for position, waiter in enumerate(queued, start=1):
+        name = repr(waiter.label) if waiter.label else f"ticket {waiter.pk}"
+        details = [f"{position}. {name}", f"asks for {kind_in_words(waiter.mode, waiter.limit)}"]
+        if show_owners:
+            details.append(f"owner {waiter.owner}")
+        write("  " + ", ".join(details))
+    if more:
+        write(f"  and {more} more waiter{'s' if more != 1 else ''}")
 
 
 def show_graph(write: Write, resource: str) -> None:

@@ -30,6 +30,13 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from django_dlock.contrib import extra_missing
+
+try:
+    import celery  # noqa: F401 - the imports below need it
+except ModuleNotFoundError as error:
+    raise extra_missing(error, "celery", __name__, 'pip install "django-dlock[celery]"') from None
+
 from celery import Task, current_task, uuid
 from celery.exceptions import Retry
 from celery.local import Proxy

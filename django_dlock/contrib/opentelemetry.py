@@ -26,6 +26,15 @@ import threading
 import time
 from typing import Any
 
+from django_dlock.contrib import extra_missing
+
+try:
+    import opentelemetry  # noqa: F401 - the imports below need it
+except ModuleNotFoundError as error:
+    raise extra_missing(
+        error, "opentelemetry", __name__, 'pip install "django-dlock[otel]"'
+    ) from None
+
 from django.apps import AppConfig
 from django.dispatch import Signal
 from opentelemetry import trace

@@ -17,6 +17,15 @@ from collections import Counter as Tally
 from collections.abc import Iterable
 from typing import Any, TypeVar, cast
 
+from django_dlock.contrib import extra_missing
+
+try:
+    import prometheus_client  # noqa: F401 - the imports below need it
+except ModuleNotFoundError as error:
+    raise extra_missing(
+        error, "prometheus_client", __name__, 'pip install "django-dlock[prometheus]"'
+    ) from None
+
 from django.apps import AppConfig
 from django.db import DatabaseError
 from django.db.models import Case, CharField, Value, When

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
+from django_dlock.contrib import import_extra
 from django_dlock.contrib.task_locks import (
     FENCING_TOKEN_ARG,
     HANDLE_ARG,
@@ -87,7 +88,7 @@ def task_framework() -> ModuleType:
     try:
         return importlib.import_module("django.tasks")
     except ImportError:
-        return importlib.import_module("django_tasks")
+        return import_extra("django_tasks", __name__, "pip install django-tasks (or Django 6)")
 
 
 # The result of the task that runs now in this thread, from the framework's

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import timedelta
 from types import TracebackType
@@ -117,8 +117,8 @@ class lock:
         priority: int = 0,
     ) -> None:
         self.items: LockItems | None = None
-        if isinstance(resource, str):
-            validate_resource(resource)
+        if isinstance(resource, str) or not isinstance(resource, Iterable):
+            validate_resource(resource)  # anything but a list of names: "must be a string"
         else:
             if reentrant or shared or limit is not None:
                 raise ValueError(
