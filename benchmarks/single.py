@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks import contenders, counting
+from benchmarks import contenders, counting, floor_sql
 from benchmarks.contenders import Contender, Cycle
 from benchmarks.plan import Plan, Servers
 
@@ -162,7 +162,8 @@ def uncontended(plan: Plan, s: Servers) -> list[dict[str, Any]]:
     for index, entry in enumerate(entries):
         with entry.context():
             cycle = entry.contender.make(f"u{index}")
-            for n in range(20):
+            # Every name once: django-dlock's rows made, as an application's exist.
+            for n in range(floor_sql.NAMES + 10):
                 cycle(n)
         cycles.append(cycle)
     rounds: list[list[dict[str, Any]]] = [[] for _ in entries]
