@@ -63,8 +63,9 @@ class Plan:
 def plan_of(args: argparse.Namespace) -> Plan:
     quick = args.quick
     return Plan(
-        rounds=args.rounds or (2 if quick else 5),
-        cycles=args.cycles or (300 if quick else 2000),
+        # Many short rounds: the neighbours' load comes in bursts of seconds.
+        rounds=args.rounds or (2 if quick else 10),
+        cycles=args.cycles or (300 if quick else 1000),
         client_counts=(8,) if quick else (8, 32, 64),
         client_rounds=1 if quick else 3,
         client_seconds=1.0 if quick else 3.0,
@@ -339,9 +340,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only", default=",".join(PARTS), help=f"comma-separated: {','.join(PARTS)}"
     )
-    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 5; --quick 2)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 10; --quick 2)")
     parser.add_argument(
-        "--cycles", type=int, help="per contender and round (default 2000; --quick 300)"
+        "--cycles", type=int, help="per contender and round (default 1000; --quick 300)"
     )
     parser.add_argument(
         "--json", type=Path, help='the benchmark JSON to write the figures into, under "floor"'

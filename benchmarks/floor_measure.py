@@ -6,9 +6,12 @@ A round runs one contender's cycles and reads, before and after: wall and
 process time (the client's CPU), the CPU of the connection's server process
 (PostgreSQL's backend, from ``/proc/<pid>/stat``), the CPU of the whole server
 (the postmaster and all its children, or mariadbd), and pg_stat_statements.
-Contenders run in interleaved rounds; a figure is the median round's, and a
-ratio is the medians' (with the range of the rounds' own ratios beside it,
-since a round and its floor's ran next to each other).
+Contenders run in interleaved rounds. Speed (wall time per cycle) is the
+median round's, and ``x_floor`` the ratio of the medians; beside it the
+rounds' own ratios to the floor's round next to them (least, median, most),
+since the machine's noise comes in bursts. A CPU cost is all rounds' together
+over all their cycles: the kernel counts CPU in ticks (``SC_CLK_TCK``), too
+coarse for one round's, and CPU time suffers less from the neighbours' bursts.
 """
 
 from __future__ import annotations
@@ -177,12 +180,18 @@ def interleave(contenders: list[Contender], rounds: int, cycles: int) -> None:
 # -- summaries ----------------------------------------------------------------------
 
 
-def _per_cycle_ms(rounds: list[Round], key: str) -> float | None:
+def _median_ms(rounds: list[Round]) -> float:
+    return statistics.median(r.wall * 1000 / r.cycles for r in rounds)
+
+
+def _total_ms(rounds: list[Round], key: str) -> float | None:
+    """All rounds' ``key`` (CPU seconds) over all their cycles, in ms; None
+    when a round could not read it."""
     values: list[float | None] = [getattr(r, key) for r in rounds]
-    per_cycle = [v * 1000 / r.cycles for v, r in zip(values, rounds, strict=True) if v is not None]
-    if not per_cycle or len(per_cycle) < len(rounds):
+    known = [value for value in values if value is not None]
+    if not rounds or len(known) < len(rounds):
         return None
-    return statistics.median(per_cycle)
+    return sum(known) * 1000 / sum(r.cycles for r in rounds)
 
 
 def top_statements(rounds: list[Round], top: int = TOP_STATEMENTS) -> dict[str, Any]:
@@ -213,8 +222,7 @@ def top_statements(rounds: list[Round], top: int = TOP_STATEMENTS) -> dict[str, 
 
 def summary(contender: Contender) -> dict[str, Any]:
     rounds = contender.rounds
-    wall = _per_cycle_ms(rounds, "wall")
-    assert wall is not None  # noqa: S101 - every round has its wall time
+    wall = _median_ms(rounds)
     figures: dict[str, Any] = {
         "name": contender.name,
         "rounds": len(rounds),
@@ -228,7 +236,7 @@ def summary(contender: Contender) -> dict[str, Any]:
         ("backend_cpu", "backend_cpu_ms"),
         ("server_cpu", "server_cpu_ms"),
     ):
-        value = _per_cycle_ms(rounds, key)
+        value = _total_ms(rounds, key)
         figures[name] = None if value is None else round(value, 4)
     if contender.monitor is not None:
         figures.update(top_statements(rounds))
@@ -263,6 +271,7 @@ def beside_floor(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             )
             if theirs
         ]
+        row["x_floor_paired"] = round(statistics.median(paired), 3) if paired else None
         row["x_floor_rounds"] = [round(min(paired), 3), round(max(paired), 3)] if paired else None
         for key, multiple in MULTIPLES.items():
             if key in row:

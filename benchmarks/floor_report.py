@@ -30,12 +30,13 @@ def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
     """One contender a line: speed, and each cost per cycle with its multiple of the floor's."""
     print(f"\n{title}")
     print(
-        f"  {'contender':<40} {'cycles/s':>9} {'x floor':>7} {'[rounds]':>13} {'wall ms':>8} "
+        f"  {'contender':<40} {'cycles/s':>9} {'x floor':>7} {'paired [rounds]':>19} {'wall ms':>8} "
         f"{'client CPU ms':>14} {'backend CPU ms':>15} {'server CPU ms':>14} {'exec µs':>13}"
     )
     for row in rows:
         spread = row.get("x_floor_rounds")
-        rounds = f"[{spread[0]:.2f}-{spread[1]:.2f}]" if spread else ""
+        paired = row.get("x_floor_paired")
+        rounds = f"{paired:.2f} [{spread[0]:.2f}-{spread[1]:.2f}]" if spread and paired else ""
         costs = [
             ("client_cpu_ms", "client_cpu_x_floor", 14, 3),
             ("backend_cpu_ms", "backend_cpu_x_floor", 15, 3),
@@ -49,7 +50,7 @@ def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
         wall = row.get("wall_ms")
         print(
             f"  {row['name']:<40} {row['cycles_per_s']:>9,.0f} {row['x_floor']:>7.2f} "
-            f"{rounds:>13} {_number(wall):>8} {' '.join(cells)}"
+            f"{rounds:>19} {_number(wall):>8} {' '.join(cells)}"
         )
 
 
@@ -75,8 +76,10 @@ def print_tables(results: dict[str, Any]) -> None:
     plan, machine = results["plan"], results["machine"]
     print(
         f"\nacquire + release over {plan['names']:,} names in turn, owner given, ttl 30 s; "
-        f"{plan['rounds']} interleaved rounds of {plan['cycles']:,} cycles a contender, "
-        "median round; costs per cycle, each with its multiple of the floor's"
+        f"{plan['rounds']} interleaved rounds of {plan['cycles']:,} cycles a contender: "
+        "cycles/s and wall of the median round, x floor the medians' ratio, paired the median "
+        "of each round's ratio to the floor's round [least-most]; costs per cycle over all "
+        "rounds, each with its multiple of the floor's"
     )
     print(
         "  backend CPU: the connection's server process (/proc); server CPU: the whole server; "

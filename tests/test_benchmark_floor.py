@@ -88,7 +88,9 @@ def test_medians_per_cycle_and_multiples_of_the_floor() -> None:
     assert rows[0]["x_floor"] == 1.0
     assert lock["x_floor"] == 0.5  # 1,000 cycles/s against 2,000
     # Round by round: 1000/2000, 1250/2500, 500/1666.7.
-    assert lock["x_floor_rounds"] == [0.3, 0.5]
+    assert (lock["x_floor_paired"], lock["x_floor_rounds"]) == (0.5, [0.3, 0.5])
+    # CPU: all rounds' over all their cycles (0.9 s over 3,000 cycles, against 0.3 s and 0.6 s).
+    assert (lock["client_cpu_ms"], lock["backend_cpu_ms"]) == (0.3, 0.3)
     assert (lock["client_cpu_x_floor"], lock["backend_cpu_x_floor"]) == (3.0, 1.5)
     assert lock["server_cpu_ms"] is None and lock["server_cpu_x_floor"] is None
 
