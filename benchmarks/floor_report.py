@@ -18,6 +18,12 @@ def clients_row(name: str, runs: list[dict[str, float]]) -> dict[str, Any]:
     }
 
 
+def busy(machine: dict[str, Any]) -> bool:
+    """Whether the machine ran more than it had cores, at the start or the end (1-minute load)."""
+    loads = [machine["load_average"], machine.get("load_average_end") or [0.0]]
+    return bool(max(load[0] for load in loads) > machine["nproc"])
+
+
 def _number(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -116,6 +122,12 @@ def print_tables(results: dict[str, Any]) -> None:
                 f"{goal['figure']:>7.3f} (goal {goal['target']})"
             )
     start, end = machine["load_average"], machine.get("load_average_end")
+    if busy(machine):
+        print(
+            "\nBUSY: the load average passed the number of cores: other work shared the CPU and "
+            "the disk, and the speeds (the wall time: commits' flushes, the neighbours' bursts) "
+            "say more about them than about the contenders; the CPU multiples hold better."
+        )
     print(
         f"\nload average at the start {' '.join(f'{x:.2f}' for x in start)}, at the end "
         f"{' '.join(f'{x:.2f}' for x in end) if end else '-'}; {machine['nproc']} cores; "

@@ -22,7 +22,7 @@ from benchmarks.floor_measure import (
     summary,
     top_statements,
 )
-from benchmarks.floor_report import clients_row
+from benchmarks.floor_report import busy, clients_row
 
 pytestmark = pytest.mark.vendor_independent
 
@@ -201,3 +201,9 @@ def test_a_round_reads_the_costs_around_the_cycles() -> None:
     assert ran[3:] == [3, 4]  # the next names
     (measured,) = contender.rounds
     assert (measured.cycles, measured.server_cpu, measured.backend_cpu) == (2, 0.25, None)
+
+
+def test_a_run_is_busy_when_the_load_passed_the_cores() -> None:
+    assert not busy({"nproc": 2, "load_average": [1.9, 5.0, 5.0], "load_average_end": [2.0, 0, 0]})
+    assert busy({"nproc": 2, "load_average": [0.5, 0, 0], "load_average_end": [2.1, 0, 0]})
+    assert busy({"nproc": 2, "load_average": [2.5, 0, 0]})  # no end: a run that failed
