@@ -4,8 +4,10 @@ Each contender makes a ``cycle(n)`` function: acquire a free resource, then
 release it, raising if the free resource was not acquired (it may return the
 seconds its acquisition took, which ``single.measure_round`` keeps). ``make(prefix)``
 opens the contender's own connections, so that each client process calls it
-after it started. Resources are ``{prefix}:{n % 10}``: ten rows that are
-updated again and again, as a busy application's are.
+after it started. The floor and django-dlock take their names in turn from
+1,000 of their own (``benchmarks.floor_sql``, issue 45: a floor that deletes and
+inserts ten rows again and again costs its server more, flattering a ratio to
+it); the other locks use ``{prefix}:{n % 10}``, ten resources again and again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from benchmarks import floor_sql
 
 Cycle = Callable[[int], object]
 
@@ -44,11 +48,13 @@ def psycopg_connect(settings: dict[str, Any], port: int | None = None) -> Any:
 
 
 def create_floor_tables() -> None:
-    """The floor's table on each database: the lock table's shape, nothing else."""
+    """The floors' tables on each database: the lock table's shape, nothing else
+    (``floor_sql.TABLE``; ``FLOOR_TABLE`` for the floors of ``benchmarks.acquire``)."""
     from django.db import connections
 
     for alias in ("default", "sqlite"):
         with connections[alias].cursor() as cursor:
+            floor_sql.create_table(connections[alias].vendor, cursor)
             cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
             cursor.execute(
                 f"CREATE TABLE {FLOOR_TABLE} (resource varchar(255) PRIMARY KEY, "
@@ -70,13 +76,12 @@ def _floor_sql(now: str, plus: str) -> tuple[str, str]:
 
 
 def postgres_floor(settings: dict[str, Any], port: int | None = None) -> Callable[[str], Cycle]:
-    """One round trip per operation: an upsert to acquire, a delete to release."""
+    """One round trip per operation: an upsert to acquire, a delete to release
+    (``benchmarks.floor_sql``), on 1,000 names of the prefix."""
 
     def make(prefix: str) -> Cycle:
         raw = psycopg_connect(settings, port)
-        acquire, release = _floor_sql("now()", "now() + interval '30 seconds'")
-
-        return _floor_cycle(raw, acquire, release, prefix)
+        return floor_sql.raw_cycle("postgresql", raw, floor_sql.names(prefix), prefix)
 
     return make
 
@@ -114,33 +119,17 @@ def postgres_four_statements(settings: dict[str, Any]) -> Callable[[str], Cycle]
 
 def sqlite_floor(path: str) -> Callable[[str], Cycle]:
     def make(prefix: str) -> Cycle:
-        import sqlite3
-
-        raw = sqlite3.connect(path, isolation_level=None, timeout=20)
-        raw.execute("PRAGMA journal_mode=WAL")
-        acquire, release = (
-            sql.replace("%s", "?")
-            for sql in _floor_sql("datetime('now')", "datetime('now', '+30 seconds')")
-        )
-
-        return _floor_cycle(raw, acquire, release, prefix)
+        raw = floor_sql.sqlite_connection(path)
+        return floor_sql.raw_cycle("sqlite", raw, floor_sql.names(prefix), prefix)
 
     return make
 
 
 def dlock(using: str) -> Callable[[str], Cycle]:
+    """The manager's acquire and release, on 1,000 names of the prefix, as the floors."""
+
     def make(prefix: str) -> Cycle:
-        from django_dlock.models import DistributedLock
-
-        locks = DistributedLock.objects.db_manager(using)
-
-        def cycle(n: int) -> None:
-            resource = f"{prefix}:{n % 10}"
-            if locks.acquire(resource, owner=prefix, ttl=30) is None:
-                raise RuntimeError("django-dlock failed to acquire a free resource")
-            locks.release(resource, owner=prefix)
-
-        return cycle
+        return floor_sql.manager_cycle(using, floor_sql.names(prefix), prefix)
 
     return make
 

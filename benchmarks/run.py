@@ -17,10 +17,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks import clients, contenders, counting, report, sections, setup, single
+from benchmarks import clients, contenders, counting, document, report, sections, setup, single
 from benchmarks.cpu import parent_of, tree_cpu
 from benchmarks.plan import ROOT, Servers, plan_from
 from benchmarks.proxy import DelayProxy
+
+# The keys of the benchmark JSON that parts run before this one wrote.
+PARTS_BEFORE = ("floor",)
 
 
 def describe_machine(s: Servers) -> dict[str, Any]:
@@ -125,7 +128,10 @@ def main(argv: list[str] | None = None) -> None:
     elif args.purge_from:  # figures of an earlier run, e.g. when only the lock path changed
         results["purge"] = json.loads(args.purge_from.read_text())["purge"]
     plan.json_path.parent.mkdir(parents=True, exist_ok=True)
-    plan.json_path.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    # What scripts/benchmark.sh measured before this part (benchmarks.floor) stays.
+    earlier = document.read(plan.json_path)
+    kept = {key: earlier[key] for key in PARTS_BEFORE if key in earlier}
+    plan.json_path.write_text(json.dumps({**kept, **results}, indent=1, default=str) + "\n")
     report.print_tables(results)
     report.chart(results, plan.chart_path)
     print(f"\nJSON: {_shown(plan.json_path)}  chart: {_shown(plan.chart_path)}")

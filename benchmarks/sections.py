@@ -9,15 +9,20 @@ import subprocess
 import sys
 from typing import Any
 
-from benchmarks import clients, contenders, setup
+from benchmarks import clients, contenders, floor_sql, setup
 from benchmarks.plan import ROOT, Plan, Servers
 
 
 def multi_client(plan: Plan, s: Servers) -> list[dict[str, Any]]:
+    """The floor and django-dlock: the processes share 1,000 names (issue 45's
+    floor, ``benchmarks.floor``'s clients), whose lock rows exist; the other
+    locks: ten resources of each process's own."""
     pg, redis_port = s.postgres, s.redis.port
-    runners = [
-        ("raw one-statement floor", "postgresql", contenders.postgres_floor(pg)),
-        ("django-dlock", "postgresql", contenders.dlock("default")),
+    shared_names = floor_sql.names("clients")
+    warm = floor_sql.manager_cycle("default", shared_names, floor_sql.OWNER)
+    for n in range(len(shared_names)):
+        warm(n)
+    others = [
         ("advisory locks", "postgresql", contenders.advisory(pg)),
         ("django-db-mutex", "postgresql", contenders.db_mutex()),
         ("redis-py Lock", "redis", contenders.redis_py(redis_port)),
@@ -26,6 +31,12 @@ def multi_client(plan: Plan, s: Servers) -> list[dict[str, Any]]:
     for number in range(plan.client_rounds):
         for count in plan.client_counts:
             print(f"  {count} clients, round {number + 1}/{plan.client_rounds}", file=sys.stderr)
+            shared = floor_sql.client_makers(pg, "default", shared_names, count)
+            runners = [
+                ("raw one-statement floor", "postgresql", shared["floor"]),
+                ("django-dlock", "postgresql", shared["django-dlock"]),
+                *others,
+            ]
             for name, server, make in runners:
                 samples.setdefault((name, count), []).append(
                     clients.throughput(make, count, plan.client_seconds, s.cpu[server])

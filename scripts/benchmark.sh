@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# django-dlock beside the raw one-statement floor and other locks (advisory
+# First issue 45's measurement (benchmarks.floor): the exclusive lock beside a
+# floor of the lock table's shape over 1,000 names, on a durable cluster of its
+# own that preloads pg_stat_statements, with fast commits, 8-64 clients, SQLite
+# and MariaDB. Then django-dlock beside the raw one-statement floor and other locks (advisory
 # locks, django-db-mutex, redis-py, python-redis-lock), on a throwaway
 # PostgreSQL cluster (fsync on, as in production), a SQLite file and a
 # redis-server that the benchmark starts and stops itself; then the waiting
@@ -27,6 +30,22 @@ command -v redis-server >/dev/null || dlock_apt_install redis-server || {
 # shellcheck source=scripts/pg-cluster.sh
 source scripts/pg-cluster.sh
 trap 'pg_cluster_stop; mariadb_stop' EXIT
+floor_args=()
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case ${args[i]} in
+    --quick | --json=*) floor_args+=("${args[i]}") ;;
+    --json) floor_args+=(--json "${args[i + 1]:-}") ;;
+    esac
+done
+# Durable whatever BENCH_PG_OPTIONS says (issue 45 judges durable PostgreSQL; its fast-commit
+# figures come from sessions with synchronous_commit off); pg_stat_statements for this part only,
+# so that the other parts' statements run as before.
+PG_CLUSTER_OPTIONS="-c shared_preload_libraries=pg_stat_statements" pg_cluster_start
+mariadb_start
+DATABASE_URL="$DLOCK_PG_URL" python -m benchmarks.floor "${floor_args[@]}"
+pg_cluster_stop
+mariadb_stop
 # fsync on, as in production; BENCH_PG_OPTIONS="-c fsync=off" when the disk is busy with
 # other work and commits' flushes would hide everything else.
 PG_CLUSTER_OPTIONS="${BENCH_PG_OPTIONS:- }" pg_cluster_start
