@@ -376,6 +376,28 @@ def test_purge_asks_first_then_deletes_only_expired_locks(admin_client: Client) 
     assert again.fencing_token > purged.fencing_token
 
 
+def test_purge_asks_about_the_locks_it_will_delete_not_those_in_their_lock_delay(
+    admin_client: Client,
+) -> None:
+    make_lock("job:active")
+    make_lock("job:expired", expires_in=-5)
+    make_lock("job:released")
+    DistributedLock.objects.release("job:released", owner="worker-1")
+    make_delayed_lock("job:delayed", lock_delay=30 * 60)  # expired, its delay runs
+
+    confirmation = admin_client.get(PURGE)
+
+    # The purge keeps a lock whose lock-delay runs: the question counts it out.
+    assert confirmation.context["expired_count"] == 2
+    assert "Delete 2 expired or released locks?" in confirmation.content.decode()
+    done = admin_client.post(PURGE, follow=True)
+    assert [str(message) for message in done.context["messages"]] == ["Purged 2 expired locks."]
+    assert sorted(DistributedLock.objects.values_list("resource", flat=True)) == [
+        "job:active",
+        "job:delayed",
+    ]
+
+
 def test_purge_of_one_lock_says_so_in_the_singular(admin_client: Client) -> None:
     make_lock("job:expired", expires_in=-5)
 

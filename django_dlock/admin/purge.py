@@ -15,6 +15,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext, ngettext
 
+from django_dlock.backends.purge import purgeable_q
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock
 
@@ -86,7 +87,11 @@ class PurgeAdmin(_LockAdminBase):
             "title": gettext("Purge expired locks"),
             "subtitle": None,
             "opts": self.opts,
-            "expired_count": DistributedLock.objects.using(conf.DATABASE).expired().count(),
+            # What the purge will delete: not a lock whose lock-delay still runs,
+            # which ``expired()`` counts too.
+            "expired_count": DistributedLock.objects.using(conf.DATABASE)
+            .filter(purgeable_q())
+            .count(),
             "changelist_url": changelist_url,
             "media": self.media,
         }
