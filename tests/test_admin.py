@@ -26,7 +26,7 @@ from django_dlock.models import DistributedLock, FencingFloor
 from tests.utils import make_delayed_lock, make_lock
 
 if TYPE_CHECKING:
-    from django_dlock.admin.locks import _ListedLock
+    from django_dlock.admin.columns import ListedLock
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +34,7 @@ CHANGELIST = reverse("admin:django_dlock_distributedlock_changelist")
 PURGE = reverse("admin:django_dlock_distributedlock_purge")
 
 
-def results(response: Any) -> list[_ListedLock]:
+def results(response: Any) -> list[ListedLock]:
     return list(response.context["cl"].result_list)
 
 
@@ -478,6 +478,24 @@ def test_a_delayed_lock_has_a_status_of_its_own_and_says_when_it_is_available(
     assert "delayed, available in 29 min" in fields["time_left"]
     # Nothing to force-release: nobody holds it.
     assert page.context["force_release_url"] is None
+
+
+def test_a_locks_pages_show_its_times_to_the_second_as_the_list_does(
+    admin_client: Client,
+) -> None:
+    lock = make_lock("job:short", expires_in=1)  # acquired and expiring in the same minute
+    times = [
+        f"{localtime(moment):%Y-%m-%d %H:%M:%S}" for moment in (lock.acquired_at, lock.expires_at)
+    ]
+
+    page = admin_client.get(reverse("admin:django_dlock_distributedlock_change", args=[lock.pk]))
+    confirmation = admin_client.get(
+        reverse("admin:django_dlock_distributedlock_force_release", args=[lock.pk])
+    )
+
+    page_text = cell_text(page.content.decode())
+    assert all(time in page_text for time in times), times
+    assert times[1] in cell_text(confirmation.content.decode())
 
 
 def test_the_lock_delay_of_a_held_lock_shows_on_its_page(admin_client: Client) -> None:
