@@ -4,18 +4,20 @@ the database's time, both by the database's clock)."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 from django.contrib import admin
-from django.db.models import IntegerField
+from django.templatetags.static import static
 from django.utils.formats import localize
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 from django.utils.timezone import localtime
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from django_dlock.admin.status import STATUS_RANK, by_status, moment
+from django_dlock.admin.status import moment
 from django_dlock.humanize import (
     ACTIVE,
     DELAYED,
@@ -52,9 +54,19 @@ OWNER = "owner"
 # The list's owner column: shortened to fit, whole in its tooltip.
 OWNER_COLUMN = "owner_token"
 
+# Where a resource name may wrap: after its separators, never inside a word.
+_AFTER_SEPARATOR = re.compile(r"(?<=[:._-])")
+
 
 class LockColumns(_ColumnsBase):
     """The columns of ``LockAdmin``'s list and the fields of a lock's page."""
+
+    @admin.display(description=_("resource"), ordering="resource")
+    def resource_name(self, lock: ListedLock) -> SafeString:
+        """The name, wrapping only after a separator (``:`` ``.`` ``-`` ``_``)."""
+        *pieces, last = _AFTER_SEPARATOR.split(lock.resource)
+        breakable = format_html_join("", "{}<wbr>", ((piece,) for piece in pieces))
+        return format_html("{}{}", breakable, last)
 
     @admin.display(description=_("status"))
     def status(self, lock: ListedLock) -> str:
@@ -86,23 +98,24 @@ class LockColumns(_ColumnsBase):
     def expires(self, lock: ListedLock) -> str:
         return moment(lock.expires_at)
 
-    @admin.display(
-        description=_("active"),
-        boolean=True,
-        ordering=by_status(STATUS_RANK, IntegerField()),
-    )
-    def is_active(self, lock: ListedLock) -> bool:
-        """Active or not (expired or released) by the database's clock."""
-        return lock.lock_status == ACTIVE
+    @admin.display(description=_("acquired / expires"), ordering="acquired_at")
+    def acquired_and_expires(self, lock: ListedLock) -> str:
+        """Both moments in one column, one over the other (the list fits a
+        laptop's screen that way)."""
+        return format_html("{}<br>{}", moment(lock.acquired_at), moment(lock.expires_at))
 
     @admin.display(description=_("time left"), ordering="expires_at")
     def time_left(self, lock: ListedLock) -> str:
         """Until it expires; while its holder's lock-delay runs, until it is
-        available (its tooltip: that moment)."""
+        available (its tooltip: that moment). A yes/no icon before it says
+        whether the lock is active; the words say it too, so the icon has no
+        text of its own."""
         delayed = lock.lock_status == DELAYED and lock.available_at is not None
         until = lock.available_at if delayed else lock.expires_at
+        icon = "yes" if lock.lock_status == ACTIVE else "no"
         return format_html(
-            '<span title="{}">{}</span>',
+            '<img class="dlock-status" src="{}" alt=""><span title="{}">{}</span>',
+            static(f"admin/img/icon-{icon}.svg"),
             localize(localtime(until)),
             time_left_in_words(
                 lock.lock_status, lock.expires_at, lock.database_now, lock.available_at

@@ -51,17 +51,16 @@ _REQUEST_NOW: WeakKeyDictionary[HttpRequest, datetime] = WeakKeyDictionary()
 
 @admin.register(DistributedLock)
 class LockAdmin(LockColumns, PurgeAdmin):
-    # The columns of CONTRACT.md's admin, in its order, and the queued waiters;
-    # narrow enough for a 1680 px screen with the admin's sidebar open: the
-    # owner is cut short (whole in its tooltip), times are a date over a time of
-    # day (the localized whole in their tooltip). A lock's page shows every field.
+    # The columns of CONTRACT.md's admin and the queued waiters, narrow enough
+    # for a laptop's screen with the admin's sidebar open: the owner is cut
+    # short (whole in its tooltip), whether a lock is active is an icon before
+    # its time left, acquired and expires share a column. A lock's page shows
+    # every field.
     list_display = (
-        "resource",
+        "resource_name",
         OWNER_COLUMN,
-        "is_active",
-        "acquired",
-        "expires",
         "time_left",
+        "acquired_and_expires",
         "fencing_token",
         "waiters",
     )
