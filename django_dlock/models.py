@@ -284,3 +284,6 @@ class ThrottleKey(ThrottleSlot):
         proxy = True
         verbose_name = _("throttle key")
         verbose_name_plural = _("throttle keys")
+
+    def __str__(self) -> str:
+        return self.key

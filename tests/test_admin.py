@@ -26,7 +26,7 @@ from django_dlock.models import DistributedLock, FencingFloor
 from tests.utils import make_delayed_lock, make_lock
 
 if TYPE_CHECKING:
-    from django_dlock.admin.locks import _ListedLock
+    from django_dlock.admin.columns import ListedLock
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +34,7 @@ CHANGELIST = reverse("admin:django_dlock_distributedlock_changelist")
 PURGE = reverse("admin:django_dlock_distributedlock_purge")
 
 
-def results(response: Any) -> list[_ListedLock]:
+def results(response: Any) -> list[ListedLock]:
     return list(response.context["cl"].result_list)
 
 
@@ -60,11 +60,21 @@ def viewer(client: Client) -> Client:
 
 
 def cell_text(cell: str) -> str:
-    """A rendered cell's text (a line break as a space); an icon's alt text
-    ("True", "False")."""
-    if icon := re.search(r'<img [^>]*alt="([^"]*)"', cell):
-        return icon.group(1)
-    return strip_tags(cell.replace("<br>", " ")).strip()
+    """A rendered cell's text (a line break as a space, a <wbr> as nothing)."""
+    return strip_tags(cell.replace("<br>", " ").replace("<wbr>", "")).strip()
+
+
+def active_icons(response: Any) -> dict[str, str]:
+    """{resource: "yes" or "no"}: the icon before each lock's time left, which
+    says whether it is active."""
+    cl = response.context["cl"]
+    column = list(cl.list_display).index("time_left")  # the checkbox is the first
+    icons = {}
+    for row in admin_list_results(cl):
+        icon = re.search(r'<img [^>]*src="[^"]*icon-(yes|no)\.svg"', row[column])
+        assert icon is not None, row[column]
+        icons[cell_text(row[1])] = icon.group(1)
+    return icons
 
 
 def cells(response: Any) -> dict[str, dict[str, str]]:
@@ -87,15 +97,14 @@ def test_changelist_shows_each_column_in_words(admin_client: Client) -> None:
     response = admin_client.get(CHANGELIST)
 
     assert response.status_code == 200
-    # CONTRACT.md's columns, in its order, and the queued waiters (the admin's
-    # template capitalizes each header).
+    # CONTRACT.md's columns and the queued waiters, folded to fit a laptop's
+    # screen: active is an icon before the time left, acquired and expires share
+    # a column (the admin's template capitalizes each header).
     assert [header["text"] for header in result_headers(response.context["cl"])][1:] == [
         "resource",
         "owner",
-        "active",
-        "acquired at",
-        "expires at",
         "time left",
+        "acquired / expires",
         "fencing token",
         "waiters",
     ]
@@ -111,15 +120,18 @@ def test_changelist_shows_each_column_in_words(admin_client: Client) -> None:
         assert rows[name] == {
             "resource": name,
             "owner": lock.owner,
-            "active": "True" if name == "job:active" else "False",  # an icon's alt text
-            "acquired at": f"{localtime(lock.acquired_at):%Y-%m-%d %H:%M:%S}",
-            "expires at": f"{localtime(lock.expires_at):%Y-%m-%d %H:%M:%S}",
             "time left": left,
+            "acquired / expires": f"{localtime(lock.acquired_at):%Y-%m-%d %H:%M:%S} "
+            f"{localtime(lock.expires_at):%Y-%m-%d %H:%M:%S}",
             "fencing token": str(lock.fencing_token),
             "waiters": "0",
         }
-    assert rows["job:released"]["active"] == "False"
     assert rows["job:released"]["time left"] == "released just now"
+    assert active_icons(response) == {
+        "job:active": "yes",
+        "job:expired": "no",
+        "job:released": "no",
+    }
     html = response.content.decode()
     assert '<span class="dlock-owner" title="worker-a">worker-a</span>' in html
     expiry = localize(localtime(locks["job:active"].expires_at))
@@ -129,18 +141,24 @@ def test_changelist_shows_each_column_in_words(admin_client: Client) -> None:
     assert f'<time datetime="{iso}" title="{expiry}">' in html
 
 
-def test_the_active_column_sorts_active_locks_first(admin_client: Client) -> None:
-    make_lock("job:expired", expires_in=-30)
-    make_lock("job:active", expires_in=30)
-    make_lock("job:released")
-    DistributedLock.objects.release("job:released", owner="worker-1")
+def test_a_resource_wraps_only_after_its_separators(admin_client: Client) -> None:
+    make_lock("report:monthly-2026.05_eu")
 
-    index = column(admin_client.get(CHANGELIST), "is_active")
+    html = admin_client.get(CHANGELIST).content.decode()
+
+    assert ">report:<wbr>monthly-<wbr>2026.<wbr>05_<wbr>eu</a>" in html
+
+
+def test_the_acquired_expires_column_sorts_by_acquisition(admin_client: Client) -> None:
+    make_lock("job:first", expires_in=600)
+    make_lock("job:second", expires_in=30)
+
+    index = column(admin_client.get(CHANGELIST), "acquired_and_expires")
 
     ascending = resources(admin_client.get(CHANGELIST, {"o": f"{index}"}))
-    assert ascending[0] == "job:active"
+    assert ascending == ["job:first", "job:second"]
     descending = resources(admin_client.get(CHANGELIST, {"o": f"-{index}"}))
-    assert descending[-1] == "job:active"
+    assert descending == ["job:second", "job:first"]
 
 
 def test_status_and_time_left_follow_the_database_clock_not_the_servers(
@@ -376,6 +394,28 @@ def test_purge_asks_first_then_deletes_only_expired_locks(admin_client: Client) 
     assert again.fencing_token > purged.fencing_token
 
 
+def test_purge_asks_about_the_locks_it_will_delete_not_those_in_their_lock_delay(
+    admin_client: Client,
+) -> None:
+    make_lock("job:active")
+    make_lock("job:expired", expires_in=-5)
+    make_lock("job:released")
+    DistributedLock.objects.release("job:released", owner="worker-1")
+    make_delayed_lock("job:delayed", lock_delay=30 * 60)  # expired, its delay runs
+
+    confirmation = admin_client.get(PURGE)
+
+    # The purge keeps a lock whose lock-delay runs: the question counts it out.
+    assert confirmation.context["expired_count"] == 2
+    assert "Delete 2 expired or released locks?" in confirmation.content.decode()
+    done = admin_client.post(PURGE, follow=True)
+    assert [str(message) for message in done.context["messages"]] == ["Purged 2 expired locks."]
+    assert sorted(DistributedLock.objects.values_list("resource", flat=True)) == [
+        "job:active",
+        "job:delayed",
+    ]
+
+
 def test_purge_of_one_lock_says_so_in_the_singular(admin_client: Client) -> None:
     make_lock("job:expired", expires_in=-5)
 
@@ -436,7 +476,7 @@ def test_a_delayed_lock_has_a_status_of_its_own_and_says_when_it_is_available(
     # Between the active and the expired ones.
     assert resources(response) == ["job:active", "job:delayed", "job:expired"]
     row = cells(response)["job:delayed"]
-    assert row["active"] == "False"
+    assert active_icons(response)["job:delayed"] == "no"
     # 30 min from the loss, less the moment it took to read: 29 min (rounded down).
     assert row["time left"] == "delayed, available in 29 min"
     assert localize(localtime(delayed.available_at)) in response.content.decode()
@@ -456,6 +496,24 @@ def test_a_delayed_lock_has_a_status_of_its_own_and_says_when_it_is_available(
     assert "delayed, available in 29 min" in fields["time_left"]
     # Nothing to force-release: nobody holds it.
     assert page.context["force_release_url"] is None
+
+
+def test_a_locks_pages_show_its_times_to_the_second_as_the_list_does(
+    admin_client: Client,
+) -> None:
+    lock = make_lock("job:short", expires_in=1)  # acquired and expiring in the same minute
+    times = [
+        f"{localtime(moment):%Y-%m-%d %H:%M:%S}" for moment in (lock.acquired_at, lock.expires_at)
+    ]
+
+    page = admin_client.get(reverse("admin:django_dlock_distributedlock_change", args=[lock.pk]))
+    confirmation = admin_client.get(
+        reverse("admin:django_dlock_distributedlock_force_release", args=[lock.pk])
+    )
+
+    page_text = cell_text(page.content.decode())
+    assert all(time in page_text for time in times), times
+    assert times[1] in cell_text(confirmation.content.decode())
 
 
 def test_the_lock_delay_of_a_held_lock_shows_on_its_page(admin_client: Client) -> None:

@@ -21,7 +21,7 @@ from django.db.models import DurationField, Value
 
 from django_dlock.models import DistributedLock, LockWaiter
 from django_dlock.rules.clock import DatabaseNow
-from tests.utils import make_lock
+from tests.utils import make_delayed_lock, make_lock
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.vendor_independent]
 
@@ -37,10 +37,9 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 ARTIFACTS = Path(os.environ.get("DLOCK_ARTIFACTS_DIR", Path(__file__).parent.parent / "artifacts"))
-# A 1680 x 1050 screen (the list needs more than 1400 px since it shows
-# CONTRACT.md's columns again: acquired at, expires at and active beside the
-# time left).
-SCREEN_WIDTH = 1680
+# A laptop's window: the list fits it with the admin's nav sidebar open.
+SCREEN_WIDTH = 1280
+SCREEN_HEIGHT = 800
 PASSWORD = "correct horse battery staple"  # noqa: S105 - a throwaway test user
 
 
@@ -62,7 +61,7 @@ def browser_page(tmp_path: Path) -> Any:
             executable_path=CHROMIUM,
             headless=True,
             args=CHROMIUM_FLAGS,
-            viewport={"width": SCREEN_WIDTH, "height": 560},
+            viewport={"width": SCREEN_WIDTH, "height": SCREEN_HEIGHT},
         )
         try:
             page = context.pages[0] if context.pages else context.new_page()
@@ -79,6 +78,7 @@ OWNERS = {
     "job:43": "1b2c3d4e5f60718293a4b5c6d7e8f901",
     "billing.nightly": "0e4d11f2a3b4c5d6e7f8091a2b3c4d5e",
     "job:41": "9c8b7a6f5e4d3c2b1a09f8e7d6c5b4a3",
+    "deploy:web_eu-1.release": "5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d",
 }
 
 # Owners of the lock() calls queued for job:43.
@@ -98,6 +98,10 @@ def staff_and_locks() -> None:
     make_lock("billing.nightly", OWNERS["billing.nightly"], expires_in=-(3 * 60 + 5))
     make_lock("job:41", OWNERS["job:41"])
     DistributedLock.objects.release("job:41", owner=OWNERS["job:41"])
+    # Expired, in its lock-delay: the longest time left in words.
+    make_delayed_lock(
+        "deploy:web_eu-1.release", OWNERS["deploy:web_eu-1.release"], lock_delay=30 * 60
+    )
     # Tokens as a lock table that has been in use a while shows them.
     for resource, token in [
         ("report:monthly-2026-05", 12),
@@ -145,20 +149,36 @@ def log_in(page: Any, live_server: Any) -> str:
     return changelist
 
 
+# The list's column headers, as the admin's template shows them (capitalized).
+HEADERS = ["resource", "owner", "time left", "acquired / expires", "fencing token", "waiters"]
+
+
 def assert_fits_the_screen(page: Any) -> None:
-    """Every column of the list is on the screen (SCREEN_WIDTH), the admin's
-    sidebar open: the list does not scroll sideways, and no header ends past
-    the edge."""
+    """Every column of the list, whole, in the window (SCREEN_WIDTH x
+    SCREEN_HEIGHT) with the admin's nav sidebar open: the list does not scroll
+    sideways, every column header is inside the window, and no header or cell
+    is cut (an owner is cut short on purpose, whole in its tooltip)."""
     assert page.is_visible("#nav-sidebar")
+    assert page.viewport_size == {"width": SCREEN_WIDTH, "height": SCREEN_HEIGHT}
     overflow = page.evaluate(
         "() => { const r = document.querySelector('.results');"
         " return r.scrollWidth - r.clientWidth; }"
     )
     assert overflow <= 0, f"the list scrolls sideways by {overflow} px"
-    width = page.viewport_size["width"]
-    for header in page.locator("#result_list thead th").all():
+    headers = page.locator("#result_list thead th:not(.action-checkbox-column)")
+    texts = [text.lower() for text in headers.locator(".text").all_inner_texts()]
+    assert texts == HEADERS
+    for header in headers.all():
+        assert header.is_visible(), header.inner_text()
         box = header.bounding_box()
-        assert box["x"] + box["width"] <= width, header.inner_text()
+        assert box["x"] >= 0, header.inner_text()
+        assert box["x"] + box["width"] <= SCREEN_WIDTH, header.inner_text()
+    cut = page.evaluate(
+        "() => [...document.querySelectorAll('#result_list th, #result_list td')]"
+        ".filter(cell => cell.scrollWidth > cell.clientWidth)"
+        ".map(cell => cell.className + ': ' + cell.innerText)"
+    )
+    assert cut == [], f"cut short: {cut}"
 
 
 def test_staff_browse_filter_and_force_release_in_a_browser(
@@ -167,23 +187,34 @@ def test_staff_browse_filter_and_force_release_in_a_browser(
     page = browser_page
     changelist = log_in(page, live_server)
     rows = page.locator("#result_list tbody tr")
-    assert rows.count() == 5
+    assert rows.count() == 6
     assert_fits_the_screen(page)
     screenshot(page, "changelist")
 
-    # Active locks first (soonest expiry first), then expired, then released.
-    assert rows.locator("th.field-resource").all_inner_texts() == [
+    # Active locks first (soonest expiry first), then delayed, expired, released.
+    assert rows.locator("th.field-resource_name").all_inner_texts() == [
         "report:monthly-2026-05",
         "job:42",
         "job:43",
+        "deploy:web_eu-1.release",
         "billing.nightly",
         "job:41",
     ]
     time_left = rows.locator("td.field-time_left").all_inner_texts()
     assert re.fullmatch(r"in [34]\d s", time_left[0]), time_left
-    assert time_left[1:4] == ["in 25 min", "in 3 h", "expired 3 min ago"]
-    assert re.fullmatch(r"released (\d s ago|just now)", time_left[4]), time_left
-    assert rows.locator("td.field-waiters").all_inner_texts() == ["0", "1", "2", "0", "0"]
+    assert time_left[1:5] == [
+        "in 25 min",
+        "in 3 h",
+        "delayed, available in 29 min",
+        "expired 3 min ago",
+    ]
+    assert re.fullmatch(r"released (\d s ago|just now)", time_left[5]), time_left
+    # Whether each is active: the icon before its time left.
+    icons = rows.locator("td.field-time_left img").evaluate_all(
+        "icons => icons.map(icon => icon.src.endsWith('icon-yes.svg'))"
+    )
+    assert icons == [True, True, True, False, False, False]
+    assert rows.locator("td.field-waiters").all_inner_texts() == ["0", "1", "2", "0", "0", "0"]
     # An owner cut short to fit is whole in its tooltip.
     owner = rows.nth(1).locator(".dlock-owner")
     assert owner.get_attribute("title") == OWNERS["job:42"]
@@ -193,7 +224,7 @@ def test_staff_browse_filter_and_force_release_in_a_browser(
     page.locator("#changelist-filter").get_by_role("link", name="Active", exact=True).click()
     page.wait_for_url(f"{changelist}?status=active")
     assert rows.count() == 3
-    resources = rows.locator("th.field-resource").all_inner_texts()
+    resources = rows.locator("th.field-resource_name").all_inner_texts()
     assert resources == ["report:monthly-2026-05", "job:42", "job:43"]
 
     # Force-release two of them, through the confirmation page.
@@ -207,7 +238,7 @@ def test_staff_browse_filter_and_force_release_in_a_browser(
     page.click("input[type=submit][value='Yes, release them']")
     page.wait_for_selector("ul.messagelist")
     assert page.inner_text("ul.messagelist") == "Released 2 locks."
-    assert rows.locator("th.field-resource").all_inner_texts() == ["job:43"]
+    assert rows.locator("th.field-resource_name").all_inner_texts() == ["job:43"]
     screenshot(page, "force-released")
 
 

@@ -11,6 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_dlock.models import DistributedLock
+from django_dlock.rules import SHARED_HOLDERS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,3 +68,25 @@ def test_force_release_of_one_holder_keeps_the_others(admin_client: Client) -> N
     assert [hold.owner for hold in Locks.holders("doc:3")] == ["r2"]
     admin_client.post(force_release_url(header))  # all of them
     assert Locks.holders("doc:3") == []
+
+
+@pytest.mark.parametrize("kind", ["readers", "semaphore"])
+def test_the_force_release_confirmation_shows_shared_holders_as_the_list_does(
+    admin_client: Client, kind: str
+) -> None:
+    if kind == "readers":
+        header = readers("doc:4")
+    else:
+        Locks.acquire("doc:4", owner="p1", ttl=30, limit=3)
+        Locks.acquire("doc:4", owner="p2", ttl=30, limit=3)
+        header = DistributedLock.objects.get(resource="doc:4")
+
+    from_page = admin_client.get(force_release_url(header)).content.decode()
+    from_action = admin_client.post(
+        reverse("admin:django_dlock_distributedlock_changelist"),
+        {"action": "force_release_selected", "_selected_action": [header.pk]},
+    ).content.decode()
+
+    for html in (from_page, from_action):
+        assert SHARED_HOLDERS not in html  # an internal value, never shown
+        assert "<td>shared holders</td>" in html

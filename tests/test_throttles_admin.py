@@ -9,6 +9,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils.timezone import localtime
 
 from django_dlock import throttle
 from django_dlock.models import ThrottleSlot
@@ -69,3 +70,32 @@ def test_no_add_no_edit_no_delete(admin_client: Client) -> None:
     delete = reverse("admin:django_dlock_throttlekey_delete", args=[key.pk])
     assert admin_client.post(delete, {"post": "yes"}).status_code == 403
     assert ThrottleSlot.objects.get(pk=key.pk).key == "email:1"
+
+
+def test_a_keys_page_shows_the_key_as_the_list_does(admin_client: Client) -> None:
+    for _ in range(3):
+        throttle("email:1", rate="3/m").try_use()
+    ThrottleSlot.objects.filter(key="email:1", slot=0).update(
+        used_at=expired_before(40), free_at=expired_before(-20)
+    )
+    key = ThrottleSlot.objects.get(key="email:1", slot=0)
+    last_used = ThrottleSlot.objects.filter(key="email:1").order_by("-used_at")[0].used_at
+    assert last_used is not None
+
+    page = admin_client.get(reverse("admin:django_dlock_throttlekey_change", args=[key.pk]))
+
+    fields = {
+        line.field["label"]: text(str(line.contents()))
+        for fieldset in page.context["adminform"]
+        for fieldline in fieldset
+        for line in fieldline
+    }
+    assert fields.pop("next use allowed") in ("in 19 s", "in 20 s")
+    assert fields == {
+        "key": "email:1",
+        "rate": "3/m",
+        "uses in the window": "3",
+        "last use": f"{localtime(last_used):%Y-%m-%d %H:%M:%S}",
+    }
+    html = page.content.decode()
+    assert "#0" not in html  # the key, not its first row

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict, cast
+from typing import Any, cast
 from weakref import WeakKeyDictionary
 
 from django.contrib import admin, messages
@@ -30,67 +30,37 @@ from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
-from django.utils.formats import localize
-from django.utils.html import format_html
-from django.utils.timezone import localtime
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from django_dlock.admin.columns import OWNER, OWNER_COLUMN, ListedLock, LockColumns
 from django_dlock.admin.holders import holder_table
 from django_dlock.admin.purge import PurgeAdmin, non_atomic
-from django_dlock.admin.status import STATUS_RANK, StatusFilter, by_status, moment
+from django_dlock.admin.status import STATUS_RANK, StatusFilter, by_status
 from django_dlock.admin.waiters import waiter_count, waiter_table
 from django_dlock.conf import conf
-from django_dlock.humanize import (
-    ACTIVE,
-    DELAYED,
-    EXPIRED,
-    RELEASED,
-    duration_in_words,
-    kind_in_words,
-    time_left_in_words,
-)
+from django_dlock.humanize import ACTIVE
 from django_dlock.models import DistributedLock
 from django_dlock.permissions import may_see_owners
 from django_dlock.rules.clock import database_now
-
-if TYPE_CHECKING:
-    from django_stubs_ext import WithAnnotations
-
-
-class _ListAnnotations(TypedDict):
-    """What ``LockAdmin.get_queryset`` adds to each lock."""
-
-    lock_status: str
-    database_now: datetime
-    waiter_count: int
-
-
-# A lock as the list shows it (annotated by ``LockAdmin.get_queryset``).
-_ListedLock: TypeAlias = "WithAnnotations[DistributedLock, _ListAnnotations]"
 
 # The database's time of each request the admin is answering (see
 # LockAdmin.get_queryset); gone with the request.
 _REQUEST_NOW: WeakKeyDictionary[HttpRequest, datetime] = WeakKeyDictionary()
 
-OWNER = "owner"
-# The list's owner column: shortened to fit, whole in its tooltip.
-OWNER_COLUMN = "owner_token"
-
 
 @admin.register(DistributedLock)
-class LockAdmin(PurgeAdmin):
-    # The columns of CONTRACT.md's admin, in its order, and the queued waiters;
-    # narrow enough for a 1680 px screen with the admin's sidebar open: the
-    # owner is cut short (whole in its tooltip), times are a date over a time of
-    # day (the localized whole in their tooltip). A lock's page shows every field.
+class LockAdmin(LockColumns, PurgeAdmin):
+    # The columns of CONTRACT.md's admin and the queued waiters, narrow enough
+    # for a laptop's screen with the admin's sidebar open: the owner is cut
+    # short (whole in its tooltip), whether a lock is active is an icon before
+    # its time left, acquired and expires share a column. A lock's page shows
+    # every field.
     list_display = (
-        "resource",
+        "resource_name",
         OWNER_COLUMN,
-        "is_active",
-        "acquired",
-        "expires",
         "time_left",
+        "acquired_and_expires",
         "fencing_token",
         "waiters",
     )
@@ -106,8 +76,8 @@ class LockAdmin(PurgeAdmin):
         OWNER_COLUMN,
         "kind",
         "status",
-        "acquired_at",
-        "expires_at",
+        "acquired",
+        "expires",
         "time_left",
         "lock_delay_in_words",
         "fencing_token",
@@ -169,72 +139,6 @@ class LockAdmin(PurgeAdmin):
             waiter_count=waiter_count(queryset.db),
         )
 
-    @admin.display(description=_("status"))
-    def status(self, lock: _ListedLock) -> str:
-        labels = {
-            ACTIVE: gettext("active"),
-            DELAYED: gettext("delayed"),
-            EXPIRED: gettext("expired"),
-            RELEASED: gettext("released"),
-        }
-        return labels[lock.lock_status]
-
-    @admin.display(
-        description=_("active"),
-        boolean=True,
-        ordering=by_status(STATUS_RANK, IntegerField()),
-    )
-    def is_active(self, lock: _ListedLock) -> bool:
-        """Active or not (expired or released) by the database's clock."""
-        return lock.lock_status == ACTIVE
-
-    @admin.display(description=_("owner"), ordering=OWNER)
-    def owner_token(self, lock: _ListedLock) -> str:
-        if lock.is_released:
-            return self.get_empty_value_display()
-        if lock.is_shared:  # its holders each have an owner of their own
-            return gettext("shared holders")
-        return format_html('<span class="dlock-owner" title="{}">{}</span>', lock.owner, lock.owner)
-
-    @admin.display(description=_("kind"))
-    def kind(self, lock: _ListedLock) -> str:
-        return kind_in_words(lock.mode, lock.limit, lock.hold_count)
-
-    @admin.display(description=_("acquired at"), ordering="acquired_at")
-    def acquired(self, lock: _ListedLock) -> str:
-        return moment(lock.acquired_at)
-
-    @admin.display(description=_("expires at"), ordering="expires_at")
-    def expires(self, lock: _ListedLock) -> str:
-        return moment(lock.expires_at)
-
-    @admin.display(description=_("time left"), ordering="expires_at")
-    def time_left(self, lock: _ListedLock) -> str:
-        """Until it expires; while its holder's lock-delay runs, until it is
-        available (its tooltip: that moment)."""
-        delayed = lock.lock_status == DELAYED and lock.available_at is not None
-        until = lock.available_at if delayed else lock.expires_at
-        return format_html(
-            '<span title="{}">{}</span>',
-            localize(localtime(until)),
-            time_left_in_words(
-                lock.lock_status, lock.expires_at, lock.database_now, lock.available_at
-            ),
-        )
-
-    @admin.display(description=_("lock delay"), ordering="lock_delay")
-    def lock_delay_in_words(self, lock: _ListedLock) -> str:
-        """How long the resource stays refused to everyone after its holder
-        loses it (expires, or is force-released); none after a release."""
-        if lock.lock_delay is None:
-            return self.get_empty_value_display()
-        return duration_in_words(lock.lock_delay.total_seconds())
-
-    @admin.display(description=_("waiters"), ordering="waiter_count")
-    def waiters(self, lock: _ListedLock) -> int:
-        """Live ``lock()`` waiters queued for the resource."""
-        return lock.waiter_count
-
     # -- a lock's page -------------------------------------------------------------
 
     def change_view(
@@ -245,7 +149,7 @@ class LockAdmin(PurgeAdmin):
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         """The lock's fields, its queued waiters, and a force-release button."""
-        lock = cast("_ListedLock | None", self.get_object(request, unquote(object_id)))
+        lock = cast("ListedLock | None", self.get_object(request, unquote(object_id)))
         context: dict[str, Any] = {}
         if lock is not None:
             may_force = lock.lock_status == ACTIVE and self.has_force_release_permission(request)
@@ -278,7 +182,7 @@ class LockAdmin(PurgeAdmin):
         back to its page."""
         if not self.has_force_release_permission(request):
             raise PermissionDenied
-        lock = cast("_ListedLock | None", self.get_object(request, unquote(object_id)))
+        lock = cast("ListedLock | None", self.get_object(request, unquote(object_id)))
         if lock is None:  # purged meanwhile
             self.message_user(request, gettext("There is no such lock."), messages.WARNING)
             return HttpResponseRedirect(self.admin_url("changelist"))
@@ -302,7 +206,7 @@ class LockAdmin(PurgeAdmin):
 
     @admin.action(description=_("Force-release the selected locks"), permissions=["force_release"])
     def force_release_selected(
-        self, request: HttpRequest, queryset: QuerySet[_ListedLock]
+        self, request: HttpRequest, queryset: QuerySet[ListedLock]
     ) -> HttpResponse | None:
         """Ask for confirmation, then release each selected lock whoever holds it."""
         locks = list(queryset.order_by("resource"))
@@ -311,7 +215,7 @@ class LockAdmin(PurgeAdmin):
             return None  # back to the list
         return self._force_release_confirmation(request, locks, from_action=True)
 
-    def _force_release(self, request: HttpRequest, locks: list[_ListedLock]) -> None:
+    def _force_release(self, request: HttpRequest, locks: list[ListedLock]) -> None:
         """Release each of ``locks`` through ``DistributedLock.objects.force_release``
         (its own transaction, so the next holder still gets a larger fencing
         token), and say how many were released."""
@@ -340,7 +244,7 @@ class LockAdmin(PurgeAdmin):
             )
 
     def _force_release_confirmation(
-        self, request: HttpRequest, locks: list[_ListedLock], *, from_action: bool
+        self, request: HttpRequest, locks: list[ListedLock], *, from_action: bool
     ) -> TemplateResponse:
         context = {
             **self.admin_site.each_context(request),
@@ -348,6 +252,17 @@ class LockAdmin(PurgeAdmin):
             "subtitle": None,
             "opts": self.opts,
             "locks": locks,
+            # Each lock as its page shows it: "shared holders" for readers or
+            # permits, never the row's internal owner; times to the second.
+            "rows": [
+                {
+                    "lock": lock,
+                    "owner": self.owner_token(lock),
+                    "status": self.status(lock),
+                    "expires": self.expires(lock),
+                }
+                for lock in locks
+            ],
             "active_count": sum(lock.lock_status == ACTIVE for lock in locks),
             "from_action": from_action,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,

@@ -86,7 +86,9 @@ class PurgeAdmin(_LockAdminBase):
             "title": gettext("Purge expired locks"),
             "subtitle": None,
             "opts": self.opts,
-            "expired_count": DistributedLock.objects.using(conf.DATABASE).expired().count(),
+            # What the purge will delete: not a lock whose lock-delay still runs,
+            # which ``expired()`` counts too.
+            "expired_count": DistributedLock.objects.using(conf.DATABASE).purgeable().count(),
             "changelist_url": changelist_url,
             "media": self.media,
         }

@@ -1,6 +1,6 @@
 """A lock's status in the admin's list, by the database's clock: active,
 delayed (its holder's lock-delay runs), expired or released; the filter and the default order that use it, and how the
-list shows a moment."""
+admin shows a moment."""
 
 from __future__ import annotations
 
@@ -43,12 +43,12 @@ def by_status(values: Mapping[str, Any], output_field: Field[Any, Any]) -> Case:
 
 
 def moment(value: datetime) -> str:
-    """``value`` as a column of the list shows it: its ISO date over its time of
-    day, to the second, in the current time zone; the localized whole in its
-    tooltip."""
+    """``value`` as the admin shows it, in lists and on pages alike: its ISO
+    date and time of day, to the second, in the current time zone; the
+    localized whole in its tooltip."""
     local = localtime(value)
     return format_html(
-        '<time datetime="{}" title="{}">{}<br>{}</time>',
+        '<time datetime="{}" title="{}">{} {}</time>',
         value.isoformat(),
         localize(local),
         f"{local:%Y-%m-%d}",

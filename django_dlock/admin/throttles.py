@@ -60,6 +60,9 @@ def _of_key(column: str, aggregate: Any, **filters: Any) -> Subquery:
 @admin.register(ThrottleKey)
 class ThrottleKeyAdmin(_ThrottleAdminBase):
     list_display = ("key", "rate_of_last_use", "uses_in_window", "last_use", "next_use")
+    # A key's page shows it as the list does, not its slot 0's row.
+    fields = list_display
+    readonly_fields = fields
     search_fields = ("key",)
     sortable_by = ("key", "uses_in_window", "last_use")
     ordering = ("key",)
