@@ -553,6 +553,7 @@ MANAGER_CALLS = {
     "owned_by",
     "with_resource_prefix",
     "delayed",
+    "purgeable",
 }
 
 
@@ -570,6 +571,19 @@ def public_calls(manager: object) -> set[str]:
 def test_the_manager_offers_exactly_the_documented_calls_besides_djangos() -> None:
     ours = public_calls(Locks) - public_calls(models.Manager())
     assert ours == MANAGER_CALLS
+
+
+def test_purgeable_is_what_the_purge_deletes() -> None:
+    for name in ("pg:a", "pg:b", "pg:delayed"):
+        DistributedLock.objects.acquire(
+            name, "a", ttl=60, lock_delay=600 if "delayed" in name else None
+        )
+        DistributedLock.objects.force_release(name)
+    DistributedLock.objects.acquire("pg:held", "a", ttl=60)
+    purgeable = sorted(DistributedLock.objects.purgeable().values_list("resource", flat=True))
+
+    assert purgeable == ["pg:a", "pg:b"]  # not the held one, nor the one in its lock-delay
+    assert DistributedLock.objects.purge_expired() == len(purgeable)
 
 
 def test_available_in_counts_down_a_lock_delay_only() -> None:
