@@ -1,9 +1,10 @@
 """The lock operations: ``DistributedLock.objects`` and its queryset.
 
-The manager validates what callers pass, asks the backend of its database to
-run the operation (each is one backend method, which decides), turns the rows
-the backend answers into model instances and sends the signals. It knows no
-vendor. The model class reaches it as ``self.model`` (this module does not
+The manager validates what callers pass, once, and hands every operation to
+the lock service of its database (``django_dlock.service``), the operation
+layer that ``lock()``, the API, the admin and the commands share: it runs
+each as one backend method, which decides, turns the rows the backend answers
+into model instances and sends the signals. The manager knows no backend. The model class reaches it as ``self.model`` (this module does not
 import ``models``, which imports it): its annotations use a type variable bound
 to Django's ``Model``, and ``DistributedLock`` declares its manager as
 ``DistributedLockManager["DistributedLock"]``.
@@ -12,16 +13,13 @@ to Django's ``Model``, and ``DistributedLock`` declares its manager as
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Literal, TypeVar, cast, overload
+from typing import Literal, TypeVar, cast, overload
 
 from django.db import models
 from django.db.models import Q
 
 from django_dlock import signals
-from django_dlock.backends import backend_for
-from django_dlock.backends.base import LockBackend
 from django_dlock.backends.purge import expired_q, purgeable_q
 from django_dlock.conf import conf
 from django_dlock.prefix import resource_prefix_q
@@ -107,9 +105,6 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
 
     def _alias(self) -> str:
         return self._db or conf.DATABASE
-
-    def _backend(self) -> LockBackend:
-        return backend_for(self._alias())
 
     def _service(self) -> LockService[_Lock]:
         """The internal operations (``django_dlock.service``) on this manager's database."""
@@ -206,15 +201,7 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         """
         validate_resource(resource)
         validate_owner(owner)
-        renewed = self._backend().extend(resource, owner, duration_of(ttl))
-        if not renewed.exists:
-            does_not_exist: type[Exception] = cast(Any, self.model).DoesNotExist
-            raise does_not_exist(f"There is no lock on {resource!r}.")
-        if renewed.row is None:
-            return None
-        hold = self._service().instance(renewed.row)
-        signals.lock_renewed.send(sender=self.model, lock=hold)
-        return hold
+        return self._service().renew(resource, owner, duration_of(ttl))
 
     def release(self, resource: str, owner: str) -> ReleaseResult:
         """Give up the hold that ``owner`` has on ``resource``.
@@ -238,19 +225,13 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         validate_resource(resource)
         if owner is not None:
             validate_owner(owner)
-        released = self._backend().give_up(resource, owner, forced=True)
-        for held in released.released:  # each as it was held
-            self._service().announce_released(
-                replace(held, owner="", expires_at=held.now), held.owner, forced=True
-            )
-        return bool(released.released)
+        return self._service().force_release(resource, owner)
 
     def holders(self, resource: str) -> list[Hold]:
         """The valid holds of ``resource``, oldest first: its exclusive holder,
         or its readers or permits; none when it is free."""
         validate_resource(resource)
-        service = self._service()
-        return [service.instance(row) for row in self._backend().holders(resource)]
+        return self._service().holders(resource)
 
     def acquire_all(
         self,
@@ -279,11 +260,7 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         for resource in resources:
             validate_resource(resource)
         validate_owner(owner)
-        outcomes = self._backend().give_up_all(list(resources), owner)
-        for released in outcomes:
-            if released.result is ReleaseResult.RELEASED and released.row is not None:
-                self._service().announce_released(released.row, owner, forced=False)
-        return [released.result for released in outcomes]
+        return self._service().release_all(list(resources), owner)
 
     def purge_expired(
         self,
@@ -306,20 +283,9 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         renewal) is skipped, and left for a later purge. ``on_batch(count)`` is
         called after each batch that deleted something.
         """
-        backend = self._backend()
-        deleted = 0
-        while True:
-            batch = backend.purge_batch(older_than=older_than, batch_size=batch_size, prefix=prefix)
-            deleted += batch.deleted
-            if batch.deleted and on_batch is not None:
-                on_batch(batch.deleted)
-            # Done when the batch took every expired lock there was, or deleted
-            # none of those it chose (each was held by a lock operation or
-            # renewed meanwhile: choosing again would find them again). Not
-            # "until none is expired": locks that a busy resource's holders
-            # release while the purge runs would keep it going.
-            if batch.chosen < batch_size or not batch.deleted:
-                return deleted
+        return self._service().purge_expired(
+            older_than=older_than, batch_size=batch_size, prefix=prefix, on_batch=on_batch
+        )
 
     # -- async twins -----------------------------------------------------------
     # Each runs the sync operation in a thread of django-dlock's own (not the

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, cast
 
@@ -195,6 +196,68 @@ class LockService(Generic[_Lock]):
         if signals.lock_released.has_listeners(self.model):
             hold = self.instance(row)
             signals.lock_released.send(sender=self.model, lock=hold, owner=owner, forced=forced)
+
+    def renew(self, resource: str, owner: str, duration: timedelta) -> Hold | None:
+        """Extend ``owner``'s valid hold of ``resource`` to ``duration`` from now,
+        with its signal: the renewed hold, or None; the model's ``DoesNotExist``
+        when there is no lock on ``resource`` at all."""
+        renewed = self._backend().extend(resource, owner, duration)
+        if not renewed.exists:
+            does_not_exist: type[Exception] = cast(Any, self.model).DoesNotExist
+            raise does_not_exist(f"There is no lock on {resource!r}.")
+        if renewed.row is None:
+            return None
+        hold = self.instance(renewed.row)
+        signals.lock_renewed.send(sender=self.model, lock=hold)
+        return hold
+
+    def force_release(self, resource: str, owner: str | None) -> bool:
+        """An operator's release of every hold of ``resource`` (or of ``owner``'s,
+        whatever its hold count), with a signal for each: whether one was."""
+        released = self._backend().give_up(resource, owner, forced=True)
+        for held in released.released:  # each as it was held
+            self.announce_released(
+                replace(held, owner="", expires_at=held.now), held.owner, forced=True
+            )
+        return bool(released.released)
+
+    def holders(self, resource: str) -> list[Hold]:
+        """The valid holds of ``resource``, oldest first."""
+        return [self.instance(row) for row in self._backend().holders(resource)]
+
+    def release_all(self, resources: list[str], owner: str) -> list[ReleaseResult]:
+        """``owner``'s releases of ``resources`` in one transaction, with their
+        signals: what each did, in the order asked."""
+        outcomes = self._backend().give_up_all(resources, owner)
+        for released in outcomes:
+            if released.result is ReleaseResult.RELEASED and released.row is not None:
+                self.announce_released(released.row, owner, forced=False)
+        return [released.result for released in outcomes]
+
+    def purge_expired(
+        self,
+        *,
+        older_than: float,
+        batch_size: int,
+        prefix: str,
+        on_batch: Callable[[int], object] | None,
+    ) -> int:
+        """The purge of ``DistributedLock.objects.purge_expired()``: batches
+        until one takes every expired lock there was; how many locks."""
+        backend = self._backend()
+        deleted = 0
+        while True:
+            batch = backend.purge_batch(older_than=older_than, batch_size=batch_size, prefix=prefix)
+            deleted += batch.deleted
+            if batch.deleted and on_batch is not None:
+                on_batch(batch.deleted)
+            # Done when the batch took every expired lock there was, or deleted
+            # none of those it chose (each was held by a lock operation or
+            # renewed meanwhile: choosing again would find them again). Not
+            # "until none is expired": locks that a busy resource's holders
+            # release while the purge runs would keep it going.
+            if batch.chosen < batch_size or not batch.deleted:
+                return deleted
 
     def renew_held(self, pairs: list[tuple[str, str]], ttl: float) -> dict[tuple[str, str], Hold]:
         """Renew each (resource, owner) hold that owner validly has, for ``ttl``
