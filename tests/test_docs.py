@@ -106,7 +106,9 @@ def test_every_page_opens_with_a_title_and_a_summary() -> None:
 
 
 def hooks() -> ModuleType:
-    """docs/hooks.py, the site's MkDocs hooks (mkdocs.yml's ``hooks:``)."""
+    """docs/hooks.py, the site's MkDocs hooks (mkdocs.yml's ``hooks:``). It needs Markdown,
+    which the `docs` group brings (the matrix's environments have only the `test` group)."""
+    pytest.importorskip("markdown")
     spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -130,6 +132,24 @@ def test_the_site_hides_the_example_markers() -> None:
         code.split("\n", 1)[1] if code.startswith("# example: ") else code for code in blocks
     ]
     assert example("script")[0] == "usage.md"  # the source still has it
+
+
+def test_the_site_hides_the_example_markers_of_included_files() -> None:
+    """The quickstart page includes README.md's examples, which pymdownx.snippets inserts after
+    the page hook ran: the hooks' Markdown extension strips their markers then."""
+    hooks_module = hooks()
+    markdown = pytest.importorskip("markdown")
+    pytest.importorskip("pymdownx")
+    source = page("quickstart.md")
+    assert '--8<-- "README.md:quickstart"' in source
+    assert "# example: quickstart" in page("README.md")
+    html = markdown.markdown(
+        source,
+        extensions=["pymdownx.snippets", "pymdownx.superfences", hooks_module.ExampleMarkers()],
+        extension_configs={"pymdownx.snippets": {"base_path": [str(ROOT)], "check_paths": True}},
+    )
+    assert "close_month" in html  # the README's example is there
+    assert "# example:" not in html
 
 
 # -- the Python API page -------------------------------------------------------------------------
