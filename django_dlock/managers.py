@@ -56,6 +56,8 @@ def delay_runs_q() -> Q:
 
 
 class DistributedLockQuerySet(models.QuerySet[_Lock]):
+    """Lock rows; each filter reads by the database's clock (to act on a lock, acquire it)."""
+
     def active(self) -> DistributedLockQuerySet[_Lock]:
         """Locks that are held now, by the database's clock."""
         return self.filter(expires_at__gt=DatabaseNow())

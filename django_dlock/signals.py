@@ -20,46 +20,65 @@ if TYPE_CHECKING:
 # sends one, which then finds its receivers, or that it has none, in one look-up
 # rather than by going through every connected receiver again.
 
-# A new holder got the lock: first acquisition, or after a release or expiry.
-# Keyword arguments: lock, taken_over_from (the previous owner when an expired,
-# unreleased lock of another owner was taken over, else None).
 lock_acquired = Signal(use_caching=True)
+"""A new holder got the lock: first acquisition, or after a release or expiry.
 
-# The holder extended its lock (renew, or acquire by the owner that holds it).
-# Keyword arguments: lock.
+Keyword arguments: ``lock``; ``taken_over_from``, the previous owner when an
+expired lock of another owner was taken over, else ``None``.
+"""
+
 lock_renewed = Signal(use_caching=True)
+"""The holder extended its lock: ``renew()``, or ``acquire()`` by the owner
+that holds it, or ``min_hold`` keeping it on exit.
 
-# An expired lock of one owner was taken by another.
-# Keyword arguments: lock (the new holder's), previous_owner.
+Keyword arguments: ``lock``.
+"""
+
 lock_taken_over = Signal(use_caching=True)
+"""An expired lock of one owner was taken by another.
 
-# The holder released its lock, or an operator force-released it.
-# Keyword arguments: lock (as released: empty owner, expired), owner (the
-# owner that held it), forced (True for a force-release).
+Keyword arguments: ``lock`` (the new holder's), ``previous_owner``.
+"""
+
 lock_released = Signal(use_caching=True)
+"""The holder released its lock, or an operator force-released it.
 
-# A holder found that its lock was lost: renewal failed or it expired.
-# Keyword arguments: resource, owner, reason (a sentence saying why), mode
-# and limit (of the hold it had).
+Keyword arguments: ``lock`` (as released: empty owner, expired), ``owner``
+(the owner that held it), ``forced`` (``True`` for a force-release).
+"""
+
 lock_lost = Signal(use_caching=True)
+"""A holder found that its lock was lost: a renewal failed, or it expired.
 
-# An acquisition that does not wait (``acquire()``, ``lock()`` without a
-# timeout, the HTTP API) found the lock held in a way that excludes it.
-# Keyword arguments: resource, owner (the caller's), mode ("exclusive" or
-# "shared") and limit (a semaphore's, else None) of what it asked for.
+Keyword arguments: ``resource``, ``owner``, ``reason`` (a sentence saying
+why), ``mode`` and ``limit`` (of the hold it had).
+"""
+
 lock_refused = Signal(use_caching=True)
+"""An acquisition that does not wait (``acquire()``, ``lock()`` without a
+timeout, the HTTP API) found the lock held in a way that excludes it.
 
-# A blocking acquisition (``lock(..., timeout=...)``) stopped waiting.
-# Keyword arguments: resource, owner, waited (seconds, on this process's
-# monotonic clock), outcome ("acquired", "timeout", "cancelled", or "error"
-# when the database failed), mode and limit (as for lock_refused).
+Keyword arguments: ``resource``, ``owner`` (the caller's), ``mode``
+(``"exclusive"`` or ``"shared"``) and ``limit`` (a semaphore's, else
+``None``) of what it asked for.
+"""
+
 lock_wait_ended = Signal(use_caching=True)
+"""A blocking acquisition (``lock(..., timeout=...)``) stopped waiting.
 
-# A throttle (``django_dlock.throttle``) granted or refused a use, once its
-# decision is committed. Sender: the ``ThrottleSlot`` model. Keyword arguments:
-# key, rate (a ``Rate``), granted (bool), retry_after (a timedelta, zero when
-# granted).
+Keyword arguments: ``resource``, ``owner``, ``waited`` (seconds, on this
+process's monotonic clock), ``outcome`` (``"acquired"``, ``"timeout"``,
+``"cancelled"``, or ``"error"`` when the database failed), ``mode`` and
+``limit`` (as for ``lock_refused``).
+"""
+
 throttle_used = Signal(use_caching=True)
+"""A throttle granted or refused a use, once its decision is committed.
+Its sender is the ``ThrottleSlot`` model.
+
+Keyword arguments: ``key``, ``rate`` (a ``Rate``), ``granted`` (a bool),
+``retry_after`` (a ``timedelta``, zero when granted).
+"""
 
 
 def send_refused(sender: type, claim: Claim) -> None:

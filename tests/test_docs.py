@@ -3,12 +3,15 @@ a new project's first steps."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from django_dlock import signals
 from django_dlock.conf import Settings
 from tests.docs_utils import (
     DOCS,
@@ -53,6 +56,136 @@ def test_the_changelog_and_quickstart_pages_include_rather_than_copy() -> None:
     assert '--8<-- "README.md:quickstart"' in page("quickstart.md")
     assert "<!-- --8<-- [start:quickstart] -->" in README
     assert "<!-- --8<-- [end:quickstart] -->" in README
+
+
+# -- the pages as a reader meets them ------------------------------------------------------------
+
+# A page a reader can take in; the performance page answers a few questions, no more.
+PAGE_LINES = 400
+PAGE_LINES_OF = {"performance.md": 250}
+# The summary under a page's title says what the page covers, in a few lines.
+SUMMARY_LINES = 4
+# docs/internals.md is being rewritten elsewhere: its summary's length is not judged here yet.
+SUMMARY_UNJUDGED = {"internals.md"}
+
+
+def site_pages() -> dict[str, str]:
+    """Each page of the site as a reader gets it: the changelog page is CHANGELOG.md, which it
+    includes."""
+    return {
+        path.name: (ROOT / "CHANGELOG.md" if path.name == "changelog.md" else path).read_text()
+        for path in sorted(DOCS.glob("*.md"))
+    }
+
+
+def test_no_page_is_too_long() -> None:
+    for path in sorted(DOCS.glob("*.md")):
+        limit = PAGE_LINES_OF.get(path.name, PAGE_LINES)
+        lines = len(path.read_text().splitlines())
+        assert lines <= limit, f"docs/{path.name} has {lines} lines, more than {limit}"
+
+
+def test_every_page_opens_with_a_title_and_a_summary() -> None:
+    for name, text in site_pages().items():
+        lines = text.splitlines()
+        assert lines[0].startswith("# "), f"{name} does not open with a title"
+        assert lines[1] == "", f"{name}: no blank line after the title"
+        summary = []
+        for line in lines[2:]:
+            if not line.strip():
+                break
+            summary.append(line)
+        assert summary, f"{name} has no summary under its title"
+        assert not re.match(r"(#|```|\||- |\* |!\[|<|:::|--8<--)", summary[0]), (
+            f"{name} opens with something other than a paragraph: {summary[0]!r}"
+        )
+        if name not in SUMMARY_UNJUDGED:
+            assert len(summary) <= SUMMARY_LINES, (
+                f"{name}'s summary has {len(summary)} lines, more than {SUMMARY_LINES}"
+            )
+
+
+def hooks() -> ModuleType:
+    """docs/hooks.py, the site's MkDocs hooks (mkdocs.yml's ``hooks:``). It needs Markdown,
+    which the `docs` group brings (the matrix's environments have only the `test` group)."""
+    pytest.importorskip("markdown")
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_site_hides_the_example_markers() -> None:
+    """A page as MkDocs renders it has its tested blocks without their ``# example: NAME``
+    lines (also a block indented in a list item), and nothing else of them changed; the
+    source keeps the markers that the tests find the blocks by."""
+    source = (
+        page("usage.md") + "\n- In a list:\n\n  ```python\n  # example: indented\n  x = 1\n  ```\n"
+    )
+    blocks = python_blocks(source)
+    marked = [code for code in blocks if code.startswith("# example: ")]
+    assert len(marked) >= 4
+    rendered = hooks().on_page_markdown(source, page=None, config=None, files=None)
+    assert "# example:" not in rendered
+    assert python_blocks(rendered) == [
+        code.split("\n", 1)[1] if code.startswith("# example: ") else code for code in blocks
+    ]
+    assert example("script")[0] == "usage.md"  # the source still has it
+
+
+def test_the_site_hides_the_example_markers_of_included_files() -> None:
+    """The quickstart page includes README.md's examples, which pymdownx.snippets inserts after
+    the page hook ran: the hooks' Markdown extension strips their markers then."""
+    hooks_module = hooks()
+    markdown = pytest.importorskip("markdown")
+    pytest.importorskip("pymdownx")
+    source = page("quickstart.md")
+    assert '--8<-- "README.md:quickstart"' in source
+    assert "# example: quickstart" in page("README.md")
+    html = markdown.markdown(
+        source,
+        extensions=["pymdownx.snippets", "pymdownx.superfences", hooks_module.ExampleMarkers()],
+        extension_configs={"pymdownx.snippets": {"base_path": [str(ROOT)], "check_paths": True}},
+    )
+    assert "close_month" in html  # the README's example is there
+    assert "# example:" not in html
+
+
+# -- the Python API page -------------------------------------------------------------------------
+
+
+def test_the_python_api_page_documents_every_public_name() -> None:
+    import django_dlock
+    from django_dlock import exceptions
+
+    text = page("python-api.md")
+    directives = re.findall(r"^::: ([\w.]+)$", text, re.M)
+    documented = {path.rsplit(".", 1)[-1] for path in directives}
+    for name in django_dlock.__all__:
+        if hasattr(exceptions, name):
+            assert "django_dlock.exceptions" in directives, name
+        else:
+            assert name in documented, f"django_dlock.{name} is not on docs/python-api.md"
+    for name in ("DistributedLockManager", "DistributedLockQuerySet", "LockHandle"):
+        assert name in documented, name
+
+
+def test_the_python_api_page_lists_every_signal() -> None:
+    from django.dispatch import Signal
+
+    sent = {name for name, value in vars(signals).items() if isinstance(value, Signal)}
+    assert sent
+    listed = re.search(
+        r"::: django_dlock\.signals\n(?:    .*\n)*?\s+members: \[(.*)\]", page("python-api.md")
+    )
+    assert listed is not None
+    assert {name.strip() for name in listed.group(1).split(",")} == sent
+    # Each one's docstring (the string after it, which the page shows) names its arguments.
+    source = (ROOT / "django_dlock" / "signals.py").read_text()
+    for name in sent:
+        doc = re.search(rf'^{name} = Signal\(.*\)\n"""(.*?)"""', source, re.M | re.S)
+        assert doc is not None and "Keyword arguments:" in doc.group(1), name
 
 
 # -- the README as the PyPI page -----------------------------------------------------------------

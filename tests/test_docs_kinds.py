@@ -1,4 +1,4 @@
-"""The lock kinds' examples of the docs (docs/usage.md, "Lock kinds") run and do
+"""The lock kinds' examples of the docs (docs/kinds.md) run and do
 what the page says."""
 
 from __future__ import annotations

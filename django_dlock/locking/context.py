@@ -60,41 +60,41 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class lock:
-    """Hold the lock on ``resource`` for a block or a function call.
+    """Hold the lock on ``resource`` for a block (``with``, ``async with``) or a call (``@lock``).
 
-    ``with lock("report:2026-05", ttl=60, timeout=10) as held:`` (or ``async
-    with``, or ``@lock(...)`` on a sync or async function). ``timeout=None``
-    tries once; a number of seconds waits up to that long (``float("inf")``:
-    without end). Either raises ``LockNotAcquired`` when the lock stays held.
-    Without ``owner`` each entry gets a random one. ``auto_renew=True`` renews
-    the lock every ttl/3 in a background thread until the block ends.
+    Gives a ``LockHandle`` (``HeldLocks`` for a list of resources). The exit releases the lock,
+    also when the block raised. Each acquire and release is a transaction of its own, never the
+    caller's: inside ``atomic()`` it raises ``LockTransactionError`` (but see ``until``).
 
-    ``shared=True`` holds it as one of many readers; ``limit=N`` as one of at
-    most N permits of a semaphore; ``reentrant=True`` lets the same thread (or
-    asyncio task) enter it again, counting holds, where a ``lock()`` that is
-    not reentrant, nested in its own holder, raises ``LockHeldByCaller`` at
-    once. A list of resources (``["a", ("b", "shared")]``) holds all of them
-    or none. ``label`` names the holder in public (``holders()``, the admin,
-    the API); ``on_lost(handle)`` is called when the lock is found lost. An
-    invalid argument raises ``InvalidArgument`` before anything runs.
+    Args:
+        resource: The lock's name, or a list (``["a", ("b", "shared")]``) to hold all or none.
+            As a decorator, ``{name}`` placeholders are filled from each call's arguments.
+        owner: The holder's secret; a random token per entry when ``None`` (leave it out).
+        ttl: Seconds until the lock expires by itself; ``DLOCK_DEFAULT_TTL`` when ``None``.
+        timeout: ``None`` or ``0`` tries once; seconds wait in a first come, first served
+            queue, ``float("inf")`` without end.
+        auto_renew: Renew every ttl/3 in a background thread until the block ends.
+        using: The database alias; ``DLOCK_DATABASE`` when ``None``.
+        reentrant: The same thread or asyncio task may enter it again, counting holds.
+        shared: Hold it as one of many readers (a writer excludes them).
+        limit: Hold one of at most ``limit`` permits of a semaphore.
+        label: The holder's public name (``holders()``, the admin, the API).
+        on_lost: Called with the handle when the lock is found lost.
+        min_hold: Seconds or a ``timedelta``: a lock taken less than that long ago is kept on
+            exit and expires then, without waiting (ShedLock's lockAtLeastFor).
+        lock_delay: Seconds or a ``timedelta``, exclusive locks: a hold lost rather than
+            released leaves the resource refused to everyone that long (Chubby's lock-delay).
+        until: ``"exit"``, or ``"commit"`` inside ``atomic()``: held until the transaction
+            commits or rolls back, not released at the block's exit.
+        priority: -1000 to 1000, the wait queue's order: higher first; a step is worth a
+            minute of waiting, so no waiter starves.
 
-    On exit the lock is released, also when the block raised. If it was lost
-    meanwhile (expired, taken over, released by someone else), ``lock_lost`` is
-    sent and, when the block itself succeeded, ``LockExpired`` (or
-    ``LockNotOwned`` when another owner holds it) is raised: the work ran
-    without the lock for a while, and the caller must know. ``min_hold`` keeps
-    a lock taken less than that long ago (ShedLock's lockAtLeastFor): its last
-    exit renews it to the time left instead, without waiting (see ``min_hold``).
-    ``lock_delay`` (Chubby's lock-delay, exclusive locks only): when this hold
-    is lost rather than released (its lease ran out, or an operator
-    force-released it), nobody may take the resource for that long after, so a
-    late writer that ignores fencing tokens cannot overlap the next holder.
-    ``until="commit"``, inside ``atomic()``: the lock is held until that
-    transaction ends, released after its commit or rollback, not at the
-    block's exit (see ``until_commit``). ``priority`` orders the wait queue:
-    higher first, first come first served within a priority, and a step of
-    priority is worth a minute of waiting, so none starves
-    (``backends.queue.PRIORITY_STEP``).
+    Raises:
+        InvalidArgument: An argument is invalid; raised at once, before anything runs.
+        LockNotAcquired: The lock stayed held (``LockDeadlock``: the wait would never end;
+            ``LockHeldByCaller``: a lock that is not reentrant, held by this thread or task).
+        LockExpired: On exit, the lock was lost meanwhile (``LockNotOwned``: another owner
+            holds it); ``lock_lost`` is sent. Not raised when the block raised.
     """
 
     def __init__(

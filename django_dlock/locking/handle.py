@@ -30,14 +30,23 @@ EXPIRED_LOCALLY = "it expired: its ttl passed without a renewal"
 
 
 class LockHandle:
-    """What ``with lock(...) as handle`` gives the holder.
+    """What ``with lock(...) as handle`` gives the holder; ``lock()`` makes it.
 
-    ``resource``, ``owner``, ``fencing_token`` and ``expires_at`` (as of the
-    last acquire or renew) describe the lock. ``lost`` is a ``threading.Event``
-    set when the holder can no longer count on the lock: an automatic renewal
-    failed (expired and maybe taken over, released or purged, or a database
-    error), its ttl passed without a renewal, or releasing it on exit found it
-    gone. ``check()`` raises then.
+    ``lost`` is set when the holder can no longer count on the lock: an automatic renewal
+    failed (expired and maybe taken over, released or purged, or a database error), its ttl
+    passed without a renewal on this process's clock, or the release on exit found it gone.
+    ``check()`` raises then. Looking at ``lost`` or ``is_lost`` changes nothing; ``check()``, a
+    renewal or the exit records the loss and sends ``lock_lost``.
+
+    Attributes:
+        resource: The lock's name.
+        owner: The holder's secret token.
+        fencing_token: The grant's token, larger than every earlier grant's on ``resource``.
+        expires_at: The expiry as of the last acquire or renewal, by the database's clock.
+        mode: ``"exclusive"`` or ``"shared"`` (a reader, or a semaphore's permit).
+        limit: The semaphore's number of permits, else ``None``.
+        label: The holder's public name.
+        lost: A ``threading.Event``, set once the lock is lost.
     """
 
     def __init__(
@@ -76,6 +85,7 @@ class LockHandle:
 
     @property
     def is_lost(self) -> bool:
+        """Whether the lock was lost (``lost`` is set); ``check()`` raises then."""
         return self.lost.is_set()
 
     @property

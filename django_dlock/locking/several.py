@@ -57,10 +57,12 @@ class HeldLocks:
 
     @property
     def resources(self) -> list[str]:
+        """The resources, in the order asked."""
         return [handle.resource for handle in self.handles]
 
     @property
     def fencing_tokens(self) -> dict[str, int]:
+        """Each resource's fencing token, by resource."""
         return {handle.resource: handle.fencing_token for handle in self.handles}
 
     def check(self) -> None:
