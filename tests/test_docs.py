@@ -312,3 +312,36 @@ def test_the_quickstart_works_in_a_new_project(tmp_path: Path) -> None:
         """,
     )
     assert output.strip().splitlines()[-1] == "ok"
+
+
+def test_internals_names_only_what_exists() -> None:
+    """docs/internals.md walks through the code: each file, class, function and
+    attribute it names in backticks is there (it once walked through classes
+    that had been removed)."""
+    import re
+
+    package = ROOT / "django_dlock"
+    sources = {path: path.read_text() for path in package.rglob("*.py")}
+    everything = "\n".join(sources.values())
+    text = re.sub(r"```.*?```", "", (ROOT / "docs" / "internals.md").read_text(), flags=re.S)
+    missing = []
+    # Django's own names, and placeholders (``backends/<vendor>/``), are not ours.
+    named = re.findall(r"(Django's\s+)?`([^`\s<]+)`", text)
+    for name in sorted({name for django, name in named if not django}):
+        bare = name.removesuffix("()")
+        if bare.endswith(".py"):
+            if not (ROOT / bare).exists() and not (package / bare).exists():
+                missing.append(name)
+        elif re.fullmatch(r"[A-Za-z_]\w*\.\w+", bare):
+            owner, attribute = bare.split(".")
+            homes = [
+                text for text in sources.values() if re.search(rf"^class {owner}\b", text, re.M)
+            ]
+            if not any(re.search(rf"\b{attribute}\b", home) for home in homes):
+                missing.append(name)
+        elif re.fullmatch(r"[A-Z][a-z]\w*", bare):  # a class
+            if not re.search(rf"^class {bare}\b", everything, re.M):
+                missing.append(name)
+        elif re.fullmatch(r"[A-Za-z_]\w*", bare) and not re.search(rf"\b{bare}\b", everything):
+            missing.append(name)  # a function, constant or attribute
+    assert missing == []
