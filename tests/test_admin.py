@@ -151,7 +151,11 @@ def test_a_resource_wraps_only_after_its_separators(admin_client: Client) -> Non
 
 def test_the_acquired_expires_column_sorts_by_acquisition(admin_client: Client) -> None:
     make_lock("job:first", expires_in=600)
-    make_lock("job:second", expires_in=30)
+    second = make_lock("job:second", expires_in=30)
+    # Acquired a second later, whatever the clock's resolution.
+    DistributedLock.objects.filter(pk=second.pk).update(
+        acquired_at=second.acquired_at + timedelta(seconds=1)
+    )
 
     index = column(admin_client.get(CHANGELIST), "acquired_and_expires")
 
