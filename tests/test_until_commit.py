@@ -5,14 +5,17 @@ PostgreSQL and MariaDB; SQLite refuses it, with the way that works there."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import OperationalError, connection, transaction
 
 from django_dlock import lock
 from django_dlock.exceptions import (
@@ -92,6 +95,36 @@ def test_a_rollback_releases_the_lock(where: str) -> None:
         else:
             transaction.set_rollback(True)
     wait_for(lambda: not Locks.active().filter(resource="until:3").exists(), 5, "released")
+
+
+@beside_transactions
+@pytest.mark.parametrize(
+    ("how", "runs"), [("rollback", 8), ("rollback in a thread", 3), ("commit in a thread", 3)]
+)
+def test_a_transaction_that_ends_as_its_process_exits_releases_the_lock(
+    how: str, runs: int
+) -> None:
+    """Real processes that end the lock's transaction and exit at once: the
+    release is not lost to the interpreter's shutdown (the watcher thread and
+    the pool that releases stop then), and the lock is free at once, not after
+    its ttl. A rollback just before the exit lost it in most runs."""
+    env = {**os.environ, "DLOCK_TEST_DB_NAME": str(connection.settings_dict["NAME"])}
+    for run in range(runs):
+        resource = f"until:exit:{run}"
+        script = "from tests.workers_until_commit import end_transaction_and_exit as end; "
+        script += f"end({resource!r}, {how!r})"
+        finished = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=Path(__file__).resolve().parent.parent,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert finished.returncode == 0, finished.stderr
+        assert "Could not release" not in finished.stderr, f"run {run}: {finished.stderr}"
+        next_holder = Locks.acquire(resource, owner="next", ttl=30)
+        assert next_holder is not None, f"run {run}: still held after the process exited"
 
 
 @beside_transactions
