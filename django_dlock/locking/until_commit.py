@@ -20,9 +20,11 @@ after it commits (``transaction.on_commit``), and after it rolls back.
   the lock then (within ``WATCH_EVERY``). Django empties that list after the
   commit or rollback has reached the database, never before: a release that
   the watcher sends as the callback runs comes after the commit too, and one
-  of the two releases the lock (``CommitBinding.end`` runs once).
+  of the two releases the lock (``CommitBinding.end`` runs once). The
+  callback returns once the lock is released, by either: the caller's next
+  transaction may take it again.
 - The process's exit must not lose a release: the watcher is a daemon thread,
-  which stops with the main thread, and the pool of this module refuses new
+  which the exit does not wait for, and the pool of this module refuses new
   work once the interpreter's shutdown has begun. So the locks of transactions
   that rolled back are released at the exit (``_release_at_exit``), and a
   release the pool refuses runs in a thread of its own.
@@ -134,7 +136,7 @@ class CommitBinding:
         self.entered = entered
         self._end = end
         self.connection = connection  # the caller's, whose transaction it is bound to
-        self.callback: Callable[[], None] = self.end  # one object, to find it in the list
+        self.callback: Callable[[], None] = self.committed  # one object, to find it in the list
         self._ended = False
         self._ending = threading.Lock()
         self._released = threading.Event()  # set once the release is over, done or failed
@@ -144,6 +146,13 @@ class CommitBinding:
         of it, or of the savepoint the lock was taken in)."""
         pending = list(self.connection.run_on_commit)  # a copy: the caller's thread writes it
         return not any(entry[1] is self.callback for entry in pending)
+
+    def committed(self) -> None:
+        """The commit's callback: release the lock, and return once it is
+        released. Django empties the list of callbacks before it runs them, so
+        the watcher may have begun this release while an earlier one ran."""
+        self.end()
+        self._released.wait()
 
     def end(self) -> None:
         """Release the lock (once, whoever calls first), on a connection of its
