@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from django.conf import settings
 
 from django_dlock import LockDeadlock, lock
 from django_dlock.locking.deadlock import QueuedWaiter, _cycle_through
@@ -36,6 +37,28 @@ def test_two_processes_waiting_for_each_other_end_with_one_deadlock() -> None:
     assert sorted(outcome for outcome, _ in outcomes) == ["acquired", "deadlock"], outcomes
     assert max(seconds for _, seconds in outcomes) < FOUND_WITHIN, outcomes
     assert not Locks.active().exists()
+
+
+@pytest.mark.skipif(
+    settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3",
+    reason="SQLite refuses until='commit'",
+)
+@pytest.mark.django_db(transaction=True)
+def test_locks_held_until_commit_are_seen_in_a_cycle() -> None:
+    """Their operations run in a thread of their own (with its own connection),
+    which holds nothing itself: the ticket must still say what the caller holds."""
+    both_hold, both_done = spawn.Barrier(2), spawn.Barrier(2)
+    db = database_settings()
+    outcomes = run_in_processes(
+        workers_deadlock.hold_then_wait_until_commit,
+        [
+            (db, "commit-cycle:a", "commit-cycle:b", both_hold, both_done, "one"),
+            (db, "commit-cycle:b", "commit-cycle:a", both_hold, both_done, "two"),
+        ],
+    )
+    assert sorted(outcome for outcome, _ in outcomes) == ["acquired", "deadlock"], outcomes
+    assert max(seconds for _, seconds in outcomes) < FOUND_WITHIN, outcomes
+    assert not Locks.active().exists()  # one committed, the other rolled back
 
 
 @pytest.mark.django_db(transaction=True)

@@ -5,14 +5,18 @@ PostgreSQL and MariaDB; SQLite refuses it, with the way that works there."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import time
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import OperationalError, transaction
+from django.db import OperationalError, connection, transaction
 
 from django_dlock import lock
 from django_dlock.exceptions import (
@@ -74,6 +78,31 @@ def test_the_lock_is_held_past_the_block_until_the_commit() -> None:
 
 
 @beside_transactions
+def test_the_commit_returns_once_every_lock_is_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Django empties the list of commit callbacks before it runs them: the
+    watcher may take the release of the second lock while the first one's
+    callback runs. The commit still returns after both releases, so that the
+    thread's next transaction may take them again (the move-stock recipe's
+    test raised LockHeldByCaller now and then)."""
+    real_release = min_hold.release_or_keep
+
+    def slow(using: str, handle: Any, min_hold: Any) -> Any:
+        time.sleep(0.3)  # long enough for the watcher to look meanwhile
+        return real_release(using, handle, min_hold)
+
+    monkeypatch.setattr(context, "release_or_keep", slow)
+    with (
+        transaction.atomic(),
+        lock("until:11", ttl=30, until="commit"),
+        lock("until:12", ttl=30, until="commit"),
+    ):
+        pass
+    assert not Locks.active().filter(resource__in=["until:11", "until:12"]).exists()
+    with transaction.atomic(), lock("until:12", ttl=30, until="commit"):
+        pass  # not LockHeldByCaller
+
+
+@beside_transactions
 @pytest.mark.parametrize("where", ["transaction", "savepoint"])
 def test_a_rollback_releases_the_lock(where: str) -> None:
     class Undo(Exception):
@@ -92,6 +121,36 @@ def test_a_rollback_releases_the_lock(where: str) -> None:
         else:
             transaction.set_rollback(True)
     wait_for(lambda: not Locks.active().filter(resource="until:3").exists(), 5, "released")
+
+
+@beside_transactions
+@pytest.mark.parametrize(
+    ("how", "runs"), [("rollback", 8), ("rollback in a thread", 3), ("commit in a thread", 3)]
+)
+def test_a_transaction_that_ends_as_its_process_exits_releases_the_lock(
+    how: str, runs: int
+) -> None:
+    """Real processes that end the lock's transaction and exit at once: the
+    release is not lost to the interpreter's shutdown (the watcher thread and
+    the pool that releases stop then), and the lock is free at once, not after
+    its ttl. A rollback just before the exit lost it in most runs."""
+    env = {**os.environ, "DLOCK_TEST_DB_NAME": str(connection.settings_dict["NAME"])}
+    for run in range(runs):
+        resource = f"until:exit:{run}"
+        script = "from tests.workers_until_commit import end_transaction_and_exit as end; "
+        script += f"end({resource!r}, {how!r})"
+        finished = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=Path(__file__).resolve().parent.parent,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert finished.returncode == 0, finished.stderr
+        assert "Could not release" not in finished.stderr, f"run {run}: {finished.stderr}"
+        next_holder = Locks.acquire(resource, owner="next", ttl=30)
+        assert next_holder is not None, f"run {run}: still held after the process exited"
 
 
 @beside_transactions

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from typing import Any
 
@@ -31,3 +33,35 @@ def increment_in_transactions(
                 tokens.append(held.fencing_token)
             time.sleep(0.01)  # the rest of the transaction
     return tokens
+
+
+def end_transaction_and_exit(resource: str, how: str) -> None:
+    """A process's last work, run as ``python -c``: take ``lock(resource,
+    until="commit")`` in a transaction and end it as ``how`` says, then exit.
+    "rollback": the main thread rolls back and the process exits at once;
+    "rollback in a thread", "commit in a thread": a thread (not a daemon) ends
+    its transaction once the main thread has returned and the interpreter's
+    shutdown has begun (thread pools refuse new work then)."""
+    setup_worker({"NAME": os.environ["DLOCK_TEST_DB_NAME"]})
+    from django.db import transaction
+
+    from django_dlock import lock
+
+    def end_transaction(after: threading.Event | None) -> None:
+        with transaction.atomic():
+            with lock(resource, ttl=30, until="commit"):
+                pass
+            if after is not None:
+                after.set()
+                while threading.main_thread().is_alive():
+                    time.sleep(0.01)
+                time.sleep(0.2)  # the shutdown's first steps (the pools') run meanwhile
+            if how != "commit in a thread":
+                transaction.set_rollback(True)
+
+    if how == "rollback":
+        end_transaction(None)
+        return
+    held = threading.Event()
+    threading.Thread(target=end_transaction, args=(held,)).start()
+    held.wait(30)

@@ -180,7 +180,8 @@ class lock:
         if self.until == COMMIT:  # (never reentrant: the check above raised)
             return bind_to_transaction(
                 self.using,
-                acquire=self._acquire,
+                # Acquired in another thread: the holds its ticket names are this one's.
+                acquire=functools.partial(self._acquire, self._holding()),
                 hold=functools.partial(self._hold, holder),
                 end=functools.partial(self._end, failed=True),  # raised to nobody
             )
@@ -208,8 +209,9 @@ class lock:
             held_here.leave(self.using, self.resource, entered)  # also after a database error
         report_release(entered.handle, result, last=entered.depth == 0, failed=failed)
 
-    def _acquire(self) -> tuple[Hold, float]:
-        """The hold, and the monotonic time before its acquire was sent."""
+    def _acquire(self, holding: tuple[tuple[str, str], ...] | None = None) -> tuple[Hold, float]:
+        """The hold, and the monotonic time before its acquire was sent; a wait
+        names ``holding`` (by default the calling thread's holds) on its ticket."""
         owner = self.owner or new_owner_token()
         if not self.timeout:
             started = time.monotonic()
@@ -217,7 +219,8 @@ class lock:
             if acquired is None:
                 raise refusal(self.using, self.resource)
             return acquired, started
-        wait = Wait(self._claim(owner), self.timeout, self.using, holding=self._holding())
+        holding = self._holding() if holding is None else holding
+        wait = Wait(self._claim(owner), self.timeout, self.using, holding=holding)
         return wait_here(wait), wait.started
 
     # -- async --------------------------------------------------------------------

@@ -20,15 +20,23 @@ after it commits (``transaction.on_commit``), and after it rolls back.
   the lock then (within ``WATCH_EVERY``). Django empties that list after the
   commit or rollback has reached the database, never before: a release that
   the watcher sends as the callback runs comes after the commit too, and one
-  of the two releases the lock (``CommitBinding.end`` runs once).
+  of the two releases the lock (``CommitBinding.end`` runs once). The
+  callback returns once the lock is released, by either: the caller's next
+  transaction may take it again.
+- The process's exit must not lose a release: the watcher is a daemon thread,
+  which the exit does not wait for, and the pool of this module refuses new
+  work once the interpreter's shutdown has begun. So the locks of transactions
+  that rolled back are released at the exit (``_release_at_exit``), and a
+  release the pool refuses runs in a thread of its own.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
@@ -52,6 +60,9 @@ COMMIT = "commit"
 
 # How often (seconds) the watcher looks for a transaction that rolled back.
 WATCH_EVERY = 0.05
+
+# How long (seconds) the process's exit waits for a release under way in another thread.
+EXIT_WAIT = 5.0
 
 
 def validate_until(until: object, *, several: bool, reentrant: bool, min_hold: bool) -> str:
@@ -125,15 +136,23 @@ class CommitBinding:
         self.entered = entered
         self._end = end
         self.connection = connection  # the caller's, whose transaction it is bound to
-        self.callback: Callable[[], None] = self.end  # one object, to find it in the list
+        self.callback: Callable[[], None] = self.committed  # one object, to find it in the list
         self._ended = False
         self._ending = threading.Lock()
+        self._released = threading.Event()  # set once the release is over, done or failed
 
     def rolled_back(self) -> bool:
         """Whether the transaction dropped the lock's callback unrun (a rollback
         of it, or of the savepoint the lock was taken in)."""
         pending = list(self.connection.run_on_commit)  # a copy: the caller's thread writes it
         return not any(entry[1] is self.callback for entry in pending)
+
+    def committed(self) -> None:
+        """The commit's callback: release the lock, and return once it is
+        released. Django empties the list of callbacks before it runs them, so
+        the watcher may have begun this release while an earlier one ran."""
+        self.end()
+        self._released.wait()
 
     def end(self) -> None:
         """Release the lock (once, whoever calls first), on a connection of its
@@ -146,7 +165,6 @@ class CommitBinding:
             if self._ended:
                 return
             self._ended = True
-        _watcher.remove(self)
         try:
             _in_own_connection(self.using, self._end, self.entered)
         except Exception as error:
@@ -156,6 +174,15 @@ class CommitBinding:
                 self.entered.handle.resource,
                 error,
             )
+        finally:
+            self._released.set()
+            # Watched until now: an exit meanwhile waits for this release (``_release_at_exit``).
+            _watcher.remove(self)
+
+    def wait_if_ending(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for a release that another thread has begun."""
+        if self._ended:
+            self._released.wait(seconds)
 
 
 class _Watcher:
@@ -180,6 +207,11 @@ class _Watcher:
         with self._condition:
             self._bindings.discard(binding)
 
+    def bindings(self) -> list[CommitBinding]:
+        """The locks bound to transactions, not yet released."""
+        with self._condition:
+            return list(self._bindings)
+
     def _run(self) -> None:
         while True:
             with self._condition:
@@ -196,6 +228,28 @@ class _Watcher:
 
 _watcher = _Watcher()
 
+
+def _release_at_exit() -> None:
+    """Release the locks whose transactions rolled back, and wait for the
+    releases under way: the watcher, a daemon thread, may never look again.
+    Run twice at the exit: before the thread pools stop taking work (and
+    before the threads that are not daemons are joined), and once those
+    threads ended, for the transactions they ended meanwhile."""
+    for binding in _watcher.bindings():
+        if binding.rolled_back():
+            binding.end()
+        binding.wait_if_ending(EXIT_WAIT)
+
+
+# CPython's hook for the first run, where concurrent.futures registered the
+# pools' stop as it was imported above (the last registered runs first);
+# ``atexit`` runs after the threads that are not daemons were joined.
+_before_threads_joined: Callable[[Callable[[], None]], object] = getattr(
+    threading, "_register_atexit", atexit.register
+)
+_before_threads_joined(_release_at_exit)
+atexit.register(_release_at_exit)
+
 # The threads whose connections take and release the locks bound to
 # transactions (a wait for the lock keeps one busy, as its caller).
 _executor: ThreadPoolExecutor | None = None
@@ -210,4 +264,26 @@ def _in_own_connection(using: str, function: Callable[..., _T], *args: Any) -> _
     with _executor_made:
         if _executor is None:
             _executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="django-dlock commit")
-    return _executor.submit(with_checked_connection(using, function, *args)).result()
+    call = with_checked_connection(using, function, *args)
+    try:
+        future = _executor.submit(call)
+    except RuntimeError:  # the interpreter's shutdown has begun: the pool takes no more work
+        future = _in_new_thread(using, call)
+    return future.result()
+
+
+def _in_new_thread(using: str, call: Callable[[], _T]) -> Future[_T]:
+    """``call()`` in a thread started for it, whose connection to ``using`` is
+    closed after it (nothing would close it, the thread gone)."""
+    future: Future[_T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as error:
+            future.set_exception(error)
+        finally:
+            connections[using].close()
+
+    threading.Thread(target=run, name="django-dlock commit (exit)", daemon=True).start()
+    return future
