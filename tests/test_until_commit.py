@@ -124,6 +124,25 @@ def test_a_rollback_releases_the_lock(where: str) -> None:
 
 
 @beside_transactions
+def test_the_thread_may_take_the_lock_again_at_once_after_a_rollback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The watcher would release it within its tick: make that tick long, so
+    # that only the retry's own release can let it in.
+    monkeypatch.setattr("django_dlock.locking.until_commit.WATCH_EVERY", 60.0)
+
+    class Undo(Exception):
+        pass
+
+    with pytest.raises(Undo), transaction.atomic(), lock("until:retry", ttl=30, until="commit"):
+        raise Undo  # as after LockDeadlock: the move rolls back, to be retried
+    with transaction.atomic():  # the retry, at once, in the same thread
+        with lock("until:retry", ttl=30, until="commit") as held:
+            assert held.fencing_token == 2
+    wait_for(lambda: not Locks.active().filter(resource="until:retry").exists(), 5, "released")
+
+
+@beside_transactions
 @pytest.mark.parametrize(
     ("how", "runs"), [("rollback", 8), ("rollback in a thread", 3), ("commit in a thread", 3)]
 )

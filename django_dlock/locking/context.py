@@ -35,6 +35,7 @@ from django_dlock.locking.until_commit import (
     EXIT,
     bind_to_transaction,
     not_in_async_code,
+    released_if_rolled_back,
     validate_until,
 )
 from django_dlock.locking.wait_loops import wait_here, wait_on_loop
@@ -173,7 +174,7 @@ class lock:
             return held
         holder = current_holder()
         entered = held_here.get(self.using, self.resource, holder)
-        if entered is not None:
+        if entered is not None and not released_if_rolled_back(entered):
             self._check_reentry(entered)
             handle = entered.handle
             return self._reenter(entered, self._take(handle.owner, handle.fencing_token)).handle
@@ -342,9 +343,7 @@ class lock:
         )
 
     def _claim(self, owner: str, held_token: int | None = None) -> Claim:
-        """This lock()'s claim for ``owner``: made (and its arguments checked)
-        once, on the first acquisition; each one after changes only the owner
-        and the grant it re-enters."""
+        """The claim for ``owner``: made and checked once, then only the owner changes."""
         if self._claimed is None:
             self._claimed = claim_for(
                 self.resource,

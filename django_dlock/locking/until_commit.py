@@ -229,6 +229,19 @@ class _Watcher:
 _watcher = _Watcher()
 
 
+def released_if_rolled_back(entered: Entered) -> bool:
+    """Release at once the lock of ``entered`` if it is bound to a transaction
+    that rolled back (the watcher would, within ``WATCH_EVERY``), so that the
+    thread may ask for it again (a retry after ``LockDeadlock``) instead of
+    finding it still its own; whether it was."""
+    for binding in _watcher.bindings():
+        if binding.entered is entered and binding.rolled_back():
+            binding.end()
+            binding.wait_if_ending(EXIT_WAIT)
+            return True
+    return False
+
+
 def _release_at_exit() -> None:
     """Release the locks whose transactions rolled back, and wait for the
     releases under way: the watcher, a daemon thread, may never look again.
