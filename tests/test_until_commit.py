@@ -136,9 +136,9 @@ def test_the_thread_may_take_the_lock_again_at_once_after_a_rollback(
 
     with pytest.raises(Undo), transaction.atomic(), lock("until:retry", ttl=30, until="commit"):
         raise Undo  # as after LockDeadlock: the move rolls back, to be retried
-    with transaction.atomic():  # the retry, at once, in the same thread
-        with lock("until:retry", ttl=30, until="commit") as held:
-            assert held.fencing_token == 2
+    # The retry, at once, in the same thread.
+    with transaction.atomic(), lock("until:retry", ttl=30, until="commit") as held:
+        assert held.fencing_token == 2
     wait_for(lambda: not Locks.active().filter(resource="until:retry").exists(), 5, "released")
 
 
