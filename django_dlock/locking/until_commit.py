@@ -202,6 +202,8 @@ class _Watcher:
                     target=self._run, name="django-dlock until-commit watcher", daemon=True
                 )
                 self._thread.start()
+            else:  # a look now, and the next wait on today's tick
+                self._condition.notify_all()
 
     def remove(self, binding: CommitBinding) -> None:
         with self._condition:
