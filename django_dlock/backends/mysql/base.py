@@ -37,6 +37,7 @@ from django_dlock.backends.mysql.checks import MySQLChecks
 from django_dlock.backends.mysql.features import MySQLFeatures
 from django_dlock.backends.mysql.lock_rows import MySQLLockRows
 from django_dlock.backends.mysql.one_row import OneRowStatements
+from django_dlock.backends.mysql.prepared import PreparedStatements, Statement
 from django_dlock.backends.mysql.purge import MySQLPurge
 from django_dlock.backends.mysql.queue import MySQLQueue
 from django_dlock.backends.mysql.renewals import MySQLRenewals
@@ -72,7 +73,11 @@ class MySQLBackend(LockBackend):
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
-        self._one_row = OneRowStatements(self.tables)
+        statements = OneRowStatements(self.tables)
+        self._one_take = Statement("dlock_take", statements.take)
+        self._one_release = Statement("dlock_release", statements.release)
+        self._one_kept = Statement("dlock_kept", statements.kept)
+        self._prepared = PreparedStatements()
 
     def take(self, claim: Claim) -> Taken:
         if not claim.exclusive or claim.ticket is not None or not self._alone():
@@ -86,7 +91,7 @@ class MySQLBackend(LockBackend):
             "held": claim.held_token,
             "lock_delay": self.rows.duration_value(claim.lock_delay),
         }
-        answer = self._update_one_row(self._one_row.take, params)
+        answer = self._update_one_row(self._one_take, params)
         if answer is None or answer[0] == one_row.PORTABLE:  # no row yet; shared holders
             return super().take(claim)
         action, before, values = answer
@@ -102,7 +107,7 @@ class MySQLBackend(LockBackend):
         # A hold its holder knows is shared: the one-row UPDATE would only say so.
         if owner is None or forced or mode == SHARED or not self._alone():
             return super().give_up(resource, owner, forced=forced)
-        answer = self._update_one_row(self._one_row.release, {"resource": resource, "owner": owner})
+        answer = self._update_one_row(self._one_release, {"resource": resource, "owner": owner})
         if answer is None or answer[0] == one_row.NOT_FOUND:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
         action, before, values = answer
@@ -126,7 +131,7 @@ class MySQLBackend(LockBackend):
         return self.features.one_statement and not atomic_depth(self.connection)
 
     def _update_one_row(
-        self, sql: str, params: dict[str, Any]
+        self, statement: Statement, params: dict[str, Any]
     ) -> tuple[str, str, Sequence[Any]] | None:
         """Run an operation's ``UPDATE`` and read what it kept; None where the
         resource has no row.
@@ -137,18 +142,33 @@ class MySQLBackend(LockBackend):
         In autocommit the victim's statement wrote nothing, so it runs again
         as a lock transaction does (``retry_after``): a lost race is never an
         exception."""
-        return run_again_after_lost_races(self, lambda: self._one_update(sql, params))
+        return run_again_after_lost_races(self, lambda: self._one_update(statement, params))
 
     def _one_update(
-        self, sql: str, params: dict[str, Any]
+        self, statement: Statement, params: dict[str, Any]
     ) -> tuple[str, str, Sequence[Any]] | None:
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            # Django connects with CLIENT.FOUND_ROWS: the rows matched, changed or not.
-            if cursor.rowcount != 1:
+        connection = self.connection
+        kept = self._one_kept
+        if connection.execute_wrappers or connection.queries_logged:
+            # Debug tooling and the query log see the statements as written.
+            with connection.cursor() as cursor:
+                cursor.execute(statement.sql, params)
+                # Django connects with CLIENT.FOUND_ROWS: the rows matched, changed or not.
+                if cursor.rowcount != 1:
+                    return None
+                cursor.execute(kept.sql, params)
+                return one_row.decided(cursor.fetchone())
+        # Where nobody watches Django's cursor, mysqlclient's own runs them
+        # prepared, for less of the client's CPU and of the server's; errors
+        # are still Django's, and mark the connection as its cursor would.
+        connection.ensure_connection()
+        raw = connection.connection
+        with connection.wrap_database_errors:
+            if self._prepared.execute(raw, statement, params) != 1:
                 return None
-            cursor.execute(self._one_row.kept, {"resource": params["resource"]})
-            return one_row.decided(cursor.fetchone())
+            answer = self._prepared.fetch_one(raw, kept, params)
+        assert answer is not None  # noqa: S101 - a SELECT of variables answers one row
+        return one_row.decided(answer)
 
     def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:
         # Django's error carries the driver's arguments: (code, message).
