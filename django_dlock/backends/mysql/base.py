@@ -41,7 +41,7 @@ from django_dlock.backends.mysql.prepared import PreparedStatements, Statement
 from django_dlock.backends.mysql.purge import MySQLPurge
 from django_dlock.backends.mysql.queue import MySQLQueue
 from django_dlock.backends.mysql.renewals import MySQLRenewals
-from django_dlock.backends.results import Released, Taken
+from django_dlock.backends.results import LockRow, Released, Taken
 from django_dlock.backends.transactions import (
     refuse_callers_transaction,
     run_again_after_lost_races,
@@ -78,6 +78,7 @@ class MySQLBackend(LockBackend):
         self._one_release = Statement("dlock_release", statements.release)
         self._one_kept = Statement("dlock_kept", statements.kept)
         self._prepared = PreparedStatements()
+        self._kept_row = one_row.KeptRow(self.tables)
 
     def take(self, claim: Claim) -> Taken:
         if not claim.exclusive or claim.ticket is not None or not self._alone():
@@ -97,9 +98,7 @@ class MySQLBackend(LockBackend):
         action, before, values = answer
         if action == one_row.REFUSED:
             return Taken(row=None, previous_owner=before, renewed=False)
-        return Taken(
-            row=self.tables.row(values), previous_owner=before, renewed=action == one_row.AGAIN
-        )
+        return Taken(row=self._row(values), previous_owner=before, renewed=action == one_row.AGAIN)
 
     def give_up(
         self, resource: str, owner: str | None, *, forced: bool = False, mode: str | None = None
@@ -115,7 +114,7 @@ class MySQLBackend(LockBackend):
             return Released(row=None, owner=before, result=ReleaseResult.FORBIDDEN)
         if action == one_row.PORTABLE:  # a shared hold's
             return super().give_up(resource, owner)
-        row = self.tables.row(values)
+        row = self._row(values)
         if action == one_row.DECREMENTED:
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
         held = replace(row, owner=before)  # as it was held, until now
@@ -127,8 +126,12 @@ class MySQLBackend(LockBackend):
         (``features.one_statement``), and not inside Django's TestCase
         transaction, where the portable operation runs. Raises inside a
         transaction of the caller's."""
-        refuse_callers_transaction(self.using)
-        return self.features.one_statement and not atomic_depth(self.connection)
+        connection = self.connection
+        refuse_callers_transaction(self.using, connection)
+        return self.features.one_statement and not atomic_depth(connection)
+
+    def _row(self, values: Sequence[Any]) -> LockRow:
+        return self._kept_row.row(values, self.connection)
 
     def _update_one_row(
         self, statement: Statement, params: dict[str, Any]

@@ -61,6 +61,8 @@ def _literal(raw: Any, value: Any) -> bytes:
         return b"NULL"
     if type(value) is int:
         return b"%d" % value
+    if type(value) is str:  # as mysqlclient's literal() quotes text
+        return bytes(raw.string_literal(value.encode(raw.encoding)))
     return bytes(raw.literal(value))
 
 
