@@ -31,6 +31,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from django.db.backends.base.base import BaseDatabaseWrapper
+
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.mysql import one_row
 from django_dlock.backends.mysql.checks import MySQLChecks
@@ -81,7 +83,10 @@ class MySQLBackend(LockBackend):
         self._kept_row = one_row.KeptRow(self.tables)
 
     def take(self, claim: Claim) -> Taken:
-        if not claim.exclusive or claim.ticket is not None or not self._alone():
+        connection = None
+        if claim.exclusive and claim.ticket is None:
+            connection = self._alone()
+        if connection is None:
             return super().take(claim)
         params = {
             "resource": claim.resource,
@@ -92,21 +97,24 @@ class MySQLBackend(LockBackend):
             "held": claim.held_token,
             "lock_delay": self.rows.duration_value(claim.lock_delay),
         }
-        answer = self._update_one_row(self._one_take, params)
+        answer = self._update_one_row(connection, self._one_take, params)
         if answer is None or answer[0] == one_row.PORTABLE:  # no row yet; shared holders
             return super().take(claim)
         action, before, values = answer
         if action == one_row.REFUSED:
             return Taken(row=None, previous_owner=before, renewed=False)
-        return Taken(row=self._row(values), previous_owner=before, renewed=action == one_row.AGAIN)
+        row = self._kept_row.row(values, connection)
+        return Taken(row=row, previous_owner=before, renewed=action == one_row.AGAIN)
 
     def give_up(
         self, resource: str, owner: str | None, *, forced: bool = False, mode: str | None = None
     ) -> Released:
         # A hold its holder knows is shared: the one-row UPDATE would only say so.
-        if owner is None or forced or mode == SHARED or not self._alone():
+        connection = None if owner is None or forced or mode == SHARED else self._alone()
+        if connection is None or owner is None:
             return super().give_up(resource, owner, forced=forced)
-        answer = self._update_one_row(self._one_release, {"resource": resource, "owner": owner})
+        params = {"resource": resource, "owner": owner}
+        answer = self._update_one_row(connection, self._one_release, params)
         if answer is None or answer[0] == one_row.NOT_FOUND:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
         action, before, values = answer
@@ -114,27 +122,30 @@ class MySQLBackend(LockBackend):
             return Released(row=None, owner=before, result=ReleaseResult.FORBIDDEN)
         if action == one_row.PORTABLE:  # a shared hold's
             return super().give_up(resource, owner)
-        row = self._row(values)
+        row = self._kept_row.row(values, connection)
         if action == one_row.DECREMENTED:
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
         held = replace(row, owner=before)  # as it was held, until now
         return Released(row=row, owner=before, result=ReleaseResult.RELEASED, released=(held,))
 
-    def _alone(self) -> bool:
-        """Whether an operation's one ``UPDATE`` runs, as a transaction of its
-        own (autocommit): the one-statement operations are on
-        (``features.one_statement``), and not inside Django's TestCase
-        transaction, where the portable operation runs. Raises inside a
-        transaction of the caller's."""
+    def _alone(self) -> BaseDatabaseWrapper | None:
+        """The connection, where an operation's one ``UPDATE`` runs, as a
+        transaction of its own (autocommit): the one-statement operations are
+        on (``features.one_statement``), and not inside Django's TestCase
+        transaction, where the portable operation runs (None). Raises inside
+        a transaction of the caller's."""
         connection = self.connection
         refuse_callers_transaction(self.using, connection)
-        return self.features.one_statement and not atomic_depth(connection)
+        if self.features.one_statement and not atomic_depth(connection):
+            return connection
+        return None
 
     def _row(self, values: Sequence[Any]) -> LockRow:
+        """The ``LockRow`` of the values of the ``SELECT`` of what an ``UPDATE`` kept."""
         return self._kept_row.row(values, self.connection)
 
     def _update_one_row(
-        self, statement: Statement, params: dict[str, Any]
+        self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]
     ) -> tuple[str, str, Sequence[Any]] | None:
         """Run an operation's ``UPDATE`` and read what it kept; None where the
         resource has no row.
@@ -145,12 +156,13 @@ class MySQLBackend(LockBackend):
         In autocommit the victim's statement wrote nothing, so it runs again
         as a lock transaction does (``retry_after``): a lost race is never an
         exception."""
-        return run_again_after_lost_races(self, lambda: self._one_update(statement, params))
+        return run_again_after_lost_races(
+            self, lambda: self._one_update(connection, statement, params)
+        )
 
     def _one_update(
-        self, statement: Statement, params: dict[str, Any]
+        self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]
     ) -> tuple[str, str, Sequence[Any]] | None:
-        connection = self.connection
         kept = self._one_kept
         if connection.execute_wrappers or connection.queries_logged:
             # Debug tooling and the query log see the statements as written.
