@@ -35,16 +35,36 @@ def session_status(name: str) -> int:
         return int(cursor.fetchone()[1])
 
 
+def warm(resource: str) -> None:
+    """Acquire and release ``resource`` until the session prepared their statements."""
+    from django_dlock.backends.mysql.prepared import PREPARE_AT
+
+    for _ in range(PREPARE_AT):
+        assert Locks.acquire(resource, owner="warm", ttl=30) is not None
+        assert Locks.release(resource, owner="warm") is ReleaseResult.RELEASED
+
+
+def test_a_new_session_runs_its_first_operations_inline() -> None:
+    # Preparing costs a round trip: not for a connection that locks once.
+    Locks.acquire("prep:0", owner="a", ttl=30)  # the row inserted
+    Locks.release("prep:0", owner="a")
+    connection.close()
+    executed, prepared = session_status("Com_execute_sql"), session_status("Com_prepare_sql")
+    updates = session_status("Com_update")
+    assert Locks.acquire("prep:0", owner="a", ttl=30) is not None
+    assert Locks.release("prep:0", owner="a") is ReleaseResult.RELEASED
+    assert session_status("Com_update") - updates == 2
+    assert session_status("Com_execute_sql") == executed
+    assert session_status("Com_prepare_sql") == prepared
+
+
 def test_the_one_row_statements_run_prepared_where_nobody_watches() -> None:
-    # The first acquisition inserts the row; each statement is prepared by
-    # the first operation that runs it.
-    Locks.acquire("prep:1", owner="a", ttl=30)
-    Locks.release("prep:1", owner="a")
+    warm("prep:1")
     executed, prepared = session_status("Com_execute_sql"), session_status("Com_prepare_sql")
     assert Locks.acquire("prep:1", owner="a", ttl=30) is not None
     assert Locks.release("prep:1", owner="a") is ReleaseResult.RELEASED
     # Each operation: its UPDATE and the SELECT of what it kept, by name; the
-    # session prepared them once.
+    # session prepared them before.
     assert session_status("Com_execute_sql") - executed == 4
     assert session_status("Com_prepare_sql") == prepared
 
@@ -65,10 +85,8 @@ def watched(operation: Any) -> Any:
 @pytest.mark.parametrize("lock_delay", [None, timedelta(seconds=3)])
 def test_prepared_answers_are_those_of_djangos_cursor(lock_delay: timedelta | None) -> None:
     backend = backend_for("default")
-    Locks.acquire("prep:3", owner="a", ttl=30)
-    Locks.release("prep:3", owner="a")
-    Locks.acquire("prep:4", owner="a", ttl=30)
-    Locks.release("prep:4", owner="a")
+    warm("prep:3")
+    warm("prep:4")
 
     def story(resource: str) -> list[Any]:
         claim = claim_for(resource, "b", 30, reentrant=True, lock_delay=lock_delay)
@@ -127,8 +145,7 @@ def test_the_kept_row_converts_as_django_converts() -> None:
 
 
 def test_a_session_that_lost_its_statements_prepares_them_again() -> None:
-    Locks.acquire("prep:6", owner="a", ttl=30)
-    Locks.release("prep:6", owner="a")
+    warm("prep:6")
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE PREPARE dlock_take")
         cursor.execute("DEALLOCATE PREPARE dlock_kept")
@@ -165,6 +182,7 @@ def test_a_deadlock_victim_runs_again_on_the_prepared_path(
 ) -> None:
     import MySQLdb  # type: ignore[import-untyped]
 
+    warm("prep:7")
     first = Locks.acquire("prep:7", owner="a", ttl=30)
     assert first is not None and Locks.release("prep:7", owner="a") is ReleaseResult.RELEASED
     deadlock = MySQLdb.OperationalError(1213, "Deadlock found when trying to get lock")
@@ -180,6 +198,7 @@ def test_a_database_failure_on_the_prepared_path_is_djangos(
 ) -> None:
     import MySQLdb
 
+    warm("prep:8")
     Locks.acquire("prep:8", owner="a", ttl=30)
     lost = MySQLdb.OperationalError(2013, "Lost connection to server during query")
     FailingOnce(monkeypatch, b"dlock_release", lost)
