@@ -12,7 +12,9 @@ what it decided and the row as it left it in session variables, assigned as
 its assignments run (left to right, each one reading the columns as the ones
 before it left them), and a ``SELECT`` of those variables, which reads no
 table, answers: two round trips in all. (mysqlclient sends one statement at a
-time: Django does not turn on multi-statements.)
+time: Django does not turn on multi-statements.) Both are prepared in each
+session that runs them more than twice (``prepared``), and their answer is
+converted by ``KeptRow``.
 
 The ``UPDATE`` decides only what the row alone settles, as PostgreSQL's
 statements do: a resource without a row yet, or held by shared holders, is
