@@ -12,7 +12,9 @@ what it decided and the row as it left it in session variables, assigned as
 its assignments run (left to right, each one reading the columns as the ones
 before it left them), and a ``SELECT`` of those variables, which reads no
 table, answers: two round trips in all. (mysqlclient sends one statement at a
-time: Django does not turn on multi-statements.)
+time: Django does not turn on multi-statements.) Both are prepared in each
+session that runs them more than twice (``prepared``), and their answer is
+converted by ``KeptRow``.
 
 The ``UPDATE`` decides only what the row alone settles, as PostgreSQL's
 statements do: a resource without a row yet, or held by shared holders, is
@@ -22,10 +24,17 @@ also leaves the queue in its transaction.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
-from django_dlock.backends.tables import LockTables
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.base.operations import BaseDatabaseOperations
+from django.db.backends.mysql.operations import DatabaseOperations
+
+from django_dlock.backends.results import LockRow
+from django_dlock.backends.tables import LockTables, row_of
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.clock import DatabaseNow
@@ -186,3 +195,54 @@ def decided(answer: Sequence[Any]) -> tuple[str, str, Sequence[Any]]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class KeptRow:
+    """The ``LockRow`` of the values the ``SELECT`` of what an ``UPDATE`` kept
+    answers, as ``tables.row`` makes it: the values Django's converters would
+    give. The converters the columns need here (a datetime made aware in the
+    connection's time zone, microseconds made a duration) are applied as
+    they do it, without their per-value dispatch; any other, as Django does."""
+
+    def __init__(self, tables: LockTables) -> None:
+        self.tables = tables
+
+    @cached_property
+    def _plan(self) -> list[tuple[int, Callable[[Any, BaseDatabaseWrapper], Any]]]:
+        plan: list[tuple[int, Callable[[Any, BaseDatabaseWrapper], Any]]] = []
+        for index, (functions, expression) in self.tables.converters.items():
+            kind = [getattr(function, "__func__", None) for function in functions]
+            if kind == [DatabaseOperations.convert_datetimefield_value]:
+                plan.append((index, _aware))
+            elif kind == [BaseDatabaseOperations.convert_durationfield_value]:
+                plan.append((index, _duration))
+            else:
+                plan.append((index, _converted_by(functions, expression)))
+        return plan
+
+    def row(self, values: Sequence[Any], connection: BaseDatabaseWrapper) -> LockRow:
+        converted = list(values)
+        for index, convert in self._plan:
+            if index < len(converted):
+                converted[index] = convert(converted[index], connection)
+        return row_of(self.tables.attnames, converted)
+
+
+def _aware(value: Any, connection: BaseDatabaseWrapper) -> Any:
+    # Django's make_aware: it refuses an aware datetime, which the driver never gives.
+    return None if value is None else value.replace(tzinfo=connection.timezone)
+
+
+def _duration(value: Any, connection: BaseDatabaseWrapper) -> Any:
+    return None if value is None else timedelta(microseconds=value)
+
+
+def _converted_by(
+    functions: Sequence[Callable[..., Any]], expression: Any
+) -> Callable[[Any, BaseDatabaseWrapper], Any]:
+    def convert(value: Any, connection: BaseDatabaseWrapper) -> Any:
+        for function in functions:
+            value = function(value, expression, connection)
+        return value
+
+    return convert
