@@ -207,3 +207,31 @@ def test_a_database_failure_on_the_prepared_path_is_djangos(
     assert isinstance(raised.value, DatabaseError) and raised.value.args[0] == 2013
     assert raised.value.__cause__ is lost
     assert Locks.release("prep:8", owner="a") is ReleaseResult.RELEASED
+
+
+def test_a_server_full_of_prepared_statements_runs_them_inline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # max_prepared_stmt_count counts every session's statements: a busy server
+    # may refuse one more, which must cost a lock operation nothing.
+    import MySQLdb
+    from MySQLdb.connections import Connection  # type: ignore[import-untyped]
+
+    from django_dlock.backends.mysql.prepared import PREPARE_AT
+
+    real_query = Connection.query
+    refused: list[bytes] = []
+
+    def query(self: Any, sql: bytes) -> Any:
+        if sql.startswith(b"PREPARE "):
+            refused.append(sql)
+            raise MySQLdb.OperationalError(1461, "Can't create more than max_prepared_stmt_count")
+        return real_query(self, sql)
+
+    monkeypatch.setattr(Connection, "query", query)
+    connection.close()  # a new session, which has prepared nothing
+    for run in range(2 * PREPARE_AT):
+        taken = Locks.acquire("prep:full", owner="a", ttl=30)
+        assert taken is not None and taken.fencing_token == run + 1
+        assert Locks.release("prep:full", owner="a") is ReleaseResult.RELEASED
+    assert refused  # it asked, was refused, and ran the statements inline

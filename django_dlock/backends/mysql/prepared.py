@@ -30,6 +30,9 @@ from typing import Any, cast
 
 # MariaDB's "Unknown prepared statement handler (%s) given to EXECUTE".
 ER_UNKNOWN_STMT_HANDLER = 1243
+# The server holds as many prepared statements as ``max_prepared_stmt_count``
+# allows, all sessions together.
+ER_MAX_PREPARED_STMT_COUNT_REACHED = 1461
 # The run of a statement, in one session, that prepares it.
 PREPARE_AT = 3
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
@@ -140,6 +143,14 @@ class PreparedStatements:
             if runs < PREPARE_AT:
                 raw.query(statement.inline_sql(raw, params))
                 return
-        raw.query(b"PREPARE " + name.encode() + b" FROM " + raw.literal(statement.body))
+        try:
+            raw.query(b"PREPARE " + name.encode() + b" FROM " + raw.literal(statement.body))
+        except raw.Error as error:
+            if not error.args or error.args[0] != ER_MAX_PREPARED_STMT_COUNT_REACHED:
+                raise
+            # Inline this time, and prepared again after as many runs.
+            session.runs[name] = 0
+            raw.query(statement.inline_sql(raw, params))
+            return
         session.prepared.add(name)
         raw.query(statement.execute_sql(raw, params))
