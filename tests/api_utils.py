@@ -33,9 +33,17 @@ TEMPLATES = {
 }
 
 
-@cache
 def served_schema() -> dict[str, Any]:
-    """The OpenAPI document the test project serves (fetched once)."""
+    """The OpenAPI document the test project serves, fetched once for each
+    DLOCK_MAX_TTL it documents (a test that changes the setting would else
+    leave its schema to every test after it in the same process)."""
+    from django_dlock.conf import conf
+
+    return _served_schema(conf.MAX_TTL)
+
+
+@cache
+def _served_schema(max_ttl: float) -> dict[str, Any]:
     response = Client().get(SCHEMA_URL)
     assert response.status_code == 200, response.content
     schema: dict[str, Any] = json.loads(response.content)
