@@ -63,6 +63,7 @@ def check_settings(
     errors.extend(_check_resource_group())
     errors.extend(_check_resource_groups())
     errors.extend(_check_throttle_rates())
+    errors.extend(_check_admin_edit_ttl())
     known = [
         f"DLOCK_{name}" for name, value in vars(Settings).items() if isinstance(value, property)
     ]
@@ -97,6 +98,21 @@ def _meant(name: str, known: Sequence[str]) -> str | None:
             return setting
     close = difflib.get_close_matches(name, known, n=1)
     return close[0] if close else None
+
+
+def _check_admin_edit_ttl() -> list[CheckMessage]:
+    """The ttl of the admin's edit-locks (``EditLockMixin``)."""
+    ttl, max_ttl = conf.ADMIN_EDIT_TTL, conf.MAX_TTL
+    if is_seconds(ttl) and (not is_seconds(max_ttl) or ttl <= max_ttl):
+        return []
+    return [
+        Error(
+            f"DLOCK_ADMIN_EDIT_TTL must be a number of seconds greater than 0 and at most "
+            f"DLOCK_MAX_TTL, not {ttl!r}.",
+            hint="Set it to, for example, 60 (the open change page renews it every 20 s).",
+            id="django_dlock.E701",
+        )
+    ]
 
 
 def _check_backoff() -> list[CheckMessage]:

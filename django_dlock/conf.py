@@ -126,6 +126,12 @@ class Settings:
         ``DLOCK_THROTTLE_RATES["email"]`` ("10/m"), read at each use."""
         return self._setting("THROTTLE_RATES", {})
 
+    @property
+    def ADMIN_EDIT_TTL(self) -> float:
+        """Seconds an edit-lock of the admin (``EditLockMixin``) lives unless the
+        open change page renews it (every third of it)."""
+        return self._setting("ADMIN_EDIT_TTL", 60)
+
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"django-dlock has no setting DLOCK_{name}")
 

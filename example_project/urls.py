@@ -5,6 +5,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from example_project import admin as example_admin  # noqa: F401 - registers the locked UserAdmin
 from example_project.views import index
 
 urlpatterns = [

@@ -115,6 +115,17 @@ def test_throttle_rates_that_read_pass(settings: Any) -> None:
     assert ids() == []
 
 
+@pytest.mark.parametrize("value", [0, -1, "60", True, float("nan"), 86401])
+def test_admin_edit_ttl_must_be_seconds_within_max_ttl(settings: Any, value: object) -> None:
+    settings.DLOCK_ADMIN_EDIT_TTL = value
+    assert ids() == ["django_dlock.E701"]
+
+
+def test_admin_edit_ttl_of_a_few_seconds_passes(settings: Any) -> None:
+    settings.DLOCK_ADMIN_EDIT_TTL = 3
+    assert ids() == []
+
+
 def test_database_must_be_a_configured_alias(settings: Any) -> None:
     settings.DLOCK_DATABASE = "nope"
     messages = check_settings()
