@@ -103,7 +103,8 @@ def test_a_second_editor_sees_who_edits_since_when_read_only(
     response = bob.get(url("change", product))
     assert response.status_code == 200
     page = response.content.decode()
-    assert "Alice Liddell has been editing this page since" in page
+    assert "Alice Liddell has been editing this page for " in page
+    assert "(since " in page
     assert 'name="_save"' not in page and 'name="_continue"' not in page
     assert 'name="stock"' not in page  # every field read-only
     assert "deletelink" not in page

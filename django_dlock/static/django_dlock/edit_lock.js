@@ -35,10 +35,14 @@
                 control.disabled = true;
             }
         }
+        form.classList.add("dlock-edit-lost");
+        for (const link of form.querySelectorAll(".submit-row a")) {
+            link.style.display = "none"; // delete: not for a page that lost its lock either
+        }
         const list = document.createElement("ul");
         list.className = "messagelist";
         const item = document.createElement("li");
-        item.className = "error dlock-edit-lost";
+        item.className = "error dlock-edit-lost-message";
         item.textContent = message;
         list.append(item);
         document.getElementById("content").before(list);
