@@ -81,7 +81,7 @@ def two_pages(product: Product) -> Iterator[tuple[Any, Any]]:
             executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS
         )
         try:
-            viewport = {"width": SCREEN_WIDTH, "height": SCREEN_HEIGHT}
+            viewport: Any = {"width": SCREEN_WIDTH, "height": SCREEN_HEIGHT}
             pages = [browser.new_context(viewport=viewport).new_page() for _ in range(2)]
             for page in pages:
                 page.set_default_timeout(20_000)
@@ -98,7 +98,7 @@ def log_in(page: Any, live_server: Any, username: str, path: str) -> None:
     page.wait_for_url(f"{live_server.url}{path}")
 
 
-def lock_of(product: Product) -> tuple[str, Any, int] | None:
+def lock_of(product: Product) -> Any:
     """The edit-lock's (label, expires_at, fencing token), or None when nobody holds it."""
     holds = orm(lambda: DistributedLock.objects.holders(f"admin-edit:testapp.product:{product.pk}"))
     return (holds[0].label, holds[0].expires_at, holds[0].fencing_token) if holds else None
