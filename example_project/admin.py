@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin
 from django.contrib.auth.models import User
 
-from django_dlock.admin.edit_locks import EditLockMixin
+from django_dlock.admin import EditLockMixin
 
 if TYPE_CHECKING:
     _UserAdminBase = UserAdmin[User]

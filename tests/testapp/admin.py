@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 
-from django_dlock.admin.edit_locks import EditLockMixin
+from django_dlock.admin import EditLockMixin
 from tests.testapp.models import Product
 
 if TYPE_CHECKING:
