@@ -245,3 +245,20 @@ def test_the_pages_requests_are_post_only_staff_only_and_csrf_protected(
     for name in ("edit_lock_renew", "edit_lock_release", "edit_lock_take_over"):
         assert strict.post(url(name, product), {"token": token}).status_code == 403
     assert holder(product).label == "Alice Liddell"
+
+
+def test_the_page_extends_the_change_form_the_admin_would_use(
+    alice: Client, product: Product, monkeypatch: Any
+) -> None:
+    from tests.testapp.admin import ProductAdmin
+
+    monkeypatch.setattr(ProductAdmin, "change_form_template", "admin/change_form_object_tools.html")
+    response = alice.get(url("change", product))
+    assert response.context["dlock_parent_template"].origin.template_name == (
+        "admin/change_form_object_tools.html"
+    )
+    monkeypatch.undo()
+    response = alice.get(url("change", product))
+    assert (
+        response.context["dlock_parent_template"].origin.template_name == "admin/change_form.html"
+    )

@@ -76,9 +76,17 @@
             event.preventDefault();
         }
     });
+    let released = false;
     window.addEventListener("pagehide", function () {
         if (holding && !submitting) {
-            navigator.sendBeacon(field.dataset.releaseUrl, body());
+            released = navigator.sendBeacon(field.dataset.releaseUrl, body());
+        }
+    });
+    // Back to this page from the browser's history cache: its lock was released
+    // when it was left, so load it again (which takes the lock, or shows who has it).
+    window.addEventListener("pageshow", function (event) {
+        if (event.persisted && released) {
+            location.reload();
         }
     });
 })();
