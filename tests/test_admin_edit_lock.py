@@ -13,7 +13,7 @@ from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
 
-from django_dlock.admin.edit_locks import TOKEN_FIELD
+from django_dlock.admin.edit_locks import _STATE, TOKEN_FIELD, _PageState
 from django_dlock.admin.editing import owner_for
 from django_dlock.models import DistributedLock
 from tests.testapp.models import Product
@@ -262,3 +262,30 @@ def test_the_page_extends_the_change_form_the_admin_would_use(
     assert (
         response.context["dlock_parent_template"].origin.template_name == "admin/change_form.html"
     )
+
+
+def test_a_read_only_page_makes_its_inlines_read_only(
+    alice: Client, bob: Client, product: Product, monkeypatch: Any, rf: Any
+) -> None:
+    """Django renders an inline read-only when its permissions say so (as for a
+    view-only user): the mixin makes them say so on a page another user's lock
+    makes read-only."""
+    from django.contrib import admin
+
+    from tests.testapp.models import Counter
+
+    class CounterInline(admin.TabularInline[Counter, Product]):
+        model = Counter
+
+    product_admin = admin.site._registry[Product]
+    monkeypatch.setattr(product_admin, "inlines", [CounterInline])
+    # Alice's page holds the lock (token 1); Bob's is read-only (no token).
+    for username, token, allowed in [("alice", 1, True), ("bob", None, False)]:
+        request = rf.get(url("change", product))
+        request.user = User.objects.get(username=username)
+        request.user.is_superuser = True  # every permission the inline asks for
+        setattr(request, _STATE, _PageState(product.pk, token, None))
+        [inline] = product_admin.get_inline_instances(request, product)
+        assert inline.has_add_permission(request, product) is allowed
+        assert inline.has_change_permission(request, product) is allowed
+        assert inline.has_delete_permission(request, product) is allowed
