@@ -55,6 +55,7 @@ DATABASES = ("sqlite", "postgres", "mariadb")
 MAIN_PYTHON = "3.13"
 VERSION_INDEPENDENT_TESTS = (
     "tests/test_admin_browser.py",
+    "tests/test_admin_edit_lock_browser.py",
     "tests/test_api_fuzz.py",
     "tests/test_contrib_celery.py",
 )
