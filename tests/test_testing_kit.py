@@ -86,10 +86,24 @@ def case_names(text: str) -> list[str]:
     return re.findall(r"^\s*def (test_\w+)", text, re.M)
 
 
-def test_each_helper_passes_and_fails_when_it_should(tmp_path: Path) -> None:
-    cases = (CASES / "cases_kit.py").read_text()
-    outcomes, output = run_pytest(tmp_path, {"test_kit_cases.py": cases})
-    names = case_names(cases)
+@pytest.fixture(scope="module")
+def kit_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, set[str]], str]:
+    """One inner run of the cases and the docs' examples (each inner run creates a test
+    database: on PostgreSQL and MariaDB that is most of its time)."""
+    files = {
+        "test_kit_cases.py": (CASES / "cases_kit.py").read_text(),
+        "test_doc_pytest.py": example("testing pytest")[1],
+        "test_doc_leaks.py": example("testing leaks")[1],
+        "test_doc_unittest.py": example("testing unittest")[1],
+    }
+    return run_pytest(tmp_path_factory.mktemp("kit"), files)
+
+
+def test_each_helper_passes_and_fails_when_it_should(
+    kit_run: tuple[dict[str, set[str]], str],
+) -> None:
+    outcomes, output = kit_run
+    names = case_names((CASES / "cases_kit.py").read_text())
     assert len(names) >= 30
     assert {name: outcomes.get(name) for name in names} == {
         name: expected(name) for name in names
@@ -103,23 +117,23 @@ def test_each_helper_passes_and_fails_when_it_should(tmp_path: Path) -> None:
     assert "exclusive hold, token" in refusal and "owner-secret" not in refusal
 
 
-def test_the_docs_examples_run_as_a_reader_would(tmp_path: Path) -> None:
-    files = {
-        "test_doc_pytest.py": example("testing pytest")[1],
-        "test_doc_leaks.py": example("testing leaks")[1],
-        "test_doc_unittest.py": example("testing unittest")[1],
-    }
-    outcomes, output = run_pytest(tmp_path, files)
-    assert outcomes == {
-        "test_the_report_runs_under_its_lock": {"PASSED"},
-        "test_the_report_skips_while_another_process_writes_it": {"PASSED"},
-        "test_a_crashed_writers_lock_runs_out": {"PASSED"},
-        "test_the_throttle_frees_a_minute_later": {"PASSED"},
-        "test_forgets_to_release": {"PASSED", "ERROR"},
-        "test_skips_while_held_elsewhere": {"PASSED"},
-        "test_runs_under_the_lock": {"PASSED"},
-    }, output
+def test_the_docs_examples_run_as_a_reader_would(
+    kit_run: tuple[dict[str, set[str]], str],
+) -> None:
+    outcomes, output = kit_run
+    assert {name: outcomes.get(name) for name in DOCS_CASES} == DOCS_CASES, output
     assert "'import:orders' (exclusive, token" in output
+
+
+DOCS_CASES = {
+    "test_the_report_runs_under_its_lock": {"PASSED"},
+    "test_the_report_skips_while_another_process_writes_it": {"PASSED"},
+    "test_a_crashed_writers_lock_runs_out": {"PASSED"},
+    "test_the_throttle_frees_a_minute_later": {"PASSED"},
+    "test_forgets_to_release": {"PASSED", "ERROR"},
+    "test_skips_while_held_elsewhere": {"PASSED"},
+    "test_runs_under_the_lock": {"PASSED"},
+}
 
 
 def test_the_ini_option_checks_every_test_that_uses_the_database(tmp_path: Path) -> None:
