@@ -4,6 +4,7 @@ and the ImmediateBackend in this process."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import types
 from pathlib import Path
@@ -110,6 +111,18 @@ def test_the_immediate_backend_runs_each_call_and_leaves_no_mark() -> None:
     Locks.acquire("once-immediate:e", "someone-else", ttl=30)
     with pytest.raises(AlreadyQueued):
         once_immediate.enqueue("e")
+
+
+def test_aenqueue_and_an_async_task() -> None:
+    from tests.workers_tasks import once_immediate_async, once_raising
+
+    first = asyncio.run(once_raising.aenqueue("h"))
+    with pytest.raises(AlreadyQueued) as refused:
+        asyncio.run(once_raising.aenqueue("h"))
+    assert refused.value.task_id == str(first.id)
+    result = asyncio.run(once_immediate_async.aenqueue("i"))
+    assert result.return_value == str(result.id)  # the run's lock is labelled with its id
+    assert not Locks.active().filter(resource__startswith="queued:once-immediate").exists()
 
 
 def test_on_duplicate_without_enqueue_once_fails_each_run() -> None:

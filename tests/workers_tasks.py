@@ -143,6 +143,13 @@ def once_immediate(key: str) -> str:
     return "ran"
 
 
+@enqueue_once
+@task()
+@locked_task("once-immediate:{key}", ttl=10, on_duplicate="raise")
+async def once_immediate_async(key: str, held: LockHandle) -> str:
+    return held.label
+
+
 @task()
 @locked_task("once-immediate:{key}", ttl=10, on_duplicate="skip")
 def once_unwrapped(key: str) -> str:
