@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from collections import defaultdict
 from pathlib import Path
 
@@ -149,6 +150,11 @@ def test_the_ini_option_checks_every_test_that_uses_the_database(tmp_path: Path)
 
 @pytest.mark.vendor_independent
 def test_the_plugin_loads_without_pytest_django(tmp_path: Path) -> None:
+    # Installed, pytest loads it by its entry point, before any Django settings exist.
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["pytest11"] == {
+        "django_dlock": "django_dlock.testing.pytest_plugin"
+    }
     files = {"test_plain.py": "def test_pass_plain():\n    assert True\n"}
     outcomes, output = run_pytest(tmp_path, files, "-p", "no:django", "--fixtures", django=False)
     assert "dlock -- " in output or "dlock\n" in output, output
