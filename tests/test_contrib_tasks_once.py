@@ -13,6 +13,8 @@ import pytest
 
 pytest.importorskip("django_tasks_db")
 
+from asgiref.sync import sync_to_async
+from django.db import connections
 from django.test import override_settings
 
 from django_dlock.contrib.tasks import AlreadyQueued, enqueue_once, locked_task, task_framework
@@ -116,12 +118,18 @@ def test_the_immediate_backend_runs_each_call_and_leaves_no_mark() -> None:
 def test_aenqueue_and_an_async_task() -> None:
     from tests.workers_tasks import once_immediate_async, once_raising
 
-    first = asyncio.run(once_raising.aenqueue("h"))
-    with pytest.raises(AlreadyQueued) as refused:
-        asyncio.run(once_raising.aenqueue("h"))
-    assert refused.value.task_id == str(first.id)
-    result = asyncio.run(once_immediate_async.aenqueue("i"))
-    assert result.return_value == str(result.id)  # the run's lock is labelled with its id
+    async def enqueue() -> None:
+        try:
+            first = await once_raising.aenqueue("h")
+            with pytest.raises(AlreadyQueued) as refused:
+                await once_raising.aenqueue("h")
+            assert refused.value.task_id == str(first.id)
+            result = await once_immediate_async.aenqueue("i")
+            assert result.return_value == str(result.id)  # the run's lock is labelled with its id
+        finally:  # the connection of sync_to_async's thread, which the test database outlives
+            await sync_to_async(connections.close_all)()
+
+    asyncio.run(enqueue())
     assert not Locks.active().filter(resource__startswith="queued:once-immediate").exists()
 
 

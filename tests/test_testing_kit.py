@@ -114,6 +114,7 @@ def test_each_helper_passes_and_fails_when_it_should(
     assert "did not run under the lock 'job:5'; it took: ['job:other']" in output
     assert "acquired 'job:6' and left it held" in output
     assert "The test left 1 lock(s) held: 'leak:1' (exclusive, token" in output
+    assert "Error when trying to teardown test databases" not in output, output
     [refusal] = re.findall(r"^E +AssertionError: The testing kit could not hold .*$", output, re.M)
     assert "exclusive hold, token" in refusal and "owner-secret" not in refusal
 
