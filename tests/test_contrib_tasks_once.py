@@ -8,6 +8,7 @@ import asyncio
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,6 +83,28 @@ def test_a_deferred_call_takes_the_mark_over(db_workers: DbWorkers) -> None:
         outcome = finished(once_deferring.get_result(next_id)).return_value
     assert outcome == "ran"
     assert len(db_workers.runs("once_deferring")) == 1
+
+
+def test_a_run_that_began_before_the_mark_was_handed_over_leaves_no_mark(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_tasks_db.models import DBTaskResult
+
+    from django_dlock.contrib import tasks_once
+    from tests.workers_tasks import once_raising
+
+    backend_enqueue = tasks_once._TaskBase.enqueue
+
+    def taken_at_once(task: Any, *args: Any, **kwargs: Any) -> Any:
+        result = backend_enqueue(task, *args, **kwargs)
+        # A worker claims it before the enqueue hands the mark over: its run looked for a
+        # mark of its own to give up, and found none yet.
+        DBTaskResult.objects.filter(id=result.id).update(status="RUNNING")
+        return result
+
+    monkeypatch.setattr(tasks_once._TaskBase, "enqueue", taken_at_once)
+    once_raising.enqueue("j")
+    assert not Locks.holders("queued:once:j")
 
 
 def test_raise_and_skip_name_the_queued_or_running_call() -> None:

@@ -233,21 +233,16 @@ def _settle(
     """Give the mark to the queued ``result``, unless its run began (or ended)
     meanwhile: a run gives up its mark once it holds its lock, and this one may
     have looked before the mark was its own."""
+    backend = task.get_backend()
+    if not backend.supports_get_result and result.status != _READY:
+        return  # it ran as it was enqueued (an immediate backend): nothing is queued
     result_id = str(result.id)
-    if _began(task, result):
-        return
     owner = owner_for_task(result_id, mark)
     DistributedLock.objects.acquire(mark, owner, found.ttl(delay), label=as_label(result_id))
-    if _began(task, result):
+    if backend.supports_get_result:
+        result = backend.get_result(result_id)
+    if result.status != _READY:
         _release(mark, owner)
-
-
-def _began(task: EnqueueOnceTask, result: Any) -> bool:
-    """Whether the run of ``result`` began: asked of the backend where it keeps
-    results, else the result as enqueued (an immediate backend's has run)."""
-    if task.get_backend().supports_get_result:
-        result = task.get_backend().get_result(str(result.id))
-    return bool(result.status != _READY)
 
 
 def _refuse(found: TaskDeduplication, task: EnqueueOnceTask, duplicate: AlreadyQueued) -> Any:
