@@ -8,7 +8,8 @@ fixtures it sets up first) and without it (the project sets its database up).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -44,6 +45,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"{MARKER}: django-dlock: fail the test if it leaves a lock held."
     )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, None, None]:
+    """Before the last test's teardown, which drops pytest-django's test
+    database, stop the connections that waiters listen on (PostgreSQL refuses
+    to drop a database that has sessions). Nothing when no test waited."""
+    registry = sys.modules.get("django_dlock.listeners.registry")
+    if nextitem is None and registry is not None:
+        registry.stop_listeners()
+    return (yield)
 
 
 def _uses_database(request: pytest.FixtureRequest) -> bool:
