@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 from django.test import TestCase, TransactionTestCase
 
-from django_dlock import LockNotAcquired, lock, once_per
+from django_dlock import LockNotAcquired, LockTransactionError, lock, once_per
 from django_dlock.models import DistributedLock
 from django_dlock.testing import DlockTestMixin, advance_lock_clock
 
@@ -155,6 +155,17 @@ def test_pass_a_waiter_is_served_when_the_kit_releases(dlock):
     with lock("tx:2", timeout=30) as handle:
         assert handle.fencing_token > held.fencing_token
     timer.join()
+
+
+def test_pass_a_lock_in_the_codes_own_atomic_is_refused_in_a_testcase(dlock):
+    with pytest.raises(LockTransactionError), transaction.atomic(), lock("tx:3"):
+        pass
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pass_a_lock_in_the_codes_own_atomic_is_refused_in_a_transactional_test(dlock):
+    with pytest.raises(LockTransactionError), transaction.atomic(), lock("tx:4"):
+        pass
 
 
 @pytest.mark.dlock_no_leaks
