@@ -21,7 +21,7 @@ if os.environ.get("DLOCK_TEST_DB_NAME"):
     settings.DATABASES["default"]["NAME"] = os.environ["DLOCK_TEST_DB_NAME"]
 django.setup()
 
-from django_dlock.contrib.tasks import locked_task, task_framework  # noqa: E402
+from django_dlock.contrib.tasks import enqueue_once, locked_task, task_framework  # noqa: E402
 from django_dlock.locking import LockHandle, lock  # noqa: E402
 
 if TYPE_CHECKING:
@@ -92,7 +92,68 @@ def stoppable(key: str, hold: float) -> str:
     return "slept"
 
 
+# -- enqueue once (on_duplicate) ---------------------------------------------------------
+
+
+@enqueue_once
+@task(backend="db")
+@locked_task("once:{key}", ttl=10, on_duplicate="return", queued_ttl=60)
+def once_returning(key: str, gate: bool) -> str:
+    record("once_returning", key, began=time.time())
+    if gate:  # runs until the test creates the file DLOCK_TEST_RUNS + ".gate"
+        opened = os.environ["DLOCK_TEST_RUNS"] + ".gate"
+        deadline = time.monotonic() + 60
+        while not os.path.exists(opened) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    return "ran"
+
+
+@enqueue_once
+@task(backend="db")
+@locked_task("once:{key}", ttl=10, on_duplicate="raise")
+def once_raising(key: str) -> str:
+    return "ran"
+
+
+@enqueue_once
+@task(backend="db")
+@locked_task("once:{key}", ttl=10, on_duplicate="skip")
+def once_skipping(key: str) -> str:
+    return "ran"
+
+
+@enqueue_once
+@task(backend="db")
+@locked_task(
+    "once:{key}", ttl=10, timeout=0, on_locked="defer", max_attempts=200, min_delay=0.2,
+    on_duplicate="return",
+)  # fmt: skip
+def once_deferring(key: str) -> str:
+    record("once_deferring", key, began=time.time())
+    return "ran"
+
+
 # -- ImmediateBackend (the default backend), in the test process ------------------------
+
+
+@enqueue_once
+@task()
+@locked_task("once-immediate:{key}", ttl=10, on_duplicate="raise")
+def once_immediate(key: str) -> str:
+    return "ran"
+
+
+@enqueue_once
+@task()
+@locked_task("once-immediate:{key}", ttl=10, on_duplicate="raise")
+async def once_immediate_async(key: str, held: LockHandle) -> str:
+    return held.label
+
+
+@task()
+@locked_task("once-immediate:{key}", ttl=10, on_duplicate="skip")
+def once_unwrapped(key: str) -> str:
+    return "ran"
 
 
 @task()

@@ -35,17 +35,24 @@ QUEUED_PREFIX = "queued:"
 class AlreadyQueued(DlockError):
     """An enqueue of a ``locked_task(..., on_duplicate="raise")`` was refused: a
     call with the same lock is queued (``task_id`` is its id) or running
-    (``task_id`` is ``None``: a run holds ``resource``). Nothing was sent."""
+    (``running``; ``task_id`` is ``None``: a run holds ``resource``, except
+    Django tasks, whose runs name their result id). Nothing was sent."""
 
-    def __init__(self, task_name: str, resource: str, task_id: str | None) -> None:
+    def __init__(
+        self, task_name: str, resource: str, task_id: str | None, running: bool = False
+    ) -> None:
         self.task_name = task_name
         self.resource = resource
         self.task_id = task_id
-        what = f"task {task_id} is queued" if task_id else "a run holds its lock"
+        self.running = running
+        if task_id is None:
+            what = "a run holds its lock" if running else "a call with its lock is queued or runs"
+        else:
+            what = f"task {task_id} runs" if running else f"task {task_id} is queued"
         super().__init__(f"{task_name} was not sent: {what} ({resource!r}).")
 
-    def __reduce__(self) -> tuple[type[AlreadyQueued], tuple[str, str, str | None]]:
-        return (type(self), (self.task_name, self.resource, self.task_id))
+    def __reduce__(self) -> tuple[type[AlreadyQueued], tuple[str, str, str | None, bool]]:
+        return (type(self), (self.task_name, self.resource, self.task_id, self.running))
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,7 @@ class Deduplication:
         base = conf.DEFAULT_TTL if self.queued_ttl is None else self.queued_ttl
         ttl = min(base + max(delay, 0.0), conf.MAX_TTL)
         taken = DistributedLock.objects.acquire(
-            mark, owner_for_task(task_id, mark), ttl, label=_as_label(task_id)
+            mark, owner_for_task(task_id, mark), ttl, label=as_label(task_id)
         )
         if requeued:
             return None
@@ -97,7 +104,7 @@ class Deduplication:
             return AlreadyQueued(task_name, resource, (queued[0].label or None) if queued else None)
         if DistributedLock.objects.holders(resource):
             self.release(resource, task_id)
-            return AlreadyQueued(task_name, resource, None)
+            return AlreadyQueued(task_name, resource, None, running=True)
         return None
 
     def release(self, resource: str, task_id: str) -> None:
@@ -106,7 +113,7 @@ class Deduplication:
         DistributedLock.objects.release(mark, owner_for_task(task_id, mark))
 
 
-def _as_label(task_id: str) -> str:
+def as_label(task_id: str) -> str:
     """The mark's public label: the task id, when it is a valid label (Celery's are)."""
     try:
         return validate_label(task_id)

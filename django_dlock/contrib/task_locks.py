@@ -101,8 +101,11 @@ class LockedFunction:
     def resource(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         return self.name.format(args, kwargs)
 
-    def hold(self, resource: str, owner: str | None, timeout: float | None) -> lock:
-        """The ``lock()`` of one run (not yet entered)."""
+    def hold(
+        self, resource: str, owner: str | None, timeout: float | None, label: str = ""
+    ) -> lock:
+        """The ``lock()`` of one run (not yet entered); ``label`` where the
+        decorator gave none."""
         return lock(
             resource,
             owner=owner,
@@ -112,7 +115,7 @@ class LockedFunction:
             shared=self.kind.shared,
             limit=self.kind.limit,
             reentrant=self.kind.reentrant,
-            label=self.label,
+            label=self.label or label,
         )
 
     def run(self, held: LockHandle, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

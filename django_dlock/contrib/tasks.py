@@ -19,7 +19,6 @@ throttle frees. See docs/tasks.md.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import importlib
 import inspect
@@ -27,13 +26,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from django_dlock.contrib import import_extra
+from django_dlock.contrib.enqueue_once import AlreadyQueued
 from django_dlock.contrib.task_locks import (
     FENCING_TOKEN_ARG,
     HANDLE_ARG,
@@ -46,6 +44,22 @@ from django_dlock.contrib.task_locks import (
     backoff,
     task_skipped,
 )
+from django_dlock.contrib.tasks_framework import (
+    ATTEMPT_ARG,
+    DEFERRED,
+    deferred_to,
+    running_result,
+    task_framework,
+)
+from django_dlock.contrib.tasks_once import (
+    EnqueueOnceTask,
+    OnDuplicate,
+    TaskDeduplication,
+    deduplicate,
+    enqueue_once,
+    requeueing,
+    run_marks,
+)
 from django_dlock.exceptions import LockNotAcquired, Throttled
 from django_dlock.locking import LockHandle
 from django_dlock.locking.names import ResourceName
@@ -57,10 +71,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTEMPT_ARG",
+    "AlreadyQueued",
+    "EnqueueOnceTask",
     "FENCING_TOKEN_ARG",
     "HANDLE_ARG",
     "SKIPPED",
     "deferred_to",
+    "enqueue_once",
     "locked_task",
     "task_framework",
     "task_skipped",
@@ -73,42 +90,6 @@ _R = TypeVar("_R")
 
 OnLocked = Literal["skip", "defer", "raise"]
 OnThrottled = Literal["skip", "defer", "raise"]
-
-#: The keyword argument a deferred run is enqueued with: its attempt number (the
-#: first run is attempt 1). The body never sees it.
-ATTEMPT_ARG = "dlock_attempt"
-
-#: The ``"django_dlock"`` value of a deferred run's result (see ``deferred_to``).
-DEFERRED = "deferred"
-
-
-def task_framework() -> ModuleType:
-    """``django.tasks``, or the ``django_tasks`` backport where Django has none (as
-    django-tasks-db picks): ``task_framework().task`` is the ``@task`` decorator."""
-    try:
-        return importlib.import_module("django.tasks")
-    except ImportError:
-        return import_extra("django_tasks", __name__, "pip install django-tasks (or Django 6)")
-
-
-# The result of the task that runs now in this thread, from the framework's
-# task_started signal (which every backend sends just before it calls the task).
-_running: contextvars.ContextVar[TaskResult[..., Any] | None] = contextvars.ContextVar(
-    "django_dlock_running_task", default=None
-)
-
-
-def _started(sender: Any, task_result: TaskResult[..., Any], **kwargs: Any) -> None:
-    _running.set(task_result)
-
-
-def _finished(sender: Any, task_result: TaskResult[..., Any], **kwargs: Any) -> None:
-    _running.set(None)
-
-
-_signals = importlib.import_module(f"{task_framework().__name__}.signals")
-_signals.task_started.connect(_started, dispatch_uid="django_dlock.contrib.tasks")
-_signals.task_finished.connect(_finished, dispatch_uid="django_dlock.contrib.tasks")
 
 
 def locked_task(
@@ -125,6 +106,8 @@ def locked_task(
     label: str = "",
     max_attempts: int = 10,
     min_delay: float = 1.0,
+    on_duplicate: OnDuplicate | None = None,
+    queued_ttl: float | None = None,
 ) -> Callable[[Callable[..., _R]], Callable[..., _R]]:
     """Run each call of the task function holding the lock named by ``key``.
 
@@ -154,6 +137,12 @@ def locked_task(
 
     A lost lock fails the task with ``LockExpired``/``LockNotOwned`` saying
     why; ``on_lost="stop"`` raises it in the body as soon as it is found.
+
+    ``on_duplicate`` (with ``@enqueue_once`` above ``@task()``) refuses to
+    enqueue a call while one with the same lock is queued or running:
+    ``"raise"`` ``AlreadyQueued``, ``"skip"`` (``enqueue()`` returns ``None``)
+    or ``"return"`` (the ``TaskResult`` of that call). ``queued_ttl``: how long
+    an enqueued call counts as queued at most. See ``contrib.tasks_once``.
     """
     if on_locked not in ("skip", "defer", "raise"):
         raise ValueError(f"on_locked must be 'skip', 'defer' or 'raise', not {on_locked!r}")
@@ -161,6 +150,8 @@ def locked_task(
         raise ValueError(f"max_attempts must be a whole number >= 1, not {max_attempts!r}")
     wait = RETRY_WAIT if timeout is None and on_locked == "defer" else timeout
     task_class = importlib.import_module(f"{task_framework().__name__}.base").Task
+    kind = LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant)
+    deduplication = TaskDeduplication.of(on_duplicate, queued_ttl, kind)
 
     def decorate(function: Callable[..., _R]) -> Callable[..., _R]:
         if isinstance(function, task_class):
@@ -169,13 +160,7 @@ def locked_task(
                 "the task runs the locked function."
             )
         locked = LockedFunction(
-            function,
-            key,
-            ttl=ttl,
-            auto_renew=auto_renew,
-            on_lost=on_lost,
-            kind=LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant),
-            label=label,
+            function, key, ttl=ttl, auto_renew=auto_renew, on_lost=on_lost, kind=kind, label=label
         )
         policy = _Policy(on_locked, max_attempts, min_delay, function.__name__)
 
@@ -189,50 +174,57 @@ def locked_task(
             async def arun_locked(*args: Any, **kwargs: Any) -> Any:
                 attempt = kwargs.pop(ATTEMPT_ARG, 1)
                 resource = locked.resource(args, kwargs)
+                result = running_result(arun_locked)
+                owner, mark_label, unmark = run_marks(deduplication, result, resource)
                 async with contextlib.AsyncExitStack() as stack:
                     try:
-                        held = await stack.enter_async_context(locked.hold(resource, None, wait))
-                    except LockNotAcquired as error:
-                        result = _running_result(arun_locked)
-                        return await sync_to_async(policy.apply)(
-                            result, resource, error, attempt, args, kwargs
+                        held = await stack.enter_async_context(
+                            locked.hold(resource, owner, wait, mark_label)
                         )
+                    except LockNotAcquired as error:
+                        try:
+                            return await sync_to_async(policy.apply)(
+                                result, resource, error, attempt, args, kwargs
+                            )
+                        finally:
+                            await sync_to_async(unmark)()
+                    await sync_to_async(unmark)()  # from now on the lock says a run is on
                     return await locked.arun(held, args, kwargs)
 
-            return locked.wraps(arun_locked)
+            return _marked(locked.wraps(arun_locked), deduplication, locked)
 
         def run_locked(*args: Any, **kwargs: Any) -> Any:
             attempt = kwargs.pop(ATTEMPT_ARG, 1)
             resource = locked.resource(args, kwargs)
+            result = running_result(run_locked)
+            owner, mark_label, unmark = run_marks(deduplication, result, resource)
             with contextlib.ExitStack() as stack:
                 # Only taking the task's lock is guarded: a LockNotAcquired from the
                 # body (a lock it takes itself) fails the task as raised.
                 try:
-                    held: LockHandle = stack.enter_context(locked.hold(resource, None, wait))
+                    held: LockHandle = stack.enter_context(
+                        locked.hold(resource, owner, wait, mark_label)
+                    )
                 except LockNotAcquired as error:
-                    result = _running_result(run_locked)
-                    return policy.apply(result, resource, error, attempt, args, kwargs)
+                    try:
+                        return policy.apply(result, resource, error, attempt, args, kwargs)
+                    finally:
+                        unmark()
+                unmark()  # from now on the lock itself says that a run is on
                 return locked.run(held, args, kwargs)
 
-        return locked.wraps(run_locked)
+        return _marked(locked.wraps(run_locked), deduplication, locked)
 
     return decorate
 
 
-def deferred_to(return_value: Any) -> str | None:
-    """The id of the result a deferred run enqueued, or ``None`` if the run was not deferred."""
-    if isinstance(return_value, dict) and return_value.get("django_dlock") == DEFERRED:
-        return str(return_value["result_id"])
-    return None
-
-
-def _running_result(run_locked: Callable[..., Any]) -> TaskResult[..., Any] | None:
-    """The result of the task whose function is ``run_locked`` and that runs now;
-    ``None`` for a direct call (also one made inside another task)."""
-    result = _running.get()
-    if result is None or result.task.func is not run_locked:
-        return None
-    return result
+def _marked(
+    wrapped: Callable[..., _R], deduplication: TaskDeduplication | None, locked: LockedFunction
+) -> Callable[..., _R]:
+    """``wrapped``, marked for ``enqueue_once`` when it has ``on_duplicate``."""
+    if deduplication is not None:
+        deduplicate(wrapped, deduplication, locked)
+    return wrapped
 
 
 @dataclass(frozen=True)
@@ -274,9 +266,10 @@ class _Policy:
             )
         delay = backoff(attempt - 1, self.min_delay, resource)
         run_after = timezone.now() + timedelta(seconds=delay)
-        again = task.using(run_after=run_after).enqueue(
-            *result.args, **{**result.kwargs, ATTEMPT_ARG: attempt + 1}
-        )
+        with requeueing(str(result.id)):  # the same call, queued again: never a duplicate
+            again = task.using(run_after=run_after).enqueue(
+                *result.args, **{**result.kwargs, ATTEMPT_ARG: attempt + 1}
+            )
         logger.info(
             "Deferred task %s[%s] by %.1f s as %s (attempt %d of %d): the lock on %r is held "
             "by another owner.",
@@ -343,7 +336,7 @@ def throttled_task(
                 decision = await limiter.atry_use()
                 if decision:
                     return await function(*args, **kwargs)
-                result = _running_result(arun_throttled)
+                result = running_result(arun_throttled)
                 return await sync_to_async(refused.apply)(result, decision, attempt)
 
             return arun_throttled  # type: ignore[return-value]
@@ -354,7 +347,7 @@ def throttled_task(
             decision = throttle(name.format(args, kwargs), rate, using=using).try_use()
             if decision:
                 return function(*args, **kwargs)
-            return refused.apply(_running_result(run_throttled), decision, attempt)
+            return refused.apply(running_result(run_throttled), decision, attempt)
 
         return run_throttled
 
