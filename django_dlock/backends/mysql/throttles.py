@@ -1,0 +1,99 @@
+"""A throttle's use on MariaDB: one ``INSERT ... ON DUPLICATE KEY UPDATE``.
+
+The clock is ``SYSDATE(6)``, read in the first assignment, which runs once the
+key's row is locked (``UTC_TIMESTAMP(6)`` is the statement's start, earlier
+than a use that committed while this one waited), as microseconds since 1970
+(``UNIX_TIMESTAMP`` answers an exact decimal in any session time zone). The
+assignments run left to right, each reading the columns as the ones before
+left them, so the first decides (``rules.throttle``) on the row as it was and
+keeps the decision and the now in session variables for the others.
+
+MariaDB 10.5+ answers with ``INSERT ... RETURNING``: one round trip. Where
+there is no ``RETURNING`` (MySQL 8, MariaDB before 10.5; untested), the
+``INSERT`` and a ``SELECT`` of the row run in one transaction instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from django_dlock.backends.throttles import ThrottleAnswer, ThrottleUses
+from django_dlock.rules.throttle import WIDTH, granted_sql, kept_sql
+
+__all__ = ["MySQLDialect", "MySQLThrottleUses"]
+
+_NOW_US = "CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)"
+
+
+def _datetime(us: str) -> str:
+    """Microseconds since 1970 as a DATETIME(6) in UTC, as Django stores them."""
+    return f"TIMESTAMPADD(MICROSECOND, {us}, '1970-01-01')"
+
+
+class MySQLDialect:
+    def count(self, ring: str) -> str:
+        return f"(CHAR_LENGTH({ring}) DIV {WIDTH})"
+
+    def entry(self, ring: str, index: str) -> str:
+        return f"CAST(SUBSTRING({ring}, {index} * {WIDTH} + 1, {WIDTH}) AS SIGNED)"
+
+    def tail(self, ring: str, index: str) -> str:
+        return f"SUBSTRING({ring}, {index} * {WIDTH} + 1)"
+
+    def append(self, ring: str, now_us: str) -> str:
+        return f"CONCAT({ring}, LPAD({now_us}, {WIDTH}, '0'))"
+
+    def greatest(self, first: str, second: str) -> str:
+        return f"GREATEST({first}, {second})"
+
+
+class MySQLThrottleUses(ThrottleUses):
+    def statement(self, limit: int, period_us: int) -> str:
+        c, d = self.c, MySQLDialect()
+        period_us = int(period_us)
+        granted = granted_sql(d, c["ring"], "@dlock_us", limit, period_us)
+        columns = ", ".join(
+            c[name] for name in ("key", "slot", "used_at", "free_at", "refused_at", "rate", "ring")
+        )
+        yes = "@dlock_granted = 1"
+        first = d.append("''", "n.us")
+        sql = (
+            f"INSERT INTO {self.table} ({columns}) "  # noqa: S608
+            f"SELECT %(key)s, 0, {_datetime('n.us')}, {_datetime(f'n.us + {period_us}')}, "
+            f"NULL, %(rate)s, {first} FROM (SELECT {_NOW_US} AS us) n "
+            f"ON DUPLICATE KEY UPDATE "
+            # "> 0" needs the value: the now is read, then the decision made.
+            f"{c['refused_at']} = IF((@dlock_us := {_NOW_US}) > 0 "
+            f"AND (@dlock_granted := {granted}) = 1, NULL, {_datetime('@dlock_us')}), "
+            f"{c['used_at']} = IF({yes}, {_datetime('@dlock_us')}, {c['used_at']}), "
+            f"{c['free_at']} = IF({yes}, {_datetime(f'@dlock_us + {period_us}')}, "
+            f"{c['free_at']}), "
+            f"{c['rate']} = IF({yes}, %(rate)s, {c['rate']}), "
+            f"{c['ring']} = IF({yes}, {kept_sql(d, c['ring'], '@dlock_us', limit)}, {c['ring']})"
+        )
+        if self._returning:
+            return f"{sql} RETURNING {self._answer}"
+        return sql
+
+    @property
+    def _answer(self) -> str:
+        c = self.c
+        return f"{c['ring']}, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {c['refused_at']})"
+
+    @property
+    def _returning(self) -> bool:
+        connection: Any = self.connection  # Django's MySQL DatabaseWrapper
+        return bool(connection.mysql_is_mariadb and connection.mysql_version >= (10, 5))
+
+    def _run(self, sql: str, params: dict[str, Any]) -> ThrottleAnswer:
+        if self._returning:
+            return super()._run(sql, params)
+        c = self.c
+        read = f"SELECT {self._answer} FROM {self.table} WHERE {c['key']} = %s AND {c['slot']} = 0"  # noqa: S608
+        with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            cursor.execute(read, [params["key"]])
+            ring, refused_us = cursor.fetchone()
+        return ThrottleAnswer(ring, None if refused_us is None else int(refused_us))
