@@ -29,8 +29,9 @@ def fold_uses(apps: Any, schema_editor: Any) -> None:
     slots = apps.get_model("django_dlock", "ThrottleSlot").objects.using(
         schema_editor.connection.alias
     )
-    keys = slots.filter(slot__gt=0).values_list("key", flat=True).distinct().iterator()
-    for key in list(keys):
+    # (order_by(): the model's ordering would make distinct() see (key, slot) pairs.)
+    keys = slots.filter(slot__gt=0).order_by().values_list("key", flat=True).distinct()
+    for key in sorted(set(keys)):
         rows = list(slots.filter(key=key, used_at__isnull=False).order_by("used_at"))
         last = rows[-1] if rows else None
         ring = "".join(str(_us(row.used_at)).rjust(_WIDTH, "0") for row in rows)
