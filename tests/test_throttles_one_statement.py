@@ -83,7 +83,7 @@ def test_the_migration_folds_a_keys_rows_into_its_first() -> None:
     row = ThrottleSlot.objects.get(key="email:1")
     assert (row.slot, row.used_at) == (0, base + timedelta(seconds=30))
     assert ThrottleSlot.objects.count() == 2
-    assert microseconds(row.used_at) == int(row.ring[-WIDTH:])
+    assert row.used_at is not None and microseconds(row.used_at) == int(row.ring[-WIDTH:])
 
 
 @pytest.mark.django_db(transaction=True)
