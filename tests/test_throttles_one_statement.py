@@ -48,7 +48,7 @@ def test_the_rule_in_sql_is_the_rule_in_python() -> None:
     rng = random.Random(46)
     placeholder, now = "%s", 1_800_000_000_000_000
     cases = []
-    for count in (0, 1, 2, 3, 5):
+    for count in (0, 1, 2, 3, 4, 5, 7):
         for limit in (1, 2, 3, 4):
             times = sorted(
                 now - rng.choice((0, 10, 59_999_999, 60_000_000, 90_000_000)) for _ in range(count)
@@ -57,12 +57,12 @@ def test_the_rule_in_sql_is_the_rule_in_python() -> None:
     with connection.cursor() as cursor:
         for ring, limit in cases:
             decided = granted_sql(d, placeholder, str(now), limit, 60_000_000)  # type: ignore[arg-type]
-            written = kept_sql(d, placeholder, str(now), limit)  # type: ignore[arg-type]
+            written = kept_sql(d, placeholder, str(now), limit, 60_000_000)  # type: ignore[arg-type]
             sql = f"SELECT {decided}, {written}"
             cursor.execute(sql, [ring] * sql.count(placeholder))
             answer, ring_after = cursor.fetchone()
             assert bool(answer) is granted(ring, now, limit, 60_000_000), (ring, limit)
-            assert ring_after == kept(ring, now, limit), (ring, limit)
+            assert ring_after == kept(ring, now, limit, 60_000_000), (ring, limit)
 
 
 @pytest.mark.django_db

@@ -11,7 +11,8 @@ A use at ``now`` under ``limit`` per ``period`` is **granted** when fewer than
 ``limit`` uses are kept, or when the ``limit``-th newest of them left the
 window (it is at or before ``now - period``): then fewer than ``limit`` uses
 lie within the last period, and that is exact, whatever the count. A granted
-use keeps the ``limit - 1`` newest times and appends its own. A refused use
+use keeps the ``limit - 1`` newest times (less those that left the window) and
+appends its own. A refused use
 keeps them all: it waits until the ``limit``-th newest leaves the window.
 
 The same rule is written here twice, in one place: as SQL (``granted_sql``,
@@ -44,6 +45,14 @@ __all__ = [
 #: Digits of one kept time: microseconds since 1970 stay below 10**16 until 2286.
 WIDTH = 16
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# A granted use also drops the oldest times that left the window: all of them
+# when the newest did, else the first 4, 2 or 1 when that many did (a time
+# that left the window never counts again: the clock goes on). So a key used
+# below its rate keeps about the uses in its window, not the last N - 1,
+# without a search in SQL: the ring shrinks by up to 3 a use.
+_DROPS = (4, 2, 1)
+# Read where the ring has no time: later than any now.
+_SENTINEL = 10**WIDTH - 1
 
 
 class ThrottleDialect(Protocol):
@@ -69,6 +78,10 @@ class ThrottleDialect(Protocol):
         """The larger of two integers."""
         ...
 
+    def least(self, first: str, second: str) -> str:
+        """The smaller of two integers."""
+        ...
+
 
 # -- in SQL ------------------------------------------------------------------------
 
@@ -86,11 +99,19 @@ def granted_sql(d: ThrottleDialect, ring: str, now_us: str, limit: int, period_u
     )
 
 
-def kept_sql(d: ThrottleDialect, ring: str, now_us: str, limit: int) -> str:
-    """The ``ring`` a use granted at ``now_us`` leaves: the ``limit - 1`` newest
-    times, then its own."""
+def kept_sql(d: ThrottleDialect, ring: str, now_us: str, limit: int, period_us: int) -> str:
+    """The ``ring`` a use granted at ``now_us`` leaves: at most the ``limit - 1``
+    newest times, less those that left the window (``_DROPS``), then its own."""
     count = d.count(ring)
-    return d.append(d.tail(ring, d.greatest(f"{count} - {int(limit) - 1}", "0")), now_us)
+    cutoff = f"{now_us} - {int(period_us)}"
+    # Past the last time kept, the entry read is the sentinel, which never left.
+    padded = d.append(ring, str(_SENTINEL))
+    checks = [f"WHEN {d.entry(padded, d.greatest(f'{count} - 1', '0'))} <= {cutoff} THEN {count}"]
+    for dropped in _DROPS:
+        index = d.least(str(dropped - 1), count)
+        checks.append(f"WHEN {d.entry(padded, index)} <= {cutoff} THEN {dropped}")
+    drop = f"(CASE {' '.join(checks)} ELSE 0 END)"
+    return d.append(d.tail(ring, d.greatest(f"{count} - {int(limit) - 1}", drop)), now_us)
 
 
 # -- in Python ---------------------------------------------------------------------
@@ -110,9 +131,16 @@ def granted(ring: str, now_us: int, limit: int, period_us: int) -> bool:
     return count < limit or _entry(ring, count - limit) <= now_us - period_us
 
 
-def kept(ring: str, now_us: int, limit: int) -> str:
+def kept(ring: str, now_us: int, limit: int, period_us: int) -> str:
     """``kept_sql`` in Python."""
-    start = max(_count(ring) - (limit - 1), 0)
+    count, cutoff = _count(ring), now_us - period_us
+    padded = ring + str(_SENTINEL)
+    drop = 0
+    if _entry(padded, max(count - 1, 0)) <= cutoff:
+        drop = count
+    else:
+        drop = next((n for n in _DROPS if _entry(padded, min(n - 1, count)) <= cutoff), 0)
+    start = max(count - (limit - 1), drop)
     return ring[start * WIDTH :] + str(now_us).rjust(WIDTH, "0")
 
 

@@ -48,6 +48,9 @@ class MySQLDialect:
     def greatest(self, first: str, second: str) -> str:
         return f"GREATEST({first}, {second})"
 
+    def least(self, first: str, second: str) -> str:
+        return f"LEAST({first}, {second})"
+
 
 class MySQLThrottleUses(ThrottleUses):
     def statement(self, limit: int, period_us: int) -> str:
@@ -59,6 +62,7 @@ class MySQLThrottleUses(ThrottleUses):
         )
         yes = "@dlock_granted = 1"
         first = d.append("''", "n.us")
+        kept = kept_sql(d, c["ring"], "@dlock_us", limit, period_us)
         sql = (
             f"INSERT INTO {self.table} ({columns}) "  # noqa: S608
             f"SELECT %(key)s, 0, {_datetime('n.us')}, {_datetime(f'n.us + {period_us}')}, "
@@ -71,7 +75,7 @@ class MySQLThrottleUses(ThrottleUses):
             f"{c['free_at']} = IF({yes}, {_datetime(f'@dlock_us + {period_us}')}, "
             f"{c['free_at']}), "
             f"{c['rate']} = IF({yes}, %(rate)s, {c['rate']}), "
-            f"{c['ring']} = IF({yes}, {kept_sql(d, c['ring'], '@dlock_us', limit)}, {c['ring']})"
+            f"{c['ring']} = IF({yes}, {kept}, {c['ring']})"
         )
         if self._returning:
             return f"{sql} RETURNING {self._answer}"

@@ -38,6 +38,9 @@ class PostgreSQLDialect:
     def greatest(self, first: str, second: str) -> str:
         return f"GREATEST({first}, {second})"
 
+    def least(self, first: str, second: str) -> str:
+        return f"LEAST({first}, {second})"
+
 
 class PostgreSQLThrottleUses(ThrottleUses):
     def statement(self, limit: int, period_us: int) -> str:
@@ -45,7 +48,7 @@ class PostgreSQLThrottleUses(ThrottleUses):
         period = f"{int(period_us)} * interval '1 microsecond'"
         ring = f"s.{c['ring']}"
         granted = granted_sql(d, ring, "n.us", limit, period_us)
-        kept = kept_sql(d, ring, "d.us", limit)
+        kept = kept_sql(d, ring, "d.us", limit, period_us)
         first = d.append("''", "n.us")
         columns = ", ".join(
             c[name] for name in ("key", "slot", "used_at", "free_at", "refused_at", "rate", "ring")

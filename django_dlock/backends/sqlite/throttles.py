@@ -43,6 +43,9 @@ class SQLiteDialect:
     def greatest(self, first: str, second: str) -> str:
         return f"max({first}, {second})"
 
+    def least(self, first: str, second: str) -> str:
+        return f"min({first}, {second})"
+
 
 class SQLiteThrottleUses(ThrottleUses):
     def refused_us(self, refused: Any) -> int:
@@ -70,7 +73,7 @@ class SQLiteThrottleUses(ThrottleUses):
             f"{c['free_at']} = CASE WHEN {granted} THEN {free} ELSE {c['free_at']} END, "
             f"{c['refused_at']} = CASE WHEN {granted} THEN NULL ELSE {now} END, "
             f"{c['rate']} = CASE WHEN {granted} THEN excluded.{c['rate']} ELSE {c['rate']} END, "
-            f"{c['ring']} = CASE WHEN {granted} THEN {kept_sql(d, ring, _NOW_US, limit)} "
+            f"{c['ring']} = CASE WHEN {granted} THEN {kept_sql(d, ring, _NOW_US, limit, period_us)} "
             f"ELSE {ring} END "
             f"RETURNING {c['ring']}, {c['refused_at']}"
         )
