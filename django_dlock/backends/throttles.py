@@ -75,7 +75,11 @@ class ThrottleUses:
     def _run(self, sql: str, params: dict[str, Any]) -> ThrottleAnswer:
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
-            ring, refused = cursor.fetchone()
+            return self.answer(cursor.fetchone())
+
+    def answer(self, row: Any) -> ThrottleAnswer:
+        """The ``ThrottleAnswer`` of the statement's one row, ``(ring, refused)``."""
+        ring, refused = row
         return ThrottleAnswer(ring, None if refused is None else self.refused_us(refused))
 
     def refused_us(self, refused: Any) -> int:

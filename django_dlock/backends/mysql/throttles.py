@@ -99,5 +99,4 @@ class MySQLThrottleUses(ThrottleUses):
         with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
             cursor.execute(sql, params)
             cursor.execute(read, [params["key"]])
-            ring, refused_us = cursor.fetchone()
-        return ThrottleAnswer(ring, None if refused_us is None else int(refused_us))
+            return self.answer(cursor.fetchone())

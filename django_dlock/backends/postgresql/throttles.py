@@ -9,7 +9,12 @@ The sub-select reads it once, in a subquery of its own, and decides there
 
 from __future__ import annotations
 
-from django_dlock.backends.throttles import ThrottleUses
+from typing import Any
+
+from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
+from django_dlock.backends.throttles import ThrottleAnswer, ThrottleUses
+from django_dlock.backends.transactions import TransactionHooks
+from django_dlock.django_private import atomic_depth
 from django_dlock.rules.throttle import WIDTH, granted_sql, kept_sql
 
 __all__ = ["PostgreSQLDialect", "PostgreSQLThrottleUses"]
@@ -43,6 +48,37 @@ class PostgreSQLDialect:
 
 
 class PostgreSQLThrottleUses(ThrottleUses):
+    """Runs prepared (``prepared``): parsing and planning the statement costs
+    the server several times what running it does."""
+
+    def __init__(self, using: str, hooks: TransactionHooks) -> None:
+        super().__init__(using, hooks)
+        self._prepared = PreparedStatements(using)
+        self._statements: dict[str, Statement] = {}
+
+    def _run(self, sql: str, params: dict[str, Any]) -> ThrottleAnswer:
+        # As the lock operations run theirs (PostgreSQLBackend._one_row):
+        # Django's cursor where the query log or an execute wrapper watches,
+        # plain SQL inside Django's TestCase transaction.
+        connection = self.connection
+        statement = self._statements.get(sql)
+        if statement is None:
+            name = f"throttle_{len(self._statements)}"
+            statement = self._statements.setdefault(sql, Statement(name, sql))
+        in_test_transaction = atomic_depth(connection) > 0
+        if in_test_transaction or connection.execute_wrappers or connection.queries_logged:
+            with connection.cursor() as cursor:
+                if in_test_transaction:
+                    cursor.execute(sql, params)
+                else:
+                    self._prepared.execute(cursor, connection.connection, statement, params)
+                return self.answer(cursor.fetchone())
+        connection.ensure_connection()
+        raw = connection.connection
+        with connection.wrap_database_errors, raw.cursor() as cursor:
+            self._prepared.execute(cursor, raw, statement, params)
+            return self.answer(cursor.fetchone())
+
     def statement(self, limit: int, period_us: int) -> str:
         c, d = self.c, PostgreSQLDialect()
         period = f"{int(period_us)} * interval '1 microsecond'"
