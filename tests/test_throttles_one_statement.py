@@ -5,7 +5,9 @@ see a window hold more than the rate."""
 from __future__ import annotations
 
 import random
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -109,3 +111,23 @@ def test_eight_processes_on_one_key_never_see_a_window_hold_more_than_the_rate()
         in_window = [g for g in grants if at - period < g <= at]
         assert len(in_window) == limit
         assert retry == in_window[0] + period - at
+
+
+# The throttle's rule written out: a time compared with now less the period
+# (the window's edge). rules/throttle.py alone writes it.
+WINDOW_EDGE = re.compile(r"now\w*\W?\s*-\s*\W?[\w.]*period")
+
+
+@pytest.mark.vendor_independent
+def test_no_module_but_the_rule_writes_the_window_out() -> None:
+    package = Path(__file__).resolve().parent.parent / "django_dlock"
+    found = [
+        f"{path.relative_to(package)}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        if path != package / "rules" / "throttle.py" and "migrations" not in path.parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if WINDOW_EDGE.search(line.split("#", 1)[0])
+    ]
+    assert found == []
+    assert WINDOW_EDGE.search("window_start = now - rate.period")
+    assert WINDOW_EDGE.search('f"WHEN {oldest} <= {now_us} - {period_us} THEN 1"')
