@@ -236,27 +236,31 @@ class LockWaiter(models.Model):
 
 
 class ThrottleSlot(models.Model):
-    """One recorded use of a throttle key (``django_dlock.throttle``).
+    """A throttle key's row (``django_dlock.throttle``): its slot 0.
 
-    A key with the rate N per period has at most N rows, numbered by ``slot``:
-    a use takes a row whose ``used_at`` is a period old or more (or a new one),
-    so every use within the last period is a row of its own, and a use is
-    refused while N of them are. The key's slot 0 is also its mutex: every use
-    locks it first (``SELECT ... FOR UPDATE``), so uses of a key are decided
-    one at a time on every database.
+    The row keeps the times of the key's last uses, at most N for a rate of N
+    per period (``ring``; the rule is ``rules.throttle``), and each use locks,
+    decides and writes it in one statement (``backends.throttles``), so uses
+    of a key are decided one at a time on every database. (Before migration
+    0010, a key had one row per use in the window, numbered by ``slot``: the
+    migration folded them into slot 0.)
     """
 
     key = models.CharField(_("key"), max_length=MAX_LENGTH)
     slot = models.PositiveIntegerField(_("slot"))
-    # Null while the row has never been used: a key's slot 0 is inserted
-    # before its first use is decided, to have a row to lock.
+    # The key's last granted use.
     used_at = models.DateTimeField(_("used at"), null=True, blank=True)
-    # used_at plus the rate's period: when this use leaves the window. The
-    # purge deletes a key once every one of its rows is free.
+    # used_at plus the rate's period: when the last use leaves the window. The
+    # purge deletes a key once it has passed.
     free_at = models.DateTimeField(_("free at"), null=True, blank=True)
-    # The rate of the use, as written ("10/m"): for the admin, which shows a
-    # key's rate as its last use had it.
+    # The rate of the last granted use, as written ("10/m"): for the admin,
+    # which shows a key's rate as its last use had it.
     rate = models.CharField(_("rate"), max_length=64, blank=True, default="")
+    # The times of the last uses, oldest first: microseconds since 1970 in 16
+    # digits each (rules.throttle.WIDTH), at most the rate's N of them.
+    ring = models.TextField(_("uses kept"), blank=True, default="", db_default="")
+    # When the key's last decision refused a use; null when it granted one.
+    refused_at = models.DateTimeField(_("refused at"), null=True, blank=True)
 
     class Meta:
         db_table = "distributed_lock_throttle_slots"
@@ -277,8 +281,7 @@ class ThrottleSlot(models.Model):
 
 
 class ThrottleKey(ThrottleSlot):
-    """A throttle key as the admin lists it: the key's slot 0, one per key,
-    with the key's other rows counted beside it."""
+    """A throttle key as the admin lists it: its row (slot 0), one per key."""
 
     class Meta:
         proxy = True

@@ -26,6 +26,7 @@ from django_dlock.backends.base import LockBackend
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.results import LockRow
+from django_dlock.backends.throttles import ThrottleAnswer
 from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockKindMismatch
@@ -268,6 +269,14 @@ class LockService(Generic[_Lock]):
         for hold in renewed.values():
             signals.lock_renewed.send(sender=self.model, lock=hold)
         return renewed
+
+    def use_throttle(self, key: str, limit: int, period: timedelta, rate: str) -> ThrottleAnswer:
+        """One use of the throttle ``key`` under ``limit`` per ``period``
+        (written ``rate``), decided and recorded in one statement
+        (``backends.throttles``); ``LockTransactionError`` inside a transaction
+        of the caller's."""
+        period_us = period // timedelta(microseconds=1)
+        return self._backend().throttles.use(key, limit, period_us, rate)
 
     def instance(self, row: LockRow) -> Hold:
         """The model instance of ``row``: a ``DistributedLock``, or a ``LockHold``."""

@@ -75,6 +75,10 @@ acquire_json=$json
 PGOPTIONS="-c synchronous_commit=off" DATABASE_URL="$DLOCK_PG_URL" \
     python -m benchmarks.acquire --json "$acquire_json"
 mariadb_start # exports DLOCK_MYSQL_URL, as pg_cluster_start DLOCK_PG_URL: benchmarks.kinds reads both
+# One throttle use beside its one-upsert floor and Redis's limiters (issue 46; docs/throttles.md
+# "What a use costs"): one client, 1,000 keys, on PostgreSQL (durable), SQLite and MariaDB, and a
+# redis-server of its own; prints a table and writes nothing (about 4 minutes; --quick: 1).
+python -m benchmarks.throttle ${quick:+--quick}
 python -m benchmarks.kinds "${kinds_args[@]}"
 # Issue 36's features (docs/performance.md "Throttles, lock-delay, priorities and the rest"):
 # optional, BENCH_FEATURES=1; throttles beside Redis limiters (a redis-server of its own), the

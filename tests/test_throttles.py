@@ -12,18 +12,12 @@ from django.db import transaction
 
 from django_dlock import DlockError, InvalidArgument, LockTransactionError, Throttled, throttle
 from django_dlock.models import ThrottleSlot
-from django_dlock.rules.clock import expired_before
 from django_dlock.signals import throttle_used
 from django_dlock.throttles import Rate, ThrottleDecision
 from django_dlock.throttles.parsing import parse_rate
 from tests import workers_throttles
+from tests.throttle_utils import kept, used_ago
 from tests.utils import database_settings, run_in_processes, spawn
-
-
-def used_ago(key: str, seconds_by_slot: dict[int, float]) -> None:
-    """Make the uses of ``key`` in the given slots ``seconds`` old by the database's clock."""
-    for slot, seconds in seconds_by_slot.items():
-        ThrottleSlot.objects.filter(key=key, slot=slot).update(used_at=expired_before(seconds))
 
 
 def use(key: str, rate: str, times: int) -> list[ThrottleDecision]:
@@ -135,13 +129,15 @@ def test_grants_up_to_the_limit_then_refuses_until_the_oldest_use_leaves() -> No
     first, refused = decisions[0], decisions[3]
     assert refused.retry_after == first.at + timedelta(minutes=1) - refused.at
     assert timedelta(0) < refused.retry_after <= timedelta(minutes=1)
-    assert ThrottleSlot.objects.filter(key="email:1").count() == 3
+    # One row for the key, which keeps the three uses.
+    assert ThrottleSlot.objects.filter(key="email:1").count() == 1
+    assert kept("email:1") == [d.at for d in decisions[:3]]
 
 
 @pytest.mark.django_db
 def test_retry_after_counts_from_the_oldest_use_in_the_window() -> None:
     use("email:1", "3/m", 3)
-    used_ago("email:1", {0: 10, 1: 50, 2: 30})
+    used_ago("email:1", [10, 50, 30])
 
     [refused] = use("email:1", "3/m", 1)
 
@@ -152,13 +148,15 @@ def test_retry_after_counts_from_the_oldest_use_in_the_window() -> None:
 @pytest.mark.django_db
 def test_a_use_a_period_old_frees_its_slot_for_the_next() -> None:
     use("email:1", "3/m", 3)
-    used_ago("email:1", {1: 60})
+    used_ago("email:1", [60, 20, 10])
 
     granted, refused = use("email:1", "3/m", 2)
 
     assert granted and not refused
-    assert ThrottleSlot.objects.get(key="email:1", slot=1).used_at == granted.at
-    assert ThrottleSlot.objects.filter(key="email:1").count() == 3
+    # The use a period old is dropped; the key keeps three: the two others and this one.
+    assert kept("email:1")[2] == granted.at
+    assert len(kept("email:1")) == 3
+    assert ThrottleSlot.objects.get(key="email:1").used_at == granted.at
 
 
 @pytest.mark.django_db
@@ -170,19 +168,16 @@ def test_keys_are_counted_apart() -> None:
 @pytest.mark.django_db
 def test_a_lower_rate_counts_the_uses_made_under_the_higher_one() -> None:
     use("email:1", "3/m", 3)
-    used_ago("email:1", {0: 40, 1: 20, 2: 10})
+    used_ago("email:1", [40, 20, 10])
 
     [refused] = use("email:1", "2/m", 1)
     assert timedelta(seconds=39) < refused.retry_after <= timedelta(seconds=40)
 
-    used_ago("email:1", {0: 70, 1: 65, 2: 61})
+    used_ago("email:1", [70, 65, 61])
     [granted] = use("email:1", "2/m", 1)
     assert granted.remaining == 1
-    # The slot past the new limit is gone once free.
-    assert sorted(ThrottleSlot.objects.filter(key="email:1").values_list("slot", flat=True)) == [
-        0,
-        1,
-    ]
+    # The uses that left the window are no longer kept.
+    assert kept("email:1") == [granted.at]
 
 
 # -- the context manager and the decorator ------------------------------------------------------

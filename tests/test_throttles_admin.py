@@ -13,7 +13,7 @@ from django.utils.timezone import localtime
 
 from django_dlock import throttle
 from django_dlock.models import ThrottleSlot
-from django_dlock.rules.clock import expired_before
+from tests.throttle_utils import used_ago
 
 pytestmark = pytest.mark.django_db
 
@@ -37,9 +37,7 @@ def test_each_key_once_with_its_rate_uses_and_next_use(admin_client: Client) -> 
     for _ in range(3):
         throttle("email:1", rate="3/m").try_use()
     throttle("email:2", rate="3/m").try_use()
-    ThrottleSlot.objects.filter(key="email:1", slot=0).update(
-        used_at=expired_before(40), free_at=expired_before(-20)
-    )
+    used_ago("email:1", [40, 30, 20])
 
     listed = rows(admin_client.get(CHANGELIST).content.decode())
 
@@ -75,9 +73,7 @@ def test_no_add_no_edit_no_delete(admin_client: Client) -> None:
 def test_a_keys_page_shows_the_key_as_the_list_does(admin_client: Client) -> None:
     for _ in range(3):
         throttle("email:1", rate="3/m").try_use()
-    ThrottleSlot.objects.filter(key="email:1", slot=0).update(
-        used_at=expired_before(40), free_at=expired_before(-20)
-    )
+    used_ago("email:1", [40, 30, 20])
     key = ThrottleSlot.objects.get(key="email:1", slot=0)
     last_used = ThrottleSlot.objects.filter(key="email:1").order_by("-used_at")[0].used_at
     assert last_used is not None

@@ -3,27 +3,20 @@ now and when the next use would be allowed, by the database's clock.
 
 Uses are recorded by code (``django_dlock.throttle``), so there is no add,
 edit or delete; ``purge_locks`` deletes keys whose uses all left their window.
-A key is its slot 0's row (``ThrottleKey``, a proxy of ``ThrottleSlot``), its
-other rows counted beside it in subqueries: one query for the page, whatever
-the number of keys.
+A key is its row (``ThrottleKey``, a proxy of ``ThrottleSlot``), which keeps
+the times of its last uses (``rules.throttle``): they are counted here, under
+the rate of the key's last use, against the database's now read in the same
+query: one query for the page, whatever the number of keys.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
-from django.db.models import (
-    Count,
-    IntegerField,
-    Max,
-    Min,
-    OuterRef,
-    QuerySet,
-    Subquery,
-)
-from django.db.models.functions import Coalesce
+from django.db.models import QuerySet
+from django.db.models.functions import Length
 from django.http import HttpRequest
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -32,9 +25,11 @@ from django_dlock.admin.status import moment
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument
 from django_dlock.humanize import duration_in_words
-from django_dlock.models import ThrottleKey, ThrottleSlot
+from django_dlock.models import ThrottleKey
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.throttle import limit_th_newest, microseconds, uses_in_window
 from django_dlock.throttles.parsing import parse_rate
+from django_dlock.throttles.rate import Rate
 
 if TYPE_CHECKING:
     _ThrottleAdminBase = admin.ModelAdmin[ThrottleKey]
@@ -44,17 +39,20 @@ else:
 __all__ = ["ThrottleKeyAdmin"]
 
 
-def _of_key(column: str, aggregate: Any, **filters: Any) -> Subquery:
-    """``aggregate(column)`` over the rows of each listed key (``filters`` applied)."""
-    rows = (
-        ThrottleSlot.objects.using(conf.DATABASE)
-        .filter(key=OuterRef("key"), **filters)
-        .order_by()
-        .values("key")
-        .annotate(value=aggregate(column))
-        .values("value")
-    )
-    return Subquery(rows)
+def _rate(key: Any) -> Rate | None:
+    """The rate of the key's last use; None when it has none (or no longer reads)."""
+    try:
+        return parse_rate(key.rate) if key.rate else None
+    except InvalidArgument:
+        return None
+
+
+def _in_window(key: Any, rate: Rate | None) -> int:
+    """How many of the key's kept uses lie within the last period of ``rate``."""
+    if rate is None:
+        return 0
+    period_us = rate.period // timedelta(microseconds=1)
+    return uses_in_window(key.ring, microseconds(key.database_now), period_us)
 
 
 @admin.register(ThrottleKey)
@@ -80,54 +78,36 @@ class ThrottleKeyAdmin(_ThrottleAdminBase):
         return False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ThrottleKey]:
-        now = DatabaseNow()
-        last_rate = (
-            ThrottleSlot.objects.using(conf.DATABASE)
-            .filter(key=OuterRef("key"), used_at__isnull=False)
-            .order_by("-used_at")
-            .values("rate")[:1]
-        )
         return (
             super()
             .get_queryset(request)
             .using(conf.DATABASE)
             .filter(slot=0)
-            .annotate(
-                in_window=Coalesce(
-                    _of_key("pk", Count, free_at__gt=now), 0, output_field=IntegerField()
-                ),
-                last_used=_of_key("used_at", Max),
-                window_frees_at=_of_key("free_at", Min, free_at__gt=now),
-                last_rate=Subquery(last_rate),
-                database_now=now,
-            )
+            # Sorting by the uses kept (those in the window are their newest).
+            .annotate(database_now=DatabaseNow(), kept=Length("ring"))
         )
 
     # -- columns ---------------------------------------------------------------
 
     @admin.display(description=_("rate"))
     def rate_of_last_use(self, key: Any) -> str:
-        return key.last_rate or "—"
+        return key.rate or "—"
 
-    @admin.display(description=_("uses in the window"), ordering="in_window")
+    @admin.display(description=_("uses in the window"), ordering="kept")
     def uses_in_window(self, key: Any) -> int:
-        return int(key.in_window)
+        return _in_window(key, _rate(key))
 
-    @admin.display(description=_("last use"), ordering="last_used")
+    @admin.display(description=_("last use"), ordering="used_at")
     def last_use(self, key: Any) -> str:
-        last_used: datetime | None = key.last_used
-        return "—" if last_used is None else moment(last_used)
+        return "—" if key.used_at is None else moment(key.used_at)
 
     @admin.display(description=_("next use allowed"))
     def next_use(self, key: Any) -> str:
         """ "now" while the window has room under the last use's rate, else how
-        long until its oldest use leaves it."""
-        try:
-            limit = parse_rate(key.last_rate).limit if key.last_rate else None
-        except InvalidArgument:
-            limit = None
-        frees_at: datetime | None = key.window_frees_at
-        if limit is None or key.in_window < limit or frees_at is None:
+        long until the oldest use it counts leaves it."""
+        rate = _rate(key)
+        if rate is None or _in_window(key, rate) < rate.limit:
             return gettext("now")
-        seconds = (frees_at - key.database_now).total_seconds()
+        frees_us = limit_th_newest(key.ring, rate.limit) + rate.period // timedelta(microseconds=1)
+        seconds = (frees_us - microseconds(key.database_now)) / 1_000_000
         return gettext("in %(time)s") % {"time": duration_in_words(max(seconds, 0))}

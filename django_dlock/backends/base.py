@@ -5,8 +5,8 @@ A backend is composed of named parts, as Django's ``DatabaseWrapper`` is of
 ``ops``, ``features`` and ``introspection``: ``features`` (what it can do),
 ``tables`` (the names and row conversions every part shares), ``rows`` (the
 lock rows' statements), ``holds`` (the shared holds'), ``queue`` (the waiter
-queue's), ``purge``, ``renewals``, and ``grants`` (the writes of an
-admission). A vendor names its part classes (``queue_class =
+queue's), ``purge``, ``renewals``, ``grants`` (the writes of an
+admission) and ``throttles`` (a throttle's use). A vendor names its part classes (``queue_class =
 PostgreSQLQueue``) and overrides whole methods in them.
 
 Each lock operation is one method of ``LockBackend`` (``take``, ``extend``,
@@ -42,6 +42,7 @@ from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.renewals import RENEW_CHUNK, Renewals
 from django_dlock.backends.results import LockRow, Released, Renewed, Taken
 from django_dlock.backends.tables import LockTables
+from django_dlock.backends.throttles import ThrottleUses
 from django_dlock.backends.transactions import in_lock_transaction
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner
@@ -67,6 +68,7 @@ class LockBackend:
     purge_class: ClassVar[type[Purge]] = Purge
     renewals_class: ClassVar[type[Renewals]] = Renewals
     checks_class: ClassVar[type[BackendChecks]] = BackendChecks
+    throttles_class: ClassVar[type[ThrottleUses]] = ThrottleUses
 
     def __init__(self, using: str) -> None:
         self.using = using
@@ -78,6 +80,7 @@ class LockBackend:
         self.purge = self.purge_class(self.tables)
         self.renewals = self.renewals_class(self.tables, self.holds)
         self.grants = Grants(self.rows, self.holds)
+        self.throttles = self.throttles_class(using, self)
 
     @property
     def connection(self) -> BaseDatabaseWrapper:

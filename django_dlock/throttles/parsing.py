@@ -19,8 +19,8 @@ from django_dlock.throttles.rate import Rate
 
 __all__ = ["MAX_LIMIT", "MAX_PERIOD", "parse_rate", "resolve_rate"]
 
-# A use reads every recorded use of its key in the window: one row each. Past
-# this many, a throttle is better served by a counter per fixed window.
+# A key's row keeps the time of each use in its window, 16 bytes each, and a
+# use copies it when it writes (rules.throttle): at most 160 KB.
 MAX_LIMIT = 10_000
 # The longest period: a use's free_at (its time plus the period) stays far
 # from the end of what a datetime holds.

@@ -1,10 +1,11 @@
 """Deleting throttle keys whose uses have all left their window (``purge_locks``).
 
-A key whose every row is free (``free_at`` passed: each use is a period old
-or more) holds nothing a later use would count, so it can go whole; its next
-use starts it again at slot 0. Each batch runs in a lock transaction of its
-own: it locks the chosen keys' slot 0, in key order, as every use of a key
-does first, then checks again that nothing was used meanwhile, and deletes.
+A key whose row is free (``free_at`` passed: its last use is a period old or
+more) holds nothing a later use would count, so it can go whole; its next use
+starts it again. Each batch runs in a lock transaction of its own: it locks
+the chosen keys' rows, in key order, then checks again that nothing was used
+meanwhile, and deletes. A use of a chosen key waits for that lock, and then
+finds its row gone and inserts it again.
 """
 
 from __future__ import annotations

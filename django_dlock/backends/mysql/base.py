@@ -43,6 +43,7 @@ from django_dlock.backends.mysql.prepared import PreparedStatements, Statement
 from django_dlock.backends.mysql.purge import MySQLPurge
 from django_dlock.backends.mysql.queue import MySQLQueue
 from django_dlock.backends.mysql.renewals import MySQLRenewals
+from django_dlock.backends.mysql.throttles import MySQLThrottleUses
 from django_dlock.backends.results import LockRow, Released, Taken
 from django_dlock.backends.transactions import (
     refuse_callers_transaction,
@@ -72,6 +73,7 @@ class MySQLBackend(LockBackend):
     purge_class = MySQLPurge
     renewals_class = MySQLRenewals
     checks_class = MySQLChecks
+    throttles_class = MySQLThrottleUses
 
     def __init__(self, using: str) -> None:
         super().__init__(using)

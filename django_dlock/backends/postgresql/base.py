@@ -18,6 +18,7 @@ from django_dlock.backends.postgresql.locked import PORTABLE
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.postgresql.purge import PostgreSQLPurge
 from django_dlock.backends.postgresql.queue import PostgreSQLQueue
+from django_dlock.backends.postgresql.throttles import PostgreSQLThrottleUses
 from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
     fitting_sql,
@@ -57,6 +58,7 @@ class PostgreSQLBackend(LockBackend):
     queue_class = PostgreSQLQueue
     purge_class = PostgreSQLPurge
     checks_class = PostgreSQLChecks
+    throttles_class = PostgreSQLThrottleUses
 
     def __init__(self, using: str) -> None:
         super().__init__(using)

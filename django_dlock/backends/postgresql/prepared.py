@@ -36,6 +36,8 @@ PARAMETER_TYPES = {
     "label": "text",
     "limit": "integer",
     "lock_delay": "interval",
+    "key": "text",  # a throttle's
+    "rate": "text",
 }
 # SQLSTATEs of a prepared statement that is missing (invalid_sql_statement_name),
 # or that exists already (duplicate_prepared_statement): another session's.

@@ -20,6 +20,7 @@ from django_dlock.backends.sqlite.checks import SQLiteChecks
 from django_dlock.backends.sqlite.features import SQLiteFeatures
 from django_dlock.backends.sqlite.purge import SQLitePurge
 from django_dlock.backends.sqlite.queue import SQLiteQueue, listening
+from django_dlock.backends.sqlite.throttles import SQLiteThrottleUses
 from django_dlock.django_private import atomic_depth, compile_expression, sqlite_begin_immediate
 from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.rules import EXCLUSIVE
@@ -39,6 +40,7 @@ class SQLiteBackend(LockBackend):
     queue_class = SQLiteQueue
     purge_class = SQLitePurge
     checks_class = SQLiteChecks
+    throttles_class = SQLiteThrottleUses
     queue: SQLiteQueue
 
     @contextmanager
