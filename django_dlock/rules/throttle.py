@@ -157,6 +157,14 @@ def limit_th_newest(ring: str, limit: int) -> int:
     return _entry(ring, max(_count(ring) - limit, 0))
 
 
+def shifted(ring: str, by_us: int) -> str:
+    """``ring`` with every kept time moved ``by_us`` microseconds earlier (the
+    testing kit's clock; a time stays at or above 0)."""
+    return "".join(
+        str(max(_entry(ring, index) - by_us, 0)).rjust(WIDTH, "0") for index in range(_count(ring))
+    )
+
+
 def microseconds(moment_: datetime) -> int:
     """An aware datetime as microseconds since 1970."""
     return (moment_ - EPOCH) // timedelta(microseconds=1)

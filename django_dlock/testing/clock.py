@@ -20,12 +20,13 @@ from django.db import models, transaction
 
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock, LockHold, ThrottleSlot
+from django_dlock.rules.throttle import shifted
 
 #: The tables and the columns of time the kit shifts.
 SHIFTED: tuple[tuple[type[models.Model], tuple[str, ...]], ...] = (
     (DistributedLock, ("acquired_at", "expires_at")),
     (LockHold, ("acquired_at", "expires_at")),
-    (ThrottleSlot, ("used_at", "free_at")),
+    (ThrottleSlot, ("used_at", "free_at", "refused_at")),
 )
 
 
@@ -45,12 +46,23 @@ def advance_lock_clock(seconds: float | timedelta, *, using: str | None = None) 
             # Read and written back by the ORM rather than by "column - interval"
             # in SQL: each vendor's datetime arithmetic and SQLite's text format
             # are then Django's concern. The tables of a test are small.
-            rows = list(model._default_manager.using(alias).select_for_update().only(*columns))
+            rows = list(
+                model._default_manager.using(alias)
+                .select_for_update()
+                .only(*columns, *(("ring",) if model is ThrottleSlot else ()))
+            )
             for row in rows:
                 for column in columns:
                     value = getattr(row, column)
                     if value is not None:
                         setattr(row, column, value - delta)
-            model._default_manager.using(alias).bulk_update(rows, list(columns), batch_size=500)
+            written = list(columns)
+            if model is ThrottleSlot:
+                # A throttle's window is the times its ring keeps (rules.throttle).
+                by_us = delta // timedelta(microseconds=1)
+                for row in rows:
+                    row.ring = shifted(row.ring, by_us)  # type: ignore[attr-defined]
+                written.append("ring")
+            model._default_manager.using(alias).bulk_update(rows, written, batch_size=500)
             moved += len(rows)
     return moved
