@@ -126,6 +126,12 @@ class Settings:
         ``DLOCK_THROTTLE_RATES["email"]`` ("10/m"), read at each use."""
         return self._setting("THROTTLE_RATES", {})
 
+    @property
+    def BEAT_SCHEDULER(self) -> str:
+        """The dotted path of the beat scheduler that ``contrib.celery.LeaderScheduler``
+        wraps (``:`` or ``.`` before the class)."""
+        return self._setting("BEAT_SCHEDULER", "celery.beat:PersistentScheduler")
+
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"django-dlock has no setting DLOCK_{name}")
 
