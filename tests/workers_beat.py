@@ -25,7 +25,7 @@ django.setup()
 import redis  # noqa: E402
 from celery import Celery, Task  # noqa: E402
 
-from django_dlock.contrib.beat import DUE_HEADER  # noqa: E402
+from django_dlock.contrib.beat import DUE_HEADER, Leadership  # noqa: E402
 from django_dlock.contrib.celery import LeaderScheduler  # noqa: E402
 
 BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
@@ -48,6 +48,21 @@ app.conf.update(
 
 class FastLeader(LeaderScheduler):
     lease = LEASE
+
+
+class Unelected(Leadership):
+    """Every process leads: only the claims keep a run from being sent twice."""
+
+    @property
+    def leading(self) -> bool:
+        return True
+
+    def start(self) -> None:
+        pass
+
+
+class EveryoneLeads(FastLeader):
+    leadership_class = Unelected
 
 
 class Recording(Task):  # type: ignore[type-arg]

@@ -25,7 +25,7 @@ from django.db import DatabaseError, close_old_connections
 from django.utils.module_loading import import_string
 
 from django_dlock.conf import conf
-from django_dlock.contrib.beat_runs import claim_run, latest_due
+from django_dlock.contrib.beat_runs import claim_run, interval_due, latest_due
 from django_dlock.exceptions import LockLost
 from django_dlock.locking import LockHandle, lock
 
@@ -53,17 +53,34 @@ class ClaimingScheduler(Scheduler):
     ``apply_entry(entry)``, which sends through ``apply_async(entry, advance=False)``.
     """
 
+    # Set by LeaderScheduler on the class it makes.
     dlock_label = ""
+    dlock_leadership: Leadership | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # The due time of each reserved run, by entry name, for its apply_async.
         self._dlock_due: dict[str, datetime] = {}
         super().__init__(*args, **kwargs)
 
-    def reserve(self, entry: Any) -> Any:
+    def is_due(self, entry: Any) -> tuple[bool, float]:
         # (Entries are Any: django-celery-beat's ModelEntry, and celery-types types
         # ``reserve`` as returning a heap event.)
-        due = latest_due(entry.schedule, entry.default_now())
+        due, next_check = super().is_due(entry)
+        if due:
+            now = entry.default_now()
+            if isinstance(entry.schedule, interval):
+                run = interval_due(entry.schedule, entry.last_run_at, now)
+                # Look again when the run after this one is due: at once for a
+                # leader behind its grid, so that it catches up.
+                following = run.timestamp() + float(entry.schedule.seconds)
+                next_check = max(following - now.timestamp(), 0.0)
+            else:
+                run = latest_due(entry.schedule, now)
+            self._dlock_due[entry.name] = run
+        return due, next_check
+
+    def reserve(self, entry: Any) -> Any:
+        due = self._dlock_due.get(entry.name) or latest_due(entry.schedule, entry.default_now())
         reserved: Any = super().reserve(entry)
         self._dlock_due[entry.name] = due
         if isinstance(entry.schedule, interval):
@@ -79,6 +96,10 @@ class ClaimingScheduler(Scheduler):
         due = None if advance else self._dlock_due.pop(entry.name, None)
         if due is None:
             due = latest_due(entry.schedule, entry.default_now())
+        if self.dlock_leadership is not None and not self.dlock_leadership.leading:
+            # Paused past its lease (and resumed) between its tick's look and now.
+            logger.warning("beat: no longer the leader; not sending %s due %s.", entry.name, due)
+            return None
         app_name = self.app.main or "celery"
         if not claim_run(app_name, entry.name, entry.schedule, due, self.dlock_label):
             logger.info(
@@ -174,20 +195,21 @@ class LeaderScheduler:
     """
 
     lease: float = 10.0
+    leadership_class: type[Leadership] = Leadership
     # The longest a standby waits for the lead before it lets beat look around.
     standby_wait = 1.0
 
     def __init__(self, app: Any, *args: Any, lazy: bool = False, **kwargs: Any) -> None:
         self.label = f"celery beat on {socket.gethostname()}:{os.getpid()}"
+        self.resource = f"celery-beat:{quote(app.main or 'celery', safe='-_.:')[:200]}"
+        self.leadership = self.leadership_class(self.resource, self.label, self.lease)
         wrapped = wrapped_scheduler_class()
         claiming = type(
             f"Claiming{wrapped.__name__}",
             (ClaimingScheduler, wrapped),
-            {"dlock_label": self.label},
+            {"dlock_label": self.label, "dlock_leadership": self.leadership},
         )
         self.scheduler: Scheduler = claiming(app, *args, lazy=lazy, **kwargs)
-        self.resource = f"celery-beat:{quote(app.main or 'celery', safe='-_.:')[:200]}"
-        self.leadership = Leadership(self.resource, self.label, self.lease)
         self._led = False
         if not lazy:
             self.leadership.start()

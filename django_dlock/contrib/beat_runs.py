@@ -33,12 +33,25 @@ from celery.schedules import schedule as interval
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock
 
-__all__ = ["CLAIM_MARGIN", "claim_run", "claim_seconds", "latest_due", "run_resource"]
+__all__ = [
+    "CATCH_UP",
+    "CLAIM_MARGIN",
+    "claim_run",
+    "claim_seconds",
+    "interval_due",
+    "latest_due",
+    "run_resource",
+]
 
 # How long a claim outlives the next due moment: the clocks of the beat hosts may differ
 # by this much, and a process paused (SIGSTOP, a VM migration) between finding a run due
 # and claiming it may come back this late, before the claim must still stand.
 CLAIM_MARGIN = 60.0
+
+# How far behind its interval entries (seconds, or one period if longer) a leader may
+# fall (a busy host, a long GC pause) and still send each run it is late for, in turn;
+# further behind, it sends the latest due one only, as Celery does with missed runs.
+CATCH_UP = 3.0
 
 # How far back ``latest_due`` looks for a schedule's latest moment, shortest first.
 _LOOKBACKS = tuple(
@@ -68,6 +81,20 @@ def latest_due(schedule: BaseSchedule, now: datetime) -> datetime:
             moment = later
         return moment
     return now.replace(microsecond=0)  # no moment in a year: the moment it was found due
+
+
+def interval_due(schedule: interval, last_run_at: datetime, now: datetime) -> datetime:
+    """The due time of the run of an interval entry that is due at ``now``: the next
+    one on its grid after ``last_run_at`` when the leader is at most ``CATCH_UP``
+    behind it, else the latest one. Either is a moment on the grid."""
+    latest = latest_due(schedule, now)
+    period = float(schedule.seconds)
+    if period <= 0:
+        return latest
+    last = schedule.maybe_make_aware(last_run_at).timestamp()
+    following = datetime.fromtimestamp((math.floor(last / period) + 1) * period, UTC)
+    behind = (latest - following).total_seconds()
+    return following if 0 < behind <= max(period, CATCH_UP) else latest
 
 
 def _next_after(schedule: BaseSchedule, moment: datetime) -> datetime:
