@@ -143,7 +143,9 @@ class Leadership:
         """Wait up to ``timeout`` seconds to lead; whether it leads."""
         if not self._thread.is_alive() and self.error is not None:
             raise RuntimeError("the beat's leadership thread died") from self.error
-        self._became.wait(timeout)
+        if self._became.wait(timeout) and not self.leading:
+            # Its lease just ran out by this process's clock: its thread sees it next.
+            self._stopping.wait(0.05)
         return self.leading
 
     def _stand(self) -> None:
@@ -203,7 +205,7 @@ class LeaderScheduler:
         self.label = f"celery beat on {socket.gethostname()}:{os.getpid()}"
         self.resource = f"celery-beat:{quote(app.main or 'celery', safe='-_.:')[:200]}"
         self.leadership = self.leadership_class(self.resource, self.label, self.lease)
-        wrapped = wrapped_scheduler_class()
+        self.wrapped = wrapped = wrapped_scheduler_class()
         claiming = type(
             f"Claiming{wrapped.__name__}",
             (ClaimingScheduler, wrapped),
@@ -236,7 +238,7 @@ class LeaderScheduler:
 
     @property
     def info(self) -> str:
-        wrapped = type(self.scheduler).__mro__[2]
+        wrapped = self.wrapped
         return (
             f"    . leader election -> {self.resource} (lease {self.lease:g} s)\n"
             f"    . wraps -> {wrapped.__module__}.{wrapped.__qualname__}\n{self.scheduler.info}"
