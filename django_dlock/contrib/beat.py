@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 from celery.beat import Scheduler
 from celery.schedules import schedule as interval
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, connections
 from django.utils.module_loading import import_string
 
 from django_dlock.conf import conf
@@ -179,11 +179,12 @@ class Leadership:
                 self._became.clear()
                 self._handle = None
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
         """Give the lead up (at once, so that a standby takes over now, not at the
-        lease's end); a process that stands by just stops."""
+        lease's end), waiting for the release unless ``wait`` is false; a process
+        that stands by just stops."""
         self._stopping.set()
-        if self._handle is not None:
+        if wait and self._handle is not None:
             self._thread.join(self.lease)
 
 
@@ -231,10 +232,15 @@ class LeaderScheduler:
         return self.scheduler.tick()
 
     def close(self) -> None:
+        """Close the wrapped scheduler and give the lead up. Beat calls it twice on
+        SIGTERM: in its signal handler, which may have interrupted this thread in a
+        claim's transaction (on SQLite the release would wait for its write lock),
+        and again once the main loop ended: the first only asks the lead to be given
+        up, the second waits for it."""
         try:
             self.scheduler.close()
         finally:
-            self.leadership.stop()
+            self.leadership.stop(wait=not connections[conf.DATABASE].in_atomic_block)
 
     @property
     def info(self) -> str:
