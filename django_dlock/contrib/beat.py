@@ -96,9 +96,7 @@ class ClaimingScheduler(Scheduler):
         due = None if advance else self._dlock_due.pop(entry.name, None)
         if due is None:
             due = latest_due(entry.schedule, entry.default_now())
-        if self.dlock_leadership is not None and not self.dlock_leadership.leading:
-            # Paused past its lease (and resumed) between its tick's look and now.
-            logger.warning("beat: no longer the leader; not sending %s due %s.", entry.name, due)
+        if not self._dlock_leads(entry.name, due):
             return None
         app_name = self.app.main or "celery"
         if not claim_run(app_name, entry.name, entry.schedule, due, self.dlock_label):
@@ -108,11 +106,21 @@ class ClaimingScheduler(Scheduler):
                 due.isoformat(),
             )
             return None
+        if not self._dlock_leads(entry.name, due):
+            return None  # claimed, and lost with the lead: at most once
         # The message says which run it is: a worker can tell a run from another.
         sent = copy.copy(entry)
         headers = {**entry.options.get("headers", {}), DUE_HEADER: due.isoformat()}
         sent.options = {**entry.options, "headers": headers}
         return super().apply_async(sent, producer, advance, **kwargs)
+
+    def _dlock_leads(self, name: str, due: datetime) -> bool:
+        """Whether this process still leads; a process paused past its lease (then
+        resumed) between its tick's look and here, or in the claim, does not."""
+        if self.dlock_leadership is None or self.dlock_leadership.leading:
+            return True
+        logger.warning("beat: no longer the leader; not sending %s due %s.", name, due.isoformat())
+        return False
 
 
 class Leadership:
