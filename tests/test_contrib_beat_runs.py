@@ -4,6 +4,7 @@ the scheduler it wraps; tests/test_contrib_beat.py runs real beats."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -17,7 +18,7 @@ from django.core.checks import Error
 from django.test import override_settings
 
 from django_dlock.checks import check_settings
-from django_dlock.contrib.beat import wrapped_scheduler_class
+from django_dlock.contrib.beat import LeaderScheduler, wrapped_scheduler_class
 from django_dlock.contrib.beat_runs import (
     CLAIM_MARGIN,
     claim_run,
@@ -142,3 +143,16 @@ def test_a_beat_scheduler_that_imports_is_no_error() -> None:
     for path in ("celery.beat:PersistentScheduler", "celery.beat.Scheduler"):
         with override_settings(DLOCK_BEAT_SCHEDULER=path):
             assert [e for e in check_settings() if e.id == "django_dlock.E701"] == []
+
+
+def test_a_lazy_leader_scheduler_for_the_banner_stands_for_nothing(tmp_path: Path) -> None:
+    """``celery beat`` makes a lazy scheduler for its banner: it must not stand for the lead."""
+    app = Celery("proj", set_as_current=False)
+    scheduler = LeaderScheduler(
+        app, lazy=True, schedule_filename=str(tmp_path / "schedule"), max_interval=7
+    )
+    assert not scheduler.leadership._thread.is_alive()  # no thread, no queue ticket
+    assert scheduler.max_interval == 7  # the wrapped scheduler's
+    assert "leader election -> celery-beat:proj (lease 10 s)" in scheduler.info
+    assert "wraps -> celery.beat.PersistentScheduler" in scheduler.info
+    assert str(tmp_path / "schedule") in scheduler.info
