@@ -3,9 +3,10 @@ the scheduler it wraps; tests/test_contrib_beat.py runs real beats."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -18,7 +19,12 @@ from django.core.checks import Error
 from django.test import override_settings
 
 from django_dlock.checks import check_settings
-from django_dlock.contrib.beat import LeaderScheduler, wrapped_scheduler_class
+from django_dlock.contrib.beat import (
+    DUE_HEADER,
+    LeaderScheduler,
+    Leadership,
+    wrapped_scheduler_class,
+)
 from django_dlock.contrib.beat_runs import (
     CLAIM_MARGIN,
     claim_run,
@@ -156,3 +162,49 @@ def test_a_lazy_leader_scheduler_for_the_banner_stands_for_nothing(tmp_path: Pat
     assert "leader election -> celery-beat:proj (lease 10 s)" in scheduler.info
     assert "wraps -> celery.beat.PersistentScheduler" in scheduler.info
     assert str(tmp_path / "schedule") in scheduler.info
+
+
+class DatabaseLike(Scheduler):
+    """Reserves as django-celery-beat's ``DatabaseScheduler`` does: the next entry is
+    returned, not stored in the schedule (its sync saves the row's model)."""
+
+    def reserve(self, entry: Any) -> Any:
+        return next(entry)
+
+
+class Leading(Leadership):
+    """Leads from the start, without a lock: two of these in one process both lead."""
+
+    @property
+    def leading(self) -> bool:
+        return True
+
+    def start(self) -> None:
+        pass
+
+
+class LeadingScheduler(LeaderScheduler):
+    leadership_class = Leading
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(DLOCK_BEAT_SCHEDULER="tests.test_contrib_beat_runs:DatabaseLike")
+def test_two_leading_schedulers_wrapping_another_class_send_each_second_once() -> None:
+    app = Celery("in-process", set_as_current=False)
+    app.conf.beat_schedule = {"tick": {"task": "in_process.tick", "schedule": 1.0}}
+    sent: list[tuple[int, str]] = []
+    beats = [LeadingScheduler(app, max_interval=0.2) for _ in range(2)]
+    for number, beat in enumerate(beats):
+        assert isinstance(beat.scheduler, DatabaseLike)
+        beat.scheduler.__dict__["producer"] = None  # (no broker: sends are recorded)
+
+        def record(name: str, *args: Any, number: int = number, **options: Any) -> None:
+            sent.append((number, options["headers"][DUE_HEADER]))
+
+        beat.scheduler.send_task = record  # type: ignore[method-assign]
+    end = time.monotonic() + 3.2
+    while time.monotonic() < end:
+        time.sleep(max(min(beat.tick() for beat in beats), 0.01))
+    dues = [datetime.fromisoformat(due).timestamp() for _, due in sent]
+    assert len(dues) >= 2
+    assert dues == list(range(int(dues[0]), int(dues[0]) + len(dues)))  # each second, once
