@@ -1,5 +1,5 @@
-"""Celery tasks that run under a lock, and ``LeaderScheduler`` (``contrib.beat``), a
-failover-safe beat. With those two, the only module of django-dlock that imports Celery.
+"""Celery tasks that run under a lock, and ``LeaderScheduler`` (from ``contrib.beat``), a
+failover-safe beat. It and ``contrib.beat`` are the only modules that import Celery.
 
 ```python
 from celery import shared_task
