@@ -1,5 +1,5 @@
 """Celery tasks that run under a lock, and ``LeaderScheduler`` (from ``contrib.beat``), a
-failover-safe beat. It and ``contrib.beat`` are the only modules that import Celery.
+failover-safe beat. It and ``contrib.beat``/``beat_runs`` are the only modules importing Celery.
 
 ```python
 from celery import shared_task
