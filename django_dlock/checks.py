@@ -13,6 +13,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import connections
+from django.utils.module_loading import import_string
 
 from django_dlock.backends import BACKENDS, backend_for
 from django_dlock.conf import Settings, conf, is_seconds
@@ -64,6 +65,7 @@ def check_settings(
     errors.extend(_check_resource_groups())
     errors.extend(_check_throttle_rates())
     errors.extend(_check_admin_edit_ttl())
+    errors.extend(_check_beat_scheduler())
     known = [
         f"DLOCK_{name}" for name, value in vars(Settings).items() if isinstance(value, property)
     ]
@@ -217,6 +219,33 @@ def _check_throttle_rates() -> list[CheckMessage]:
             id="django_dlock.E601",
         )
         for problem in problems
+    ]
+
+
+def _check_beat_scheduler() -> list[CheckMessage]:
+    """The scheduler that ``LeaderScheduler`` wraps, when a project names one (the
+    default, Celery's, is imported only by a beat, and needs Celery installed)."""
+    path = getattr(settings, "DLOCK_BEAT_SCHEDULER", None)
+    if path is None:
+        return []
+    if not isinstance(path, str) or not path:
+        problem = f"must be a dotted path, not {path!r}"
+    else:
+        try:
+            found = import_string(path.replace(":", "."))
+        except ImportError as error:
+            problem = f"names nothing that can be imported ({error}): {path!r}"
+        else:
+            if isinstance(found, type):
+                return []
+            problem = f"names something that is not a class: {path!r}"
+    return [
+        Error(
+            f"DLOCK_BEAT_SCHEDULER {problem}.",
+            hint='Name a Celery beat scheduler class, e.g. "celery.beat:PersistentScheduler" '
+            '(the default) or "django_celery_beat.schedulers:DatabaseScheduler".',
+            id="django_dlock.E702",
+        )
     ]
 
 

@@ -132,6 +132,11 @@ class Settings:
         open change page renews it (every third of it)."""
         return self._setting("ADMIN_EDIT_TTL", 60)
 
+    def BEAT_SCHEDULER(self) -> str:
+        """The dotted path of the beat scheduler that ``contrib.celery.LeaderScheduler``
+        wraps (``:`` or ``.`` before the class)."""
+        return self._setting("BEAT_SCHEDULER", "celery.beat:PersistentScheduler")
+
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"django-dlock has no setting DLOCK_{name}")
 

@@ -139,6 +139,7 @@ def fire_all(tmp_path: Path, django_db_blocker: Any, monkeypatch: Any) -> set[st
         {"DLOCK_RESOURCE_GROUP": 42, "DLOCK_RESOURCE_GROUPS": "job"},  # E501, E502
         {"DLOCK_THROTTLE_RATES": {"email": "often"}},  # E601
         {"DLOCK_ADMIN_EDIT_TTL": 0},  # E701
+        {"DLOCK_BEAT_SCHEDULER": "nope.schedulers:DatabaseScheduler"},  # E702
     ]
     for wrong in wrongs:
         fired |= _fired(override_settings(**wrong), check_settings)

@@ -1,4 +1,5 @@
-"""Celery tasks that run under a lock. The only module of django-dlock that imports Celery.
+"""Celery tasks that run under a lock, and ``LeaderScheduler`` (from ``contrib.beat``), a
+failover-safe beat. It and ``contrib.beat``/``beat_runs`` are the only modules importing Celery.
 
 ```python
 from celery import shared_task
@@ -42,6 +43,7 @@ from celery.exceptions import Retry
 from celery.local import Proxy
 from celery.result import AsyncResult
 
+from django_dlock.contrib.beat import LeaderScheduler
 from django_dlock.contrib.enqueue_once import AlreadyQueued, Deduplication, OnDuplicate
 from django_dlock.contrib.task_locks import (
     FENCING_TOKEN_ARG,
@@ -72,6 +74,7 @@ __all__ = [
     "SKIPPED",
     "AlreadyQueued",
     "EnqueueOnce",
+    "LeaderScheduler",
     "locked_task",
     "task_skipped",
     "throttled_task",
