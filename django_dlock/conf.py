@@ -132,6 +132,7 @@ class Settings:
         open change page renews it (every third of it)."""
         return self._setting("ADMIN_EDIT_TTL", 60)
 
+    @property
     def BEAT_SCHEDULER(self) -> str:
         """The dotted path of the beat scheduler that ``contrib.celery.LeaderScheduler``
         wraps (``:`` or ``.`` before the class)."""
