@@ -31,6 +31,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_dlock.backends.base import LockBackend
@@ -54,6 +55,7 @@ from django_dlock.rules.claim import Claim
 
 # InnoDB's "Deadlock found when trying to get lock; try restarting transaction".
 ER_LOCK_DEADLOCK = 1213
+ER_LOCK_WAIT_TIMEOUT = 1205
 # How many times a lock operation runs at most when InnoDB keeps choosing its
 # transaction as a deadlock's victim.
 DEADLOCK_ATTEMPTS = 5
@@ -83,6 +85,17 @@ class MySQLBackend(LockBackend):
         self._kept_row = one_row.KeptRow(self.tables)
 
     def take(self, claim: Claim) -> Taken:
+        try:
+            return self._take_once(claim)
+        except DatabaseError as error:
+            # The row stayed locked past innodb_lock_wait_timeout: a holder's
+            # guarded block (``held.atomic()``) keeps it, so the lock is held. A
+            # refusal, as any other; the statement wrote nothing.
+            if error.args and error.args[0] == ER_LOCK_WAIT_TIMEOUT:
+                return Taken(row=None, previous_owner=None, renewed=False)
+            raise
+
+    def _take_once(self, claim: Claim) -> Taken:
         connection = None
         if claim.exclusive and claim.ticket is None:
             connection = self._alone()
