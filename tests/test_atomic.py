@@ -12,7 +12,7 @@ from django.db import connections, transaction
 
 from django_dlock import lock
 from django_dlock.exceptions import InvalidArgument, LockExpired, LockLost
-from django_dlock.models import DistributedLock
+from django_dlock.models import DistributedLock, LockHold
 from tests.testapp.models import Counter
 from tests.utils import expire, extra_database
 
@@ -72,7 +72,7 @@ def test_the_same_owner_with_a_later_grant_is_another_hold() -> None:
 
 def test_shared_holds_guard_blocks_too() -> None:
     reader = Locks.acquire("atomic:6", owner="reader", ttl=30, shared=True)
-    assert reader is not None
+    assert isinstance(reader, LockHold)  # a reader's hold, not the resource's row
     with reader.atomic():
         Counter.objects.create(name="atomic:6")
     header = Locks.get(resource="atomic:6")  # the header row of the shared holds
