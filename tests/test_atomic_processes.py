@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -106,15 +107,15 @@ def test_while_the_block_is_open_the_next_take_is_refused_then_it_succeeds() -> 
     assert Counter.objects.filter(name__startswith="guarded:2:").count() == 2
 
 
-def holder_pid() -> int:
-    """The process id of the holder of ``stock:guarded-3`` (its label), or 0."""
+def holding(sellers: dict[int, Any]) -> Any:
+    """The seller that holds ``stock:guarded-3`` (its label is its process id), or None."""
     label = (
         Locks.filter(resource="stock:guarded-3")
         .exclude(owner="")
         .values_list("label", flat=True)
         .first()
     )
-    return int(label) if label else 0
+    return sellers.get(int(label)) if label else None
 
 
 @pytest.mark.parametrize("guarded", [True])
@@ -145,7 +146,7 @@ def test_a_stock_sold_under_the_lock_by_stopped_and_killed_processes_is_never_ov
             if not live or not Product.objects.get(sku="guarded-3").stock:
                 break
             # The holder (inside its block most of the time it holds).
-            victim = wait_for(lambda live=live: live.get(holder_pid()), 10, "a holder")
+            victim = wait_for(partial(holding, live), 10, "a holder")
             assert victim.pid is not None
             if fault == "kill":
                 os.kill(victim.pid, signal.SIGKILL)
