@@ -243,7 +243,7 @@ MIX: list[tuple[float, Call]] = [
     (4, prioritized),
     (1, until_commit),
     (1, crossed),
-    (3, guarded_writer),
+    (6, guarded_writer),
 ]
 
 
