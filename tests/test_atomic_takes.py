@@ -2,7 +2,7 @@
 deleting its row waits for the block's end or is refused, also once the lease
 has run out inside the block: the one-statement takes of PostgreSQL and
 MariaDB, the portable ones (shared, semaphore, several at once), the waiting
-``lock()``, the operator's force-release and the purge."""
+``lock()``, the operator's force-release, the purge and a queryset's delete."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ TAKES: dict[str, Callable[[], Any]] = {
     "lock() waiting": _waiting_lock,
     "force_release": lambda: Locks.force_release(R),
     "purge_expired": lambda: Locks.purge_expired(),
+    "purgeable().delete()": lambda: Locks.purgeable().delete()[0],
 }
 
 
