@@ -107,8 +107,14 @@ def test_while_the_block_is_open_the_next_take_is_refused_then_it_succeeds() -> 
     assert Counter.objects.filter(name__startswith="guarded:2:").count() == 2
 
 
+SOLD_OUT = object()
+
+
 def holding(sellers: dict[int, Any]) -> Any:
-    """The seller that holds ``stock:guarded-3`` (its label is its process id), or None."""
+    """The seller that holds ``stock:guarded-3`` (its label is its process id),
+    ``SOLD_OUT`` once the stock is sold, else None."""
+    if not Product.objects.get(sku="guarded-3").stock:
+        return SOLD_OUT
     label = (
         Locks.filter(resource="stock:guarded-3")
         .exclude(owner="")
@@ -137,17 +143,18 @@ def test_a_stock_sold_under_the_lock_by_stopped_and_killed_processes_is_never_ov
         seller.start()
     start.set()
     rng = random.Random(47)
-    faults = ["stop", "kill", "stop", "kill"]
+    faults, struck = ["stop", "kill", "stop", "kill"], 0
     try:
         wait_for(lambda: Product.objects.get(sku="guarded-3").stock < stock, 60, "the first sale")
         for fault in faults:
             time.sleep(rng.uniform(0.05, 0.2))
             live = {s.pid: s for s in sellers if s.is_alive() and s.pid is not None}
-            if not live or not Product.objects.get(sku="guarded-3").stock:
+            # The holder (inside its block most of the time it holds), or the end.
+            victim = wait_for(partial(holding, live), 10, "a holder, or none left")
+            if victim is SOLD_OUT:
                 break
-            # The holder (inside its block most of the time it holds).
-            victim = wait_for(partial(holding, live), 10, "a holder")
             assert victim.pid is not None
+            struck += 1
             if fault == "kill":
                 os.kill(victim.pid, signal.SIGKILL)
                 continue
@@ -162,6 +169,7 @@ def test_a_stock_sold_under_the_lock_by_stopped_and_killed_processes_is_never_ov
             if seller.is_alive() and seller.pid is not None:
                 os.kill(seller.pid, signal.SIGCONT)
                 seller.kill()
+    assert struck >= 2, "the stock was sold before the faults"
     left = Product.objects.get(sku="guarded-3").stock
     sold = Counter.objects.filter(name__startswith="sale:guarded-3:").count()
     assert left == 0
