@@ -117,7 +117,8 @@ class DistributedLock(models.Model):
         its first statement checks that the hold is still valid and locks the
         lock's row until the block ends; ``LockExpired`` (a ``LockLost``) before
         anything is written when it is not. ``using`` defaults to the lock's
-        database; another database raises ``InvalidArgument``."""
+        database; another database raises ``InvalidArgument``. ``as``: the
+        seconds the lease had left when the block began."""
         if self.is_shared:
             raise InvalidArgument(
                 f"The row of {self.resource!r} is the header of its shared holds, not a "

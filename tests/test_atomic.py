@@ -5,12 +5,14 @@ processes are in tests/test_atomic_processes.py."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 from django.db import connections, transaction
 
 from django_dlock import lock
+from django_dlock.backends.guard import GRACE
 from django_dlock.exceptions import InvalidArgument, LockExpired, LockLost
 from django_dlock.models import DistributedLock, LockHold
 from tests.testapp.models import Counter
@@ -110,3 +112,29 @@ def test_a_block_inside_the_callers_transaction_is_refused() -> None:
         guarded = held.atomic()
         with pytest.raises(RuntimeError):
             guarded.__enter__()
+
+
+def test_the_block_carries_the_databases_bound_and_leaves_the_session_as_it_was() -> None:
+    vendor = connections["default"].vendor
+    setting = {
+        "postgresql": "SHOW idle_in_transaction_session_timeout",
+        "mysql": "SELECT @@SESSION.idle_transaction_timeout",
+    }.get(vendor)
+    if setting is None:
+        pytest.skip("SQLite: no server ends a transaction (the commit's check bounds it)")
+
+    def current() -> str:
+        with connections["default"].cursor() as cursor:
+            cursor.execute(setting)
+            return str(cursor.fetchone()[0])
+
+    before = current()
+    with lock("atomic:10", ttl=20) as held, held.atomic() as left:
+        during = current()
+    after = current()
+    assert 19 < left <= 20
+    if vendor == "postgresql":
+        assert during == f"{math.ceil(left * 1000) + int(GRACE * 1000)}ms"
+    else:
+        assert during == str(math.ceil(left + GRACE))
+    assert after == before

@@ -112,7 +112,7 @@ class LockHandle:
             self.mark_lost(EXPIRED_LOCALLY)
 
     @contextmanager
-    def atomic(self, using: str | None = None) -> Iterator[None]:
+    def atomic(self, using: str | None = None) -> Iterator[float]:
         """A ``transaction.atomic()`` block whose writes are proven under the lock.
 
         Its first statement checks that the lock is still this holder's (this
@@ -127,7 +127,8 @@ class LockHandle:
         ``LockExpired`` (docs/holding.md, "Writes proven under the lock").
 
         ``using``: the alias of the block, by default the lock's database; another
-        alias must name the same database, else ``InvalidArgument``.
+        alias must name the same database, else ``InvalidArgument``. ``as``: the
+        seconds the lease had left when the block began, by the database's clock.
         """
         self.check()
         guarded = service_for(self.using).atomic(
@@ -135,9 +136,9 @@ class LockHandle:
         )
         entered = finished = False
         try:
-            with guarded:
+            with guarded as left:
                 entered = True
-                yield
+                yield left
                 finished = True
         except LockExpired:
             if not entered or finished:  # the guard's refusal, not the block's own error
