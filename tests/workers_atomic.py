@@ -72,7 +72,7 @@ def sell(db: dict[str, Any], sku: str, seed: int, start: Any, guarded: bool = Tr
                     product = Product.objects.get(sku=sku)
                     if product.stock == 0:
                         return
-                    time.sleep(rng.uniform(0.01, 0.04))
+                    time.sleep(rng.uniform(0.01, 0.03))
                     Product.objects.filter(pk=product.pk).update(stock=product.stock - 1)
                     Counter.objects.create(
                         name=f"sale:{sku}:{seed}:{time.monotonic_ns()}", value=held.fencing_token
