@@ -1,15 +1,19 @@
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from datetime import datetime
 
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from django_dlock.conf import conf
+from django_dlock.exceptions import InvalidArgument
 from django_dlock.managers import DistributedLockManager
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, ReleaseResult
 from django_dlock.rules.clock import DatabaseNow
 from django_dlock.rules.predicates import DELAY_END
+from django_dlock.service import service_for
 from django_dlock.validators import MAX_LENGTH, validate_owner, validate_resource
 
 __all__ = [
@@ -107,6 +111,22 @@ class DistributedLock(models.Model):
         """
         return (now or timezone.now()) >= self.expires_at
 
+    def atomic(self, using: str | None = None) -> AbstractContextManager[float]:
+        """A ``transaction.atomic()`` block whose writes are proven under this
+        hold (one that ``acquire()`` returned), as ``LockHandle.atomic()``:
+        its first statement checks that the hold is still valid and locks the
+        lock's row until the block ends; ``LockExpired`` (a ``LockLost``) before
+        anything is written when it is not. ``using`` defaults to the lock's
+        database; another database raises ``InvalidArgument``. ``as``: the
+        seconds the lease had left when the block began."""
+        if self.is_shared:
+            raise InvalidArgument(
+                f"The row of {self.resource!r} is the header of its shared holds, not a "
+                "hold: guard a block with a hold that acquire() returned.",
+                code="hold",
+            )
+        return _guarded(self, shared=False, using=using)
+
     @property
     def available_at(self) -> datetime | None:
         """When its lock-delay ends, if a lock-delay was kept after an
@@ -153,6 +173,19 @@ class LockHold(models.Model):
     def is_expired(self, now: datetime | None = None) -> bool:
         """Whether the hold is expired at ``now`` (default: this server's clock)."""
         return (now or timezone.now()) >= self.expires_at
+
+    def atomic(self, using: str | None = None) -> AbstractContextManager[float]:
+        """``DistributedLock.atomic()`` of this shared hold (a reader, or a
+        semaphore's permit): the block's writes are proven under it."""
+        return _guarded(self, shared=True, using=using)
+
+
+def _guarded(
+    hold: DistributedLock | LockHold, *, shared: bool, using: str | None
+) -> AbstractContextManager[float]:
+    # The hold's database is the one it was read from (or written to).
+    service = service_for(hold._state.db or conf.DATABASE)
+    return service.atomic(hold.resource, hold.owner, hold.fencing_token, shared=shared, using=using)
 
 
 class FencingFloor(models.Model):

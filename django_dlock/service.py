@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Generic, TypeVar, cast
@@ -24,6 +25,7 @@ from django_dlock import signals
 from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.features import BackendFeatures
+from django_dlock.backends.guard import same_database
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.results import LockRow
 from django_dlock.backends.throttles import ThrottleAnswer
@@ -82,6 +84,23 @@ class LockService(Generic[_Lock]):
         """Raise ``LockTransactionError`` if the caller has a transaction open on
         this alias (lock rows written in it would be invisible to others)."""
         refuse_callers_transaction(self.using)
+
+    def atomic(
+        self, resource: str, owner: str, fencing_token: int, *, shared: bool, using: str | None
+    ) -> AbstractContextManager[float]:
+        """``held.atomic()`` of the hold (``owner``'s grant ``fencing_token`` on
+        ``resource``) in this alias's database: a transaction on ``using``
+        (default: this alias), which must be the same database, whose first
+        statement checks the hold and locks its row (``backends/guard.py``)."""
+        using = using or self.using
+        if not same_database(self.using, using):
+            raise InvalidArgument(
+                f"The lock on {resource!r} is kept in database {self.using!r}; a block on "
+                f"{using!r} cannot be guarded by it (only the lock's own database can).",
+                code="using",
+            )
+        guard = backend_for(using).guard
+        return guard.atomic(resource, owner, fencing_token, shared=shared, using=using)
 
     def claims(
         self,

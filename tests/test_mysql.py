@@ -74,8 +74,11 @@ def test_a_lock_wait_timeout_raises(other_session: Any) -> None:
     with connection.cursor() as own:
         own.execute("SET SESSION innodb_lock_wait_timeout = 1")
     try:
+        # Another owner validly holds it (a guarded block, held.atomic(), keeps
+        # its row so): a refusal. Its own owner's operations raise.
+        assert Locks.acquire("job:held", owner="b", ttl=30) is None
         for operation in (
-            lambda: Locks.acquire("job:held", owner="b", ttl=30),
+            lambda: Locks.acquire("job:held", owner="a", ttl=30),
             lambda: Locks.renew("job:held", owner="a", ttl=30),
             lambda: Locks.release("job:held", owner="a"),
         ):

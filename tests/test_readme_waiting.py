@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.test import AsyncRequestFactory, RequestFactory
 
-from django_dlock import LockExpired
+from django_dlock import LockExpired, LockLost
 from django_dlock.models import DistributedLock
 from tests.docs_utils import run_example
 from tests.test_async import close_connections  # noqa: F401 - a fixture
@@ -199,15 +199,30 @@ def test_stock_recipe_never_oversells() -> None:
     sold = _join(*buyers)
     assert sorted(sold) == [False] * 3 + [True] * 5
     assert len(reserved) == 5
-    product = Product.objects.get(sku="mug")
-    assert product.stock == 0
-    assert product.fencing_token >= 1
+    assert Product.objects.get(sku="mug").stock == 0
 
 
 @pytest.mark.usefixtures("project_modules")
-def test_stock_recipe_refuses_a_holder_whose_lock_was_taken_over() -> None:
+def test_stock_recipe_writes_nothing_for_a_holder_whose_lock_was_taken_over() -> None:
     Product.objects.create(sku="mug", stock=5)
-    namespace = run_example("stock", reserve_payment=lambda sku, quantity: None)
+    paused: list[Any] = []
+
+    def reserve_payment(sku: str, quantity: int) -> None:
+        if not paused:  # the first seller is paused here past its ttl; another takes over
+            paused.append(True)
+            Locks.force_release(f"stock:{sku}")
+            assert Locks.acquire(f"stock:{sku}", owner="another", ttl=30) is not None
+
+    sell = run_example("stock", reserve_payment=reserve_payment)["sell"]
+    with pytest.raises(LockLost):
+        sell("mug", 1)
+    assert Product.objects.get(sku="mug").stock == 5
+
+
+@pytest.mark.usefixtures("project_modules")
+def test_stock_recipe_with_tokens_refuses_a_holder_whose_lock_was_taken_over() -> None:
+    Product.objects.create(sku="mug", stock=5)
+    namespace = run_example("stock with tokens", reserve_payment=lambda sku, quantity: None)
     # A holder takes the lock, then is paused past its ttl; an operator (or the expiry) frees
     # it, and another process sells with a larger token.
     paused = Locks.acquire("stock:mug", ttl=30)
@@ -218,6 +233,24 @@ def test_stock_recipe_refuses_a_holder_whose_lock_was_taken_over() -> None:
     with pytest.raises(namespace["StaleLock"]):
         namespace["take_from_stock"]("mug", 1, paused.fencing_token)
     assert Product.objects.get(sku="mug").stock == 4
+
+
+@pytest.mark.usefixtures("project_modules")
+def test_the_guarded_write_example_writes_only_under_the_lock() -> None:
+    Product.objects.create(sku="mug", stock=1)
+    recount = run_example("guarded write", count_the_shelf=lambda sku: 7)["recount"]
+    recount("mug")
+    assert Product.objects.get(sku="mug").stock == 7
+
+    def taken_over_meanwhile(sku: str) -> int:
+        Locks.force_release(f"stock:{sku}")
+        assert Locks.acquire(f"stock:{sku}", owner="another", ttl=30) is not None
+        return 9
+
+    recount = run_example("guarded write", count_the_shelf=taken_over_meanwhile)["recount"]
+    with pytest.raises(LockLost):
+        recount("mug")
+    assert Product.objects.get(sku="mug").stock == 7
 
 
 def test_cron_recipe_runs_the_job_once_across_hosts(caplog: pytest.LogCaptureFixture) -> None:

@@ -35,6 +35,7 @@ from django_dlock.backends.admission import admit
 from django_dlock.backends.checks import BackendChecks
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.grants import Grants
+from django_dlock.backends.guard import guard_for
 from django_dlock.backends.holds import Holds
 from django_dlock.backends.lock_rows import LockRows
 from django_dlock.backends.purge import Purge, PurgedBatch
@@ -81,6 +82,7 @@ class LockBackend:
         self.renewals = self.renewals_class(self.tables, self.holds)
         self.grants = Grants(self.rows, self.holds)
         self.throttles = self.throttles_class(using, self)
+        self.guard = guard_for(self.tables, self.vendor)
 
     @property
     def connection(self) -> BaseDatabaseWrapper:

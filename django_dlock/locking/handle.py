@@ -6,7 +6,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -109,6 +110,41 @@ class LockHandle:
         """Mark the lock lost (and announce it) if its ttl passed without a renewal."""
         if self.past_deadline():
             self.mark_lost(EXPIRED_LOCALLY)
+
+    @contextmanager
+    def atomic(self, using: str | None = None) -> Iterator[float]:
+        """A ``transaction.atomic()`` block whose writes are proven under the lock.
+
+        Its first statement checks that the lock is still this holder's (this
+        grant, not expired) and locks the lock's row until the block ends (a
+        shared row lock; on SQLite the database's write lock): no other owner
+        takes the lock over and no purge removes it meanwhile, so what the block
+        writes commits while the lock is held. A lock no longer held raises
+        ``LockExpired`` (a ``LockLost``) before anything is written, and marks
+        the handle lost. A holder paused inside the block keeps the resource at
+        most the lease's time left plus ``GRACE`` seconds (MariaDB: rounded up to
+        whole seconds); a block that ends later is rolled back with
+        ``LockExpired`` (docs/holding.md, "Writes proven under the lock").
+
+        ``using``: the alias of the block, by default the lock's database; another
+        alias must name the same database, else ``InvalidArgument``. ``as``: the
+        seconds the lease had left when the block began, by the database's clock.
+        """
+        self.check()
+        guarded = service_for(self.using).atomic(
+            self.resource, self.owner, self.fencing_token, shared=self.mode == SHARED, using=using
+        )
+        entered = finished = False
+        try:
+            with guarded as left:
+                entered = True
+                yield left
+                finished = True
+        except LockExpired:
+            if not entered or finished:  # the guard's refusal, not the block's own error
+                self.check_deadline()
+                self.mark_lost("it was no longer held, or its block ended too late, at atomic()")
+            raise
 
     def renew(self, ttl: float | None = None) -> None:
         """Extend the lock by ``ttl`` seconds (default: the ttl it was taken with).

@@ -33,12 +33,17 @@ A pure function of the history (see ``history.py``, read back by
     waiter with a smaller key (``lock(priority=N)``: the database's time of
     queuing less N minutes) queued before the lock came free still waits
     (``check_priorities``).
+18. No guarded write (``held.atomic()``) outside its owner's validity: the
+    blocks commit in token order per resource, none that began after a later
+    grant returned commits, and each writer's answer matches the table
+    (``check_guarded``).
 """
 
 from __future__ import annotations
 
 from tools.torture.check_delays import delays
 from tools.torture.check_faults import faults
+from tools.torture.check_guarded import guarded
 from tools.torture.check_holds import overlaps, permits, readers_together
 from tools.torture.check_kinds import all_or_nothing, hold_counts, writer_preference
 from tools.torture.check_priorities import priorities
@@ -74,4 +79,5 @@ def check(events: list[Event]) -> list[Violation]:
     violations += windows(history)
     violations += delays(history)
     violations += priorities(history)
+    violations += guarded(history)
     return sorted(violations, key=lambda violation: violation.invariant)

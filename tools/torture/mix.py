@@ -19,6 +19,7 @@ from typing import Any
 from django.db import connections
 
 from tools.torture.asked import EXCLUSIVE, Asked
+from tools.torture.guarded import guarded_writer
 from tools.torture.kinds import KindOperations
 from tools.torture.paced import MIN_HOLD, ONCE_PER, use, window
 from tools.torture.waits import commit_section, crossed_sections
@@ -242,6 +243,7 @@ MIX: list[tuple[float, Call]] = [
     (4, prioritized),
     (1, until_commit),
     (1, crossed),
+    (6, guarded_writer),
 ]
 
 

@@ -27,6 +27,7 @@ KINDS = ("exclusive", "shared", "permit", "leader")
 DELAYS = ("taken", "expired", "forced", "checked")
 PRIORITIES = ("waits", "queued", "checked", "ahead")
 BOUND = ("committed", "rolled_back", "deadlocks")
+GUARDED = ("committed", "refused", "error")
 TITLES = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "mariadb": "MariaDB"}
 
 
@@ -85,6 +86,7 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
         "lock_delays": _lock_delays(history),
         "priorities": _priorities(events, history),
         "bound": _bound(events),
+        "guarded": _guarded(events),
         "faults": dict(run.faults),
         "violations": {n: sum(1 for v in violations if v.invariant == n) for n in INVARIANTS},
         "violation_messages": examples(violations),
@@ -162,7 +164,7 @@ def combine(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         for key in ("unexplained_errors", "other_errors"):
             total[key] += summary.get(key, 0)
         merged_keys: tuple[str, ...] = ("writes", "reads", "throttle_uses", "once_per_runs")
-        merged_keys += ("lock_delays", "priorities", "bound")
+        merged_keys += ("lock_delays", "priorities", "bound", "guarded")
         for key in (*merged_keys, "faults", "violations", "kinds", "readers"):
             merged = Counter(total.get(key, {}))
             merged.update(summary.get(key, {}))
@@ -191,6 +193,16 @@ def passed(summary: dict[str, Any]) -> bool:
 def _three(counts: dict[str, int]) -> str:
     """accepted / refused / failed"""
     return " / ".join(f"{counts.get(key, 0):,}" for key in ("accepted", "refused", "failed"))
+
+
+def _guarded(events: list[Event]) -> dict[str, int]:
+    """How the guarded writes (``guarded.py``) ended."""
+    ended = Counter(
+        "committed" if e.get("committed") else "refused" if "refused" in e else "error"
+        for e in events
+        if e["op"] == "guarded_write"
+    )
+    return dict(ended)
 
 
 def _figures(counts: dict[str, int], keys: tuple[str, ...]) -> str:
@@ -229,6 +241,8 @@ def table(summary: dict[str, Any]) -> str:
         f"{_figures(summary.get('priorities', {}), PRIORITIES)} |",
         f"| until='commit' holds released after a commit / a rollback; deadlocks refused | "
         f"{_figures(summary.get('bound', {}), BOUND)} |",
+        f"| guarded writes, held.atomic() (committed / refused / ended by an error) | "
+        f"{_figures(summary.get('guarded', {}), GUARDED)} |",
     ]
     for kind, count in sorted(summary["faults"].items()):
         lines.append(f"| fault: {kind} | {count} |")

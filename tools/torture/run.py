@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tools.torture import guarded as guarded_writes
 from tools.torture import store
 from tools.torture.database import Server, sqlite_snapshot
 from tools.torture.history import Recorder, load, now
@@ -74,6 +75,7 @@ class Run:
         call_command("migrate", verbosity=0)
         guarded = RESOURCES + LEADERS + VICTIM_RESOURCES + SKEW_RESOURCES + [PRIORITIES, *CROSSED]
         store.create(self.store_location, guarded)
+        guarded_writes.create(RESOURCES)
         the_store = store.open_store(self.store_location, "torture/runner/store")
         self.operations = KindOperations(self.recorder, the_store, random.Random())
 
@@ -217,4 +219,5 @@ class Run:
         self.stop_workers()
         self.snapshot()
         self.recorder.write("store_final", **store.dump(self.store_location))
+        self.recorder.write("guarded_final", **guarded_writes.dump())
         return load(sorted(self.directory.glob("*.jsonl")))

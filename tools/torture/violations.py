@@ -25,6 +25,7 @@ INVARIANTS = {
     15: "once_per / min_hold windows kept",
     16: "no grant inside a lock-delay",
     17: "no waiter passed by one with a worse key",
+    18: "no guarded write outside its owner's validity",
 }
 
 

@@ -31,6 +31,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_dlock.backends.base import LockBackend
@@ -52,9 +53,11 @@ from django_dlock.backends.transactions import (
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED, ReleaseResult
 from django_dlock.rules.claim import Claim
+from django_dlock.rules.predicates import HELD
 
 # InnoDB's "Deadlock found when trying to get lock; try restarting transaction".
 ER_LOCK_DEADLOCK = 1213
+ER_LOCK_WAIT_TIMEOUT = 1205
 # How many times a lock operation runs at most when InnoDB keeps choosing its
 # transaction as a deadlock's victim.
 DEADLOCK_ATTEMPTS = 5
@@ -85,6 +88,32 @@ class MySQLBackend(LockBackend):
         self._kept_row = one_row.KeptRow(self.tables)
 
     def take(self, claim: Claim) -> Taken:
+        try:
+            return self._take_once(claim)
+        except DatabaseError as error:
+            # The row stayed locked past innodb_lock_wait_timeout. Where another
+            # owner validly holds the lock (its guarded block, ``held.atomic()``,
+            # keeps the row), that is a refusal as any other, and the statement
+            # wrote nothing; else something is stuck, and the error is raised.
+            timed_out = error.args and error.args[0] == ER_LOCK_WAIT_TIMEOUT
+            if timed_out and self._held_by_another(claim.resource, claim.owner):
+                return Taken(row=None, previous_owner=None, renewed=False)
+            raise
+
+    def _held_by_another(self, resource: str, owner: str) -> bool:
+        """Whether another owner validly holds ``resource``, as last committed
+        (a consistent read, which waits for no row lock)."""
+        tables = self.tables
+        held = HELD.sql(tables.sql_row)
+        sql = (
+            f"SELECT 1 FROM {tables.table} WHERE {tables.column_sql['resource']} = %s "  # noqa: S608
+            f"AND {held} AND {tables.column_sql['owner']} <> %s"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, [resource, owner])
+            return cursor.fetchone() is not None
+
+    def _take_once(self, claim: Claim) -> Taken:
         connection = None
         if claim.exclusive and claim.ticket is None:
             connection = self._alone()
