@@ -25,7 +25,7 @@ from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.queue import WaiterQueue
-from django_dlock.backends.results import LockRow
+from django_dlock.backends.results import LockRow, Refusal
 from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockKindMismatch
@@ -36,13 +36,12 @@ from django_dlock.rules import (
     Hold,
     ReleaseResult,
     kind_of,
+    new_owner_token,
 )
 from django_dlock.rules.claim import Claim, claim_for
-from django_dlock.validators import (
-    validate_resource,
-)
+from django_dlock.validators import validate_owner, validate_resource
 
-__all__ = ["LockService", "mismatch", "service_for", "service_of"]
+__all__ = ["LockService", "Refusal", "mismatch", "service_for", "service_of"]
 
 _Lock = TypeVar("_Lock", bound=models.Model)
 _T = TypeVar("_T")
@@ -103,17 +102,50 @@ class LockService(Generic[_Lock]):
             raise InvalidArgument("Name each resource once, and at least one.", code="resources")
         return claims
 
-    def take(self, claim: Claim, *, instance: bool = True) -> Hold | None:
+    def acquire(
+        self,
+        resource: str,
+        owner: str | None = None,
+        ttl: float | None = None,
+        *,
+        reentrant: bool = False,
+        shared: bool = False,
+        limit: int | None = None,
+        label: str = "",
+        lock_delay: float | timedelta | None = None,
+    ) -> Hold | Refusal:
+        """The manager's ``acquire()``, and the API's: its arguments checked
+        here, once (no owner: a new random token); the hold, or why it was
+        refused (``lock_refused`` sent)."""
+        validate_resource(resource)
+        owner = new_owner_token() if owner is None else validate_owner(owner)
+        claim = claim_for(
+            resource,
+            owner,
+            ttl,
+            reentrant=reentrant,
+            shared=shared,
+            limit=limit,
+            label=label,
+            lock_delay=lock_delay,
+        )
+        taken = self.take(claim)
+        if isinstance(taken, Refusal):
+            signals.send_refused(self.model, claim)
+        return taken
+
+    def take(self, claim: Claim, *, instance: bool = True) -> Hold | Refusal:
         """The acquisition ``claim`` (checked already), with its signals: the
-        hold, or ``None``; once admitted, the waiter of ``claim.ticket`` (if
-        any) leaves its queue in the same transaction. ``instance=False``: the
-        hold as the row the backend answered, where the caller only reads it
-        (``lock()``), unless a signal's receiver is to get the model instance."""
+        hold, or why it was refused (the backend's answer: nothing reads the
+        lock again to say it); once admitted, the waiter of ``claim.ticket``
+        (if any) leaves its queue in the same transaction. ``instance=False``:
+        the hold as the row the backend answered, where the caller only reads
+        it (``lock()``), unless a signal's receiver is to get the model instance."""
         taken = self._backend().take(claim)
         if taken.mismatch is not None:
             raise mismatch(claim, taken.mismatch)
         if taken.row is None:
-            return None
+            return taken.refusal
         return self.announce(taken.row, taken.previous_owner, taken.renewed, instance=instance)
 
     def take_all(self, claims: list[Claim]) -> list[Hold] | None:

@@ -135,7 +135,7 @@ class LockBackend:
         queued = (
             (0, 0) if claim.exclusive else self.queue.queued_before(claim.resource, claim.ticket)
         )
-        taken = self.grants.write(admit(header, holds, claim, queued), header, claim, len(holds))
+        taken = self.grants.write(admit(header, holds, claim, queued), header, claim, holds)
         if taken.row is not None:
             self._leave(claim.ticket)
             if taken.row.shared and claim.ticket is not None and not taken.renewed:

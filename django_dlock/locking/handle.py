@@ -16,7 +16,7 @@ from django_dlock.locking.renewal import RenewalFailure, renew_lock
 from django_dlock.models import DistributedLock
 from django_dlock.rules import EXCLUSIVE, SHARED, Hold, ReleaseResult
 from django_dlock.rules.claim import claim_for
-from django_dlock.service import service_for
+from django_dlock.service import Refusal, service_for
 from django_dlock.threads import run_in_lock_thread
 
 if TYPE_CHECKING:
@@ -184,7 +184,8 @@ class LockHandle:
         claim = claim_for(
             self.resource, self.owner, ttl, shared=shared, held_token=self.fencing_token
         )
-        hold = service.take(claim)
+        taken = service.take(claim)
+        hold = None if isinstance(taken, Refusal) else taken
         if hold is None and (shared or not self._holds_still(manager)):
             raise self.lost_before("its change of mode")
         if hold is None or hold.mode != (SHARED if shared else EXCLUSIVE):

@@ -43,7 +43,7 @@ from django_dlock.backends.mysql.prepared import PreparedStatements, Statement
 from django_dlock.backends.mysql.purge import MySQLPurge
 from django_dlock.backends.mysql.queue import MySQLQueue
 from django_dlock.backends.mysql.renewals import MySQLRenewals
-from django_dlock.backends.results import LockRow, Released, Taken
+from django_dlock.backends.results import LockRow, Refusal, Released, Taken
 from django_dlock.backends.transactions import (
     refuse_callers_transaction,
     run_again_after_lost_races,
@@ -101,9 +101,9 @@ class MySQLBackend(LockBackend):
         if answer is None or answer[0] == one_row.PORTABLE:  # no row yet; shared holders
             return super().take(claim)
         action, before, values = answer
-        if action == one_row.REFUSED:
-            return Taken(row=None, previous_owner=before, renewed=False)
         row = self._kept_row.row(values, connection)
+        if action == one_row.REFUSED:  # the row as the UPDATE left it: untouched
+            return Taken(row=None, previous_owner=before, renewed=False, refusal=Refusal.of(row))
         return Taken(row=row, previous_owner=before, renewed=action == one_row.AGAIN)
 
     def give_up(
