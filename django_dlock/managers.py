@@ -30,7 +30,7 @@ from django_dlock.rules import (
 )
 from django_dlock.rules.clock import DatabaseNow, time_left
 from django_dlock.rules.predicates import DELAY_END, DELAY_RUNS
-from django_dlock.service import LockService, Refusal, service_of
+from django_dlock.service import LockService, Refusal, Renewed, service_of
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import (
     validate_owner,
@@ -195,7 +195,12 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         """
         validate_resource(resource)
         validate_owner(owner)
-        return self._service().renew(resource, owner, duration_of(ttl))
+        renewed = self._service().renew(resource, owner, duration_of(ttl))
+        if not isinstance(renewed, Renewed):
+            return renewed
+        if not renewed.exists:
+            raise self.model.DoesNotExist(f"There is no lock on {resource!r}.")  # type: ignore[attr-defined]
+        return None
 
     def release(self, resource: str, owner: str) -> ReleaseResult:
         """Give up the hold that ``owner`` has on ``resource``.

@@ -25,7 +25,7 @@ from django_dlock.backends import backend_for
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.queue import WaiterQueue
-from django_dlock.backends.results import LockRow, Refusal
+from django_dlock.backends.results import LockRow, Refusal, Renewed
 from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockKindMismatch
@@ -41,7 +41,7 @@ from django_dlock.rules import (
 from django_dlock.rules.claim import Claim, claim_for
 from django_dlock.validators import validate_owner, validate_resource
 
-__all__ = ["LockService", "Refusal", "mismatch", "service_for", "service_of"]
+__all__ = ["LockService", "Refusal", "Renewed", "mismatch", "service_for", "service_of"]
 
 _Lock = TypeVar("_Lock", bound=models.Model)
 _T = TypeVar("_T")
@@ -229,16 +229,13 @@ class LockService(Generic[_Lock]):
             hold = self.instance(row)
             signals.lock_released.send(sender=self.model, lock=hold, owner=owner, forced=forced)
 
-    def renew(self, resource: str, owner: str, duration: timedelta) -> Hold | None:
+    def renew(self, resource: str, owner: str, duration: timedelta) -> Hold | Renewed:
         """Extend ``owner``'s valid hold of ``resource`` to ``duration`` from now,
-        with its signal: the renewed hold, or None; the model's ``DoesNotExist``
-        when there is no lock on ``resource`` at all."""
+        with its signal: the renewed hold, or what the renewal found instead
+        (``Renewed``: whether there is a lock at all, and who holds it)."""
         renewed = self._backend().extend(resource, owner, duration)
-        if not renewed.exists:
-            does_not_exist: type[Exception] = cast(Any, self.model).DoesNotExist
-            raise does_not_exist(f"There is no lock on {resource!r}.")
         if renewed.row is None:
-            return None
+            return renewed
         hold = self.instance(renewed.row)
         signals.lock_renewed.send(sender=self.model, lock=hold)
         return hold
@@ -291,15 +288,20 @@ class LockService(Generic[_Lock]):
             if batch.chosen < batch_size or not batch.deleted:
                 return deleted
 
-    def renew_held(self, pairs: list[tuple[str, str]], ttl: float) -> dict[tuple[str, str], Hold]:
+    def renew_held(
+        self, pairs: list[tuple[str, str]], ttl: float
+    ) -> dict[tuple[str, str], Hold | Renewed]:
         """Renew each (resource, owner) hold that owner validly has, for ``ttl``
-        seconds (the auto-renewer's batch: one statement per table); the renewed
-        holds. A hold not among them was lost."""
-        rows = self._backend().renew_many(pairs, ttl)
-        renewed = {pair: self.instance(row) for pair, row in rows.items()}
-        for hold in renewed.values():
+        seconds (the auto-renewer's batch: one statement per table): the
+        renewed hold, or what its renewal found instead, for each pair."""
+        answers: dict[tuple[str, str], Hold | Renewed] = {}
+        for pair, renewed in self._backend().renew_many(pairs, ttl).items():
+            if renewed.row is None:
+                answers[pair] = renewed
+                continue
+            hold = answers[pair] = self.instance(renewed.row)
             signals.lock_renewed.send(sender=self.model, lock=hold)
-        return renewed
+        return answers
 
     def instance(self, row: LockRow) -> Hold:
         """The model instance of ``row``: a ``DistributedLock``, or a ``LockHold``."""

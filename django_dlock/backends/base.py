@@ -155,18 +155,18 @@ class LockBackend:
     def _extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
         header = self.rows.select_for_update(resource)
         if header is None or header.owner == "":
-            return Renewed(row=None, exists=False)
+            return Renewed(row=None, exists=False, holder=None if header is None else "")
         expires_at = header.now + duration
         if header.held_by_shared:
             mine = self._hold_of(resource, owner, header.now)
             if mine is None:
-                return Renewed(row=None, exists=True)
+                return Renewed(row=None, exists=True, holder=header.owner)
             hold = replace(mine, expires_at=expires_at)
             self.holds.update_hold(hold, ["expires_at"])
             self.grants.cover(header, expires_at)
             return Renewed(row=hold, exists=True)
         if not header.held or not same_owner(header.owner, owner):
-            return Renewed(row=None, exists=True)
+            return Renewed(row=None, exists=True, holder=header.owner)
         row = replace(header, expires_at=expires_at)
         self.rows.update(row, ["expires_at"])
         return Renewed(row=row, exists=True)
@@ -339,11 +339,13 @@ class LockBackend:
 
     def renew_many(
         self, pairs: Sequence[tuple[str, str]], seconds: float
-    ) -> dict[tuple[str, str], LockRow]:
+    ) -> dict[tuple[str, str], Renewed]:
         """Extend each (resource, owner) hold that owner validly has to
-        ``seconds`` from now; the renewed holds. The exclusive holders' in one
-        statement per ``RENEW_CHUNK`` (in autocommit), then the shared holders'
-        with their resources' rows (a lock transaction)."""
+        ``seconds`` from now; what each renewal did. The exclusive holders' in
+        one statement per ``RENEW_CHUNK`` (in autocommit), then the shared
+        holders' with their resources' rows (a lock transaction); where some
+        were not renewed (an UPDATE answers only the rows it wrote), one read
+        of who holds their rows says why."""
         renewals = self.renewals
         renewed: dict[tuple[str, str], LockRow] = {}
         for start in range(0, len(pairs), RENEW_CHUNK):
@@ -353,7 +355,16 @@ class LockBackend:
             if shared:
                 renew = partial(renewals.renew_shared, shared, seconds)
                 renewed.update(in_lock_transaction(self, renew))
-        return renewed
+        lost = [resource for resource, owner in pairs if (resource, owner) not in renewed]
+        holders = renewals.holders(lost) if lost else {}
+        answers = {}
+        for pair in pairs:
+            if pair in renewed:
+                answers[pair] = Renewed(row=renewed[pair], exists=True)
+            else:
+                holder = holders.get(pair[0])
+                answers[pair] = Renewed(row=None, exists=bool(holder), holder=holder)
+        return answers
 
     def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
         """Delete at most ``batch_size`` locks that expired at least ``older_than``

@@ -138,6 +138,9 @@ class Renewed:
 
     row: LockRow | None  # the renewed hold; None when the owner does not validly hold it
     exists: bool  # whether there was a lock at all (a row, not released)
+    # Not renewed: the row's owner as the renewal found it ("" released; None:
+    # no row), which tells an expiry from a take-over without reading it again.
+    holder: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

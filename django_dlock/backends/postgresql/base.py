@@ -156,7 +156,7 @@ class PostgreSQLBackend(LockBackend):
         held_by, held, _, row = self._alone(lambda: self._decided(self._exclusive.extend, params))
         if row is None and held and held_by == SHARED_HOLDERS:
             return super().extend(resource, owner, duration)  # a shared hold's
-        return Renewed(row=row, exists=held_by not in (None, ""))
+        return Renewed(row=row, exists=held_by not in (None, ""), holder=held_by)
 
     def give_up(
         self, resource: str, owner: str | None, *, forced: bool = False, mode: str | None = None
