@@ -129,14 +129,21 @@ class LockService(Generic[_Lock]):
             label=label,
             lock_delay=lock_delay,
         )
-        taken = self.take(claim)
+        return self.try_take(claim)
+
+    def try_take(self, claim: Claim, *, instance: bool = True) -> Hold | Refusal:
+        """An acquisition that does not wait (``acquire()``, ``lock()`` without
+        a timeout): ``take``, and ``lock_refused`` when it is refused, sent
+        here only. (A wait's tries are refused silently: its end is
+        ``lock_wait_ended``.)"""
+        taken = self.take(claim, instance=instance)
         if isinstance(taken, Refusal):
             signals.send_refused(self.model, claim)
         return taken
 
     def take(self, claim: Claim, *, instance: bool = True) -> Hold | Refusal:
-        """The acquisition ``claim`` (checked already), with its signals: the
-        hold, or why it was refused (the backend's answer: nothing reads the
+        """The acquisition ``claim`` (checked already), with the signals of a
+        grant: the hold, or why it was refused (the backend's answer: nothing reads the
         lock again to say it); once admitted, the waiter of ``claim.ticket``
         (if any) leaves its queue in the same transaction. ``instance=False``:
         the hold as the row the backend answered, where the caller only reads

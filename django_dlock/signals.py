@@ -83,7 +83,8 @@ Keyword arguments: ``key``, ``rate`` (a ``Rate``), ``granted`` (a bool),
 
 def send_refused(sender: type, claim: Claim) -> None:
     """``lock_refused`` for ``claim``, an acquisition that does not wait and
-    found the lock held (from ``acquire()`` and from ``lock()``)."""
+    found the lock held: sent by ``LockService.try_take`` only, for
+    ``acquire()``, the API and ``lock()``."""
     lock_refused.send(sender=sender, resource=claim.resource, owner=claim.owner, **_asked(claim))
 
 

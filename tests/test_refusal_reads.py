@@ -20,6 +20,7 @@ from django_dlock.backends import backend_for
 from django_dlock.models import DistributedLock
 from django_dlock.rules.claim import claim_for
 from django_dlock.service import Refusal
+from django_dlock.signals import lock_refused
 from tests.api_utils import CheckedClient, client_for, post
 from tests.utils import make_delayed_lock
 
@@ -102,3 +103,30 @@ def _portable() -> bool:
     """PostgreSQL with server-side binding runs the portable operation."""
     backend = backend_for("default")
     return backend.vendor == "postgresql" and not backend.features.one_statement
+
+
+def test_each_refusal_sends_lock_refused_once(api: CheckedClient) -> None:
+    """From the operation layer only (``LockService.try_take``): once per
+    refused ``acquire()``, API acquire and ``lock()`` try; a wait's tries send
+    none (its end is ``lock_wait_ended``)."""
+    heard: list[dict[str, Any]] = []
+
+    def receiver(sender: type, **kwargs: Any) -> None:
+        heard.append(kwargs)
+
+    DistributedLock.objects.acquire("report", owner="a", ttl=30)
+    lock_refused.connect(receiver)
+    try:
+        assert DistributedLock.objects.acquire("report", owner="b") is None
+        assert post(api, "/api/locks/report", {"owner": "c"}).json()["acquired"] is False
+        with pytest.raises(LockNotAcquired), lock("report", owner="d"):
+            pass
+        with pytest.raises(LockNotAcquired), lock("report", owner="e", timeout=0.3):
+            pass
+    finally:
+        lock_refused.disconnect(receiver)
+    assert [(kwargs["owner"], kwargs["mode"]) for kwargs in heard] == [
+        ("b", "exclusive"),
+        ("c", "exclusive"),
+        ("d", "exclusive"),
+    ]

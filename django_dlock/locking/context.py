@@ -18,7 +18,6 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
-from django_dlock import signals
 from django_dlock.conf import conf
 from django_dlock.exceptions import (
     InvalidArgument,
@@ -361,11 +360,7 @@ class lock:
     def _take(self, owner: str, held_token: int | None = None) -> Hold | Refusal:
         """One non-blocking acquisition, or why it was refused; with
         ``held_token``, a re-entry of that grant."""
-        claim = self._claim(owner, held_token)
-        hold = service_for(self.using).take(claim, instance=False)
-        if isinstance(hold, Refusal):
-            signals.send_refused(DistributedLock, claim)
-        return hold
+        return service_for(self.using).try_take(self._claim(owner, held_token), instance=False)
 
     def _holding(self) -> tuple[tuple[str, str], ...]:
         """What the calling thread or task holds with lock() on this database,
