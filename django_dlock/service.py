@@ -29,6 +29,7 @@ from django_dlock.backends.results import LockRow, Refusal, Renewed
 from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockKindMismatch
+from django_dlock.kinds import LockKind
 from django_dlock.rules import (
     EXCLUSIVE,
     SHARED,
@@ -38,7 +39,7 @@ from django_dlock.rules import (
     kind_of,
     new_owner_token,
 )
-from django_dlock.rules.claim import Claim, claim_for
+from django_dlock.rules.claim import EXCLUSIVE_KIND, Claim, claim_for
 from django_dlock.validators import validate_owner, validate_resource
 
 __all__ = ["LockService", "Refusal", "Renewed", "mismatch", "service_for", "service_of"]
@@ -97,7 +98,8 @@ class LockService(Generic[_Lock]):
                 raise InvalidArgument(
                     f"A mode must be {EXCLUSIVE!r} or {SHARED!r}, not {mode!r}.", code="mode"
                 )
-            claims.append(claim_for(resource, owner, ttl, shared=mode == SHARED, label=label))
+            kind = LockKind.shared_lock() if mode == SHARED else EXCLUSIVE_KIND
+            claims.append(claim_for(resource, owner, ttl, kind=kind, label=label))
         if not claims or len({claim.resource for claim in claims}) != len(claims):
             raise InvalidArgument("Name each resource once, and at least one.", code="resources")
         return claims
@@ -123,9 +125,7 @@ class LockService(Generic[_Lock]):
             resource,
             owner,
             ttl,
-            reentrant=reentrant,
-            shared=shared,
-            limit=limit,
+            kind=LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant),
             label=label,
             lock_delay=lock_delay,
         )

@@ -17,6 +17,7 @@ import pytest
 
 from django_dlock.backends.base import LockBackend
 from django_dlock.conf import conf
+from django_dlock.kinds import LockKind
 from django_dlock.models import DistributedLock, LockHold, LockWaiter
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import expired_before
@@ -149,8 +150,7 @@ def queue(
         resource=resource,
         owner=owner,
         duration=TTL,
-        shared=waiter.shared,
-        limit=waiter.limit,
+        kind=LockKind(shared=waiter.shared, limit=waiter.limit),
     )
     if not waiter.listens:
         channel = ""

@@ -149,7 +149,7 @@ class lock:
         self._entered: list[Entered | HeldLocks] = []
         self._claimed: Claim | None = None
         self.min_hold = validate_min_hold(min_hold, several=self.items is not None)
-        exclusive = self.items is None and not shared and limit is None
+        exclusive = self.items is None and self.kind.is_exclusive
         self.lock_delay = (
             None if lock_delay is None else validate_lock_delay(lock_delay, exclusive=exclusive)
         )
@@ -348,9 +348,7 @@ class lock:
                 self.resource,
                 owner,
                 self.ttl,
-                reentrant=self.reentrant,
-                shared=self.shared,
-                limit=self.limit,
+                kind=self.kind,
                 label=self.label,
                 lock_delay=self.lock_delay,
                 priority=self.priority,
