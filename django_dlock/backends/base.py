@@ -13,9 +13,11 @@ Each lock operation is one method of ``LockBackend`` (``take``, ``extend``,
 ``give_up``, ...), and the decision it makes lives there: here, in Python,
 between a ``SELECT ... FOR UPDATE`` of the resource's row and the write, inside
 one transaction of the operation's own (``in_lock_transaction``). A vendor
-overrides an operation with a form that decides in SQL, in fewer statements,
-and calls ``super()`` where that form does not apply, as Django's
-``BaseDatabaseOperations`` and its vendor subclasses do.
+overrides an operation with a form that decides in SQL, in fewer statements:
+its override is the operation's one entry, which dispatches once, to its
+statement or, where that form does not apply, to the portable operation
+(``take_portable``, ``extend_portable``, ``give_up_portable``); no operation
+re-enters itself through ``super()``.
 """
 
 from __future__ import annotations
@@ -104,7 +106,14 @@ class LockBackend:
         token; reentrant, one hold more), or nothing. Without a row, the first
         one is inserted. Once admitted, the waiter ticket ``claim.ticket``
         leaves its queue in the same transaction (one commit, and no moment
-        where the next waiter sees the new holder still queued ahead of it)."""
+        where the next waiter sees the new holder still queued ahead of it).
+        The operation's one entry: a vendor's dispatches to its statements or
+        to ``take_portable``."""
+        return self.take_portable(claim)
+
+    def take_portable(self, claim: Claim) -> Taken:
+        """``take`` as every database can: its decision in Python (``admit``),
+        between a ``SELECT ... FOR UPDATE`` and the write, in a lock transaction."""
         return in_lock_transaction(self, lambda: self._take(claim))
 
     def _take(self, claim: Claim) -> Taken:
@@ -150,6 +159,10 @@ class LockBackend:
 
     def extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
         """Renew: a later expiry of the hold ``owner`` validly has."""
+        return self.extend_portable(resource, owner, duration)
+
+    def extend_portable(self, resource: str, owner: str, duration: timedelta) -> Renewed:
+        """``extend`` as every database can, in a lock transaction."""
         return in_lock_transaction(self, lambda: self._extend(resource, owner, duration))
 
     def _extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
@@ -191,6 +204,12 @@ class LockBackend:
         (``mark_released``). ``mode``: the hold's, where its holder knows it
         (``LockHandle.mode``), so that a vendor goes straight to the statement
         that releases that kind of hold; the decision does not depend on it."""
+        return self.give_up_portable(resource, owner, forced=forced)
+
+    def give_up_portable(
+        self, resource: str, owner: str | None, *, forced: bool = False
+    ) -> Released:
+        """``give_up`` as every database can, in a lock transaction."""
         return in_lock_transaction(self, lambda: self._give_up(resource, owner, forced))
 
     def _give_up(self, resource: str, owner: str | None, forced: bool) -> Released:

@@ -82,12 +82,18 @@ class MySQLBackend(LockBackend):
         self._prepared = PreparedStatements()
         self._kept_row = one_row.KeptRow(self.tables)
 
+    # Each operation has one entry, which dispatches once: to the one-row
+    # UPDATE where the row settles the case, else (None from it) to the
+    # portable operation.
+
     def take(self, claim: Claim) -> Taken:
-        connection = None
-        if claim.exclusive and claim.ticket is None:
-            connection = self._alone()
-        if connection is None:
-            return super().take(claim)
+        connection = self._alone() if claim.exclusive and claim.ticket is None else None
+        taken = None if connection is None else self._take_one_row(claim, connection)
+        return self.take_portable(claim) if taken is None else taken
+
+    def _take_one_row(self, claim: Claim, connection: BaseDatabaseWrapper) -> Taken | None:
+        """The exclusive acquisition by the one-row UPDATE; None where the
+        portable operation decides (no row yet, shared holders)."""
         params = {
             "resource": claim.resource,
             "owner": claim.owner,
@@ -98,8 +104,8 @@ class MySQLBackend(LockBackend):
             "lock_delay": self.rows.duration_value(claim.lock_delay),
         }
         answer = self._update_one_row(connection, self._one_take, params)
-        if answer is None or answer[0] == one_row.PORTABLE:  # no row yet; shared holders
-            return super().take(claim)
+        if answer is None or answer[0] == one_row.PORTABLE:
+            return None
         action, before, values = answer
         row = self._kept_row.row(values, connection)
         if action == one_row.REFUSED:  # the row as the UPDATE left it: untouched
@@ -111,8 +117,18 @@ class MySQLBackend(LockBackend):
     ) -> Released:
         # A hold its holder knows is shared: the one-row UPDATE would only say so.
         connection = None if owner is None or forced or mode == SHARED else self._alone()
-        if connection is None or owner is None:
-            return super().give_up(resource, owner, forced=forced)
+        released = None
+        if connection is not None and owner is not None:
+            released = self._release_one_row(resource, owner, connection)
+        return (
+            self.give_up_portable(resource, owner, forced=forced) if released is None else released
+        )
+
+    def _release_one_row(
+        self, resource: str, owner: str, connection: BaseDatabaseWrapper
+    ) -> Released | None:
+        """The owner's release by the one-row UPDATE; None for a shared hold's
+        (the portable operation)."""
         params = {"resource": resource, "owner": owner}
         answer = self._update_one_row(connection, self._one_release, params)
         if answer is None or answer[0] == one_row.NOT_FOUND:
@@ -120,8 +136,8 @@ class MySQLBackend(LockBackend):
         action, before, values = answer
         if action == one_row.FORBIDDEN:
             return Released(row=None, owner=before, result=ReleaseResult.FORBIDDEN)
-        if action == one_row.PORTABLE:  # a shared hold's
-            return super().give_up(resource, owner)
+        if action == one_row.PORTABLE:
+            return None
         row = self._kept_row.row(values, connection)
         if action == one_row.DECREMENTED:
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)

@@ -66,13 +66,20 @@ class PostgreSQLBackend(LockBackend):
         self._release = release.ReleaseStatement(self).statement
         self._prepared = PreparedStatements(using)
 
+    # Each operation has one entry, which dispatches once: to the statement
+    # that settles the case, else (None from it) to the portable operation.
+
     def take(self, claim: Claim) -> Taken:
-        if not self.features.one_statement:
-            return super().take(claim)
+        taken = self._take_one(claim) if self.features.one_statement else None
+        return self.take_portable(claim) if taken is None else taken
+
+    def _take_one(self, claim: Claim) -> Taken | None:
+        """The acquisition in one statement; None where the portable operation
+        decides (no row yet for a reader; beside shared holders: the only one
+        of them upgrades, a semaphore is another kind)."""
         if not claim.exclusive:
-            return self._alone(lambda: self._take_shared(claim)) or super().take(claim)
+            return self._alone(lambda: self._take_shared(claim))
         exclusive = self._exclusive
-        statement = exclusive.take if claim.ticket is None else exclusive.take_leaving
         params = {
             "resource": claim.resource,
             "owner": claim.owner,
@@ -86,11 +93,10 @@ class PostgreSQLBackend(LockBackend):
         if claim.ticket is None and claim.held_token is None:
             taken = self._alone(lambda: self._take_released(claim, params))
         else:
+            statement = exclusive.take if claim.ticket is None else exclusive.take_leaving
             taken = self._alone(lambda: self._taken(statement, params))
         if taken.row is None and taken.previous_owner == SHARED_HOLDERS:
-            # Shared holders: the only one of them upgrades, a semaphore is
-            # another kind; the portable operation tells.
-            return super().take(claim)
+            return None
         return taken
 
     def _take_shared(self, claim: Claim) -> Taken | None:
@@ -150,24 +156,37 @@ class PostgreSQLBackend(LockBackend):
         return Taken(row=row, previous_owner=owner, renewed=row.acquired_at < row.now)
 
     def extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
-        if not self.features.one_statement:
-            return super().extend(resource, owner, duration)
+        renewed = (
+            self._extend_one(resource, owner, duration) if self.features.one_statement else None
+        )
+        return self.extend_portable(resource, owner, duration) if renewed is None else renewed
+
+    def _extend_one(self, resource: str, owner: str, duration: timedelta) -> Renewed | None:
+        """The renewal of an exclusive hold in one statement; None for a shared
+        hold's (the portable operation)."""
         params = {"resource": resource, "owner": owner, "duration": duration}
         held_by, held, _, row = self._alone(lambda: self._decided(self._exclusive.extend, params))
         if row is None and held and held_by == SHARED_HOLDERS:
-            return super().extend(resource, owner, duration)  # a shared hold's
+            return None
         return Renewed(row=row, exists=held_by not in (None, ""), holder=held_by)
 
     def give_up(
         self, resource: str, owner: str | None, *, forced: bool = False, mode: str | None = None
     ) -> Released:
-        if not self.features.one_statement or (forced and owner is not None):
-            return super().give_up(resource, owner, forced=forced)
-        if owner is not None:
+        # An operator's release of one holder's every hold: the portable operation.
+        released = None
+        if self.features.one_statement and owner is None:
+            released = self._force_release(resource)
+        elif self.features.one_statement and not forced:
             params = {"resource": resource, "owner": owner}
             released = self._alone(lambda: self._owners_release(params, mode))
-            return super().give_up(resource, owner) if released is None else released
-        # An operator's: whoever holds it (shared holds: the portable operation).
+        if released is None:
+            return self.give_up_portable(resource, owner, forced=forced)
+        return released
+
+    def _force_release(self, resource: str) -> Released | None:
+        """An operator's release of whoever holds ``resource``, in one
+        statement; None where shared holders hold it (the portable operation)."""
         params = {"resource": resource}
         held_by, held, _, row = self._alone(
             lambda: self._decided(self._exclusive.force_release, params)
@@ -175,7 +194,7 @@ class PostgreSQLBackend(LockBackend):
         if not held or held_by is None:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
         if row is None:  # shared holders hold it
-            return super().give_up(resource, None, forced=True)
+            return None
         held_row = replace(row, owner=held_by, expires_at=row.now)  # as it was held
         return Released(row=row, owner=held_by, result=ReleaseResult.RELEASED, released=(held_row,))
 
