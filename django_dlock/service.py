@@ -132,10 +132,9 @@ class LockService(Generic[_Lock]):
         return self.try_take(claim)
 
     def try_take(self, claim: Claim, *, instance: bool = True) -> Hold | Refusal:
-        """An acquisition that does not wait (``acquire()``, ``lock()`` without
-        a timeout): ``take``, and ``lock_refused`` when it is refused, sent
-        here only. (A wait's tries are refused silently: its end is
-        ``lock_wait_ended``.)"""
+        """``take`` that does not wait (``acquire()``, ``lock()`` without a
+        timeout): ``lock_refused`` is sent here only (a wait's end is
+        ``lock_wait_ended``)."""
         taken = self.take(claim, instance=instance)
         if isinstance(taken, Refusal):
             signals.send_refused(self.model, claim)
@@ -143,11 +142,11 @@ class LockService(Generic[_Lock]):
 
     def take(self, claim: Claim, *, instance: bool = True) -> Hold | Refusal:
         """The acquisition ``claim`` (checked already), with the signals of a
-        grant: the hold, or why it was refused (the backend's answer: nothing reads the
-        lock again to say it); once admitted, the waiter of ``claim.ticket``
-        (if any) leaves its queue in the same transaction. ``instance=False``:
-        the hold as the row the backend answered, where the caller only reads
-        it (``lock()``), unless a signal's receiver is to get the model instance."""
+        grant: the hold, or why it was refused, as the backend found it; once
+        admitted, the waiter of ``claim.ticket`` (if any) leaves its queue in
+        the same transaction. ``instance=False``: the hold as the row the
+        backend answered, where the caller only reads it (``lock()``), unless a
+        signal's receiver is to get the model instance."""
         taken = self._backend().take(claim)
         if taken.mismatch is not None:
             raise mismatch(claim, taken.mismatch)
@@ -351,5 +350,5 @@ def _attnames(model: type[models.Model]) -> list[str]:
 def mismatch(claim: Claim, kind: str) -> LockKindMismatch:
     return LockKindMismatch(
         f"{claim.resource!r} is a {kind} while it has holders; this acquisition asked for a "
-        f"{kind_of(claim.limit)}."
+        f"{kind_of(claim.kind.limit)}."
     )

@@ -139,10 +139,12 @@ def test_the_kept_row_converts_as_django_converts() -> None:
             ["prep:5"],
         )
         values = cursor.fetchone()
-    converted = backend._row(values)
+    kept = backend._kept_row
+    converted = kept.row(values, connection)
     assert converted == backend.tables.row(values)
     assert converted.lock_delay == timedelta(seconds=2)
-    assert backend._row([*values[:9], None, None]) == backend.tables.row([*values[:9], None, None])
+    empty = [*values[:9], None, None]
+    assert kept.row(empty, connection) == backend.tables.row(empty)
 
 
 def test_a_session_that_lost_its_statements_prepares_them_again() -> None:

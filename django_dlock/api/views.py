@@ -186,14 +186,10 @@ class LockViewSet(viewsets.ViewSet):
             raise KindMismatch(str(error)) from None
         if not isinstance(taken, Refusal):
             return Response(AcquiredSerializer(taken).data)
-        # Why it was refused, as the acquisition found the lock: the first
-        # holder's expiry, or the end of a running lock-delay, at the soonest.
+        # As the acquisition found the lock: free at the first holder's expiry,
+        # or a running lock-delay's end; else now (waiters queued first).
         now = taken.now or database_now(conf.DATABASE)
-        if taken.until is not None:
-            return _not_acquired(resource, taken.until, now)
-        # Nobody holds it (waiters queued first, or a row gone as it was read).
-        data = NotAcquiredSerializer({"resource": resource, "expires_at": now}).data
-        return Response(data, headers={"Retry-After": "1"})
+        return _not_acquired(resource, taken.until or now, now)
 
     def renew(self, request: Request, resource: str) -> Response:
         resource = self._resource()

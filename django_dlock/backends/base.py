@@ -362,9 +362,8 @@ class LockBackend:
         """Extend each (resource, owner) hold that owner validly has to
         ``seconds`` from now; what each renewal did. The exclusive holders' in
         one statement per ``RENEW_CHUNK`` (in autocommit), then the shared
-        holders' with their resources' rows (a lock transaction); where some
-        were not renewed (an UPDATE answers only the rows it wrote), one read
-        of who holds their rows says why."""
+        holders' with their resources' rows (a lock transaction); a lost one's
+        row is read (an UPDATE answers only the rows it wrote) to say why."""
         renewals = self.renewals
         renewed: dict[tuple[str, str], LockRow] = {}
         for start in range(0, len(pairs), RENEW_CHUNK):
@@ -374,15 +373,15 @@ class LockBackend:
             if shared:
                 renew = partial(renewals.renew_shared, shared, seconds)
                 renewed.update(in_lock_transaction(self, renew))
-        lost = [resource for resource, owner in pairs if (resource, owner) not in renewed]
-        holders = renewals.holders(lost) if lost else {}
         answers = {}
-        for pair in pairs:
-            if pair in renewed:
-                answers[pair] = Renewed(row=renewed[pair], exists=True)
+        for resource, owner in pairs:
+            row = renewed.get((resource, owner))
+            if row is None:  # lost (rare): whose row it is tells why
+                row = self.tables.fetch_row(self.rows.read_sql, [resource])
+                holder = None if row is None else row.owner
+                answers[resource, owner] = Renewed(row=None, exists=bool(holder), holder=holder)
             else:
-                holder = holders.get(pair[0])
-                answers[pair] = Renewed(row=None, exists=bool(holder), holder=holder)
+                answers[resource, owner] = Renewed(row=row, exists=True)
         return answers
 
     def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:

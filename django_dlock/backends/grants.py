@@ -97,7 +97,7 @@ class Grants:
             claim.duration,
             token=token,
             label=claim.label,
-            limit=claim.limit,
+            limit=claim.kind.limit,
             hold_count=hold_count,
         )
         if shared_before:  # its hold_count counts the shared holds
@@ -117,7 +117,7 @@ class Grants:
                 fencing_token=token,
                 hold_count=1,
                 label="",
-                limit=claim.limit,
+                limit=claim.kind.limit,
                 lock_delay=None,
             )
             self.rows.update(covered, HEADER_WRITTEN)

@@ -285,7 +285,7 @@ class WaiterQueue:
         """A ticket's ``WANTS``, as parameters."""
         mode = claim.kind.mode
         ttl = self._ttl_value(claim.duration)
-        return [channel, ttl, mode, claim.limit, claim.label, listener_pid]
+        return [channel, ttl, mode, claim.kind.limit, claim.label, listener_pid]
 
     def refresh_waiters(self, tickets: Sequence[int], seconds: float) -> None:
         """Keep the waiters of ``tickets`` queued for ``seconds`` more (one UPDATE)."""

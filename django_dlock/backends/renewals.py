@@ -89,23 +89,6 @@ class Renewals:
                     renewed[(resource, hold.owner)] = hold
         return renewed
 
-    def holders(self, resources: Sequence[str]) -> dict[str, str]:
-        """The owner of each row of ``resources`` ("" released), in one read."""
-        tables = self.tables
-        qn = tables.qn
-        owners: dict[str, str] = {}
-        for start in range(0, len(resources), RENEW_CHUNK):
-            chunk = resources[start : start + RENEW_CHUNK]
-            # Only quoted identifiers are formatted in.
-            sql = (
-                f"SELECT {qn('resource')}, {qn('owner')} FROM {tables.table} "  # noqa: S608
-                f"WHERE {qn('resource')} IN ({', '.join(['%s'] * len(chunk))})"
-            )
-            with tables.connection.cursor() as cursor:
-                cursor.execute(sql, list(chunk))
-                owners.update(cursor.fetchall())
-        return owners
-
 
 def flat(pairs: Sequence[tuple[str, str]]) -> list[str]:
     """The values of (resource, owner) ``pairs``, in order, as parameters."""

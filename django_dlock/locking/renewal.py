@@ -21,13 +21,6 @@ class RenewalFailure(enum.Enum):
         """What acting on the lock raises: ``LockNotOwned`` once another owner holds it."""
         return LockNotOwned if self is RenewalFailure.TAKEN_OVER else LockExpired
 
-    @classmethod
-    def of(cls, owner: str, renewed: Renewed) -> RenewalFailure:
-        """Why ``owner``'s renewal failed, from who held the row as it found it."""
-        if not renewed.exists:
-            return cls.GONE
-        return cls.EXPIRED if renewed.holder == owner else cls.TAKEN_OVER
-
 
 def renew_lock(using: str, resource: str, owner: str, ttl: float) -> Hold | RenewalFailure:
     """The renewed lock, or why it could not be renewed."""
@@ -35,6 +28,10 @@ def renew_lock(using: str, resource: str, owner: str, ttl: float) -> Hold | Rene
 
 
 def outcome_of(owner: str, renewed: Hold | Renewed) -> Hold | RenewalFailure:
-    """The renewed lock, or why ``owner``'s renewal failed, as the renewal
-    found the lock (``Renewed``): nothing reads it again."""
-    return RenewalFailure.of(owner, renewed) if isinstance(renewed, Renewed) else renewed
+    """The renewed lock, or why ``owner``'s renewal failed, told by who held the
+    row as the renewal found it (``Renewed``): nothing reads it again."""
+    if not isinstance(renewed, Renewed):
+        return renewed
+    if not renewed.exists:
+        return RenewalFailure.GONE
+    return RenewalFailure.EXPIRED if renewed.holder == owner else RenewalFailure.TAKEN_OVER

@@ -38,20 +38,9 @@ class Claim:
     # lock()'s place in the wait queue: higher first (see ``backends.queue.PRIORITY_STEP``).
     priority: int = 0
 
-    # What the backends' statements take, read from the kind.
     @property
     def exclusive(self) -> bool:
         return self.kind.is_exclusive
-
-    @property
-    def shared(self) -> bool:
-        """A reader (or, with a limit, a permit) rather than the exclusive holder."""
-        return self.kind.shared
-
-    @property
-    def limit(self) -> int | None:
-        """A semaphore's number of permits."""
-        return self.kind.limit
 
     @property
     def adds_a_hold(self) -> bool:

@@ -43,7 +43,7 @@ from django_dlock.backends.mysql.prepared import PreparedStatements, Statement
 from django_dlock.backends.mysql.purge import MySQLPurge
 from django_dlock.backends.mysql.queue import MySQLQueue
 from django_dlock.backends.mysql.renewals import MySQLRenewals
-from django_dlock.backends.results import LockRow, Refusal, Released, Taken
+from django_dlock.backends.results import Refusal, Released, Taken
 from django_dlock.backends.transactions import (
     refuse_callers_transaction,
     run_again_after_lost_races,
@@ -155,10 +155,6 @@ class MySQLBackend(LockBackend):
         if self.features.one_statement and not atomic_depth(connection):
             return connection
         return None
-
-    def _row(self, values: Sequence[Any]) -> LockRow:
-        """The ``LockRow`` of the values of the ``SELECT`` of what an ``UPDATE`` kept."""
-        return self._kept_row.row(values, self.connection)
 
     def _update_one_row(
         self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]

@@ -106,7 +106,7 @@ class PostgreSQLBackend(LockBackend):
             "resource": claim.resource,
             "owner": claim.owner,
             "duration": claim.duration,
-            "limit": claim.limit,
+            "limit": claim.kind.limit,
             "reentrant": int(claim.adds_a_hold),
             "label": claim.label,
             "ticket": NO_TICKET if claim.ticket is None else claim.ticket,
