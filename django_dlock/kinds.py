@@ -78,9 +78,16 @@ class LockKind:
         return cls(shared=True, limit=limit, reentrant=reentrant)
 
     @property
+    def is_exclusive(self) -> bool:
+        """Whether its holder excludes every other holder: the one place this
+        is worked out (a semaphore's permits are shared: a limit makes
+        ``shared`` true)."""
+        return not self.shared
+
+    @property
     def mode(self) -> str:
         """``"exclusive"`` or ``"shared"``: the ``mode`` of the holds it gives."""
-        return SHARED if self.shared else EXCLUSIVE
+        return EXCLUSIVE if self.is_exclusive else SHARED
 
 
 # The kinds without a limit, by (shared, reentrant): every lock operation asks for one.

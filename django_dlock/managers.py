@@ -19,7 +19,6 @@ from typing import Literal, TypeVar, cast, overload
 from django.db import models
 from django.db.models import Q
 
-from django_dlock import signals
 from django_dlock.backends.purge import expired_q, purgeable_q
 from django_dlock.conf import conf
 from django_dlock.prefix import resource_prefix_q
@@ -29,10 +28,9 @@ from django_dlock.rules import (
     duration_of,
     new_owner_token,
 )
-from django_dlock.rules.claim import claim_for
 from django_dlock.rules.clock import DatabaseNow, time_left
 from django_dlock.rules.predicates import DELAY_END, DELAY_RUNS
-from django_dlock.service import LockService, service_of
+from django_dlock.service import LockService, Refusal, Renewed, service_of
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import (
     validate_owner,
@@ -176,10 +174,7 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         than released (it expires, or is force-released), the resource is
         refused to everyone for that long after (``DistributedLock.available_at``).
         """
-        validate_resource(resource)
-        owner = new_owner_token() if owner is None else validate_owner(owner)
-        service = self._service()
-        claim = claim_for(
+        hold = self._service().acquire(
             resource,
             owner,
             ttl,
@@ -189,10 +184,7 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
             label=label,
             lock_delay=lock_delay,
         )
-        hold = service.take(claim)
-        if hold is None:
-            signals.send_refused(self.model, claim)
-        return hold
+        return None if isinstance(hold, Refusal) else hold
 
     def renew(self, resource: str, owner: str, ttl: float | None = None) -> Hold | None:
         """Extend the hold that ``owner`` validly has to ``ttl`` seconds from now.
@@ -203,7 +195,12 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         """
         validate_resource(resource)
         validate_owner(owner)
-        return self._service().renew(resource, owner, duration_of(ttl))
+        renewed = self._service().renew(resource, owner, duration_of(ttl))
+        if not isinstance(renewed, Renewed):
+            return renewed
+        if not renewed.exists:
+            raise self.model.DoesNotExist(f"There is no lock on {resource!r}.")  # type: ignore[attr-defined]
+        return None
 
     def release(self, resource: str, owner: str) -> ReleaseResult:
         """Give up the hold that ``owner`` has on ``resource``.

@@ -27,11 +27,12 @@ from django_dlock.backends.base import LockBackend
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.guard import same_database
 from django_dlock.backends.queue import WaiterQueue
-from django_dlock.backends.results import LockRow
+from django_dlock.backends.results import LockRow, Refusal, Renewed
 from django_dlock.backends.throttles import ThrottleAnswer
 from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockKindMismatch
+from django_dlock.kinds import LockKind
 from django_dlock.rules import (
     EXCLUSIVE,
     SHARED,
@@ -39,13 +40,12 @@ from django_dlock.rules import (
     Hold,
     ReleaseResult,
     kind_of,
+    new_owner_token,
 )
-from django_dlock.rules.claim import Claim, claim_for
-from django_dlock.validators import (
-    validate_resource,
-)
+from django_dlock.rules.claim import EXCLUSIVE_KIND, Claim, claim_for
+from django_dlock.validators import validate_owner, validate_resource
 
-__all__ = ["LockService", "mismatch", "service_for", "service_of"]
+__all__ = ["LockService", "Refusal", "Renewed", "mismatch", "service_for", "service_of"]
 
 _Lock = TypeVar("_Lock", bound=models.Model)
 _T = TypeVar("_T")
@@ -118,22 +118,60 @@ class LockService(Generic[_Lock]):
                 raise InvalidArgument(
                     f"A mode must be {EXCLUSIVE!r} or {SHARED!r}, not {mode!r}.", code="mode"
                 )
-            claims.append(claim_for(resource, owner, ttl, shared=mode == SHARED, label=label))
+            kind = LockKind.shared_lock() if mode == SHARED else EXCLUSIVE_KIND
+            claims.append(claim_for(resource, owner, ttl, kind=kind, label=label))
         if not claims or len({claim.resource for claim in claims}) != len(claims):
             raise InvalidArgument("Name each resource once, and at least one.", code="resources")
         return claims
 
-    def take(self, claim: Claim, *, instance: bool = True) -> Hold | None:
-        """The acquisition ``claim`` (checked already), with its signals: the
-        hold, or ``None``; once admitted, the waiter of ``claim.ticket`` (if
-        any) leaves its queue in the same transaction. ``instance=False``: the
-        hold as the row the backend answered, where the caller only reads it
-        (``lock()``), unless a signal's receiver is to get the model instance."""
+    def acquire(
+        self,
+        resource: str,
+        owner: str | None = None,
+        ttl: float | None = None,
+        *,
+        reentrant: bool = False,
+        shared: bool = False,
+        limit: int | None = None,
+        label: str = "",
+        lock_delay: float | timedelta | None = None,
+    ) -> Hold | Refusal:
+        """The manager's ``acquire()``, and the API's: its arguments checked
+        here, once (no owner: a new random token); the hold, or why it was
+        refused (``lock_refused`` sent)."""
+        validate_resource(resource)
+        owner = new_owner_token() if owner is None else validate_owner(owner)
+        claim = claim_for(
+            resource,
+            owner,
+            ttl,
+            kind=LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant),
+            label=label,
+            lock_delay=lock_delay,
+        )
+        return self.try_take(claim)
+
+    def try_take(self, claim: Claim, *, instance: bool = True) -> Hold | Refusal:
+        """``take`` that does not wait (``acquire()``, ``lock()`` without a
+        timeout): ``lock_refused`` is sent here only (a wait's end is
+        ``lock_wait_ended``)."""
+        taken = self.take(claim, instance=instance)
+        if isinstance(taken, Refusal):
+            signals.send_refused(self.model, claim)
+        return taken
+
+    def take(self, claim: Claim, *, instance: bool = True) -> Hold | Refusal:
+        """The acquisition ``claim`` (checked already), with the signals of a
+        grant: the hold, or why it was refused, as the backend found it; once
+        admitted, the waiter of ``claim.ticket`` (if any) leaves its queue in
+        the same transaction. ``instance=False``: the hold as the row the
+        backend answered, where the caller only reads it (``lock()``), unless a
+        signal's receiver is to get the model instance."""
         taken = self._backend().take(claim)
         if taken.mismatch is not None:
             raise mismatch(claim, taken.mismatch)
         if taken.row is None:
-            return None
+            return taken.refusal
         return self.announce(taken.row, taken.previous_owner, taken.renewed, instance=instance)
 
     def take_all(self, claims: list[Claim]) -> list[Hold] | None:
@@ -217,16 +255,13 @@ class LockService(Generic[_Lock]):
             hold = self.instance(row)
             signals.lock_released.send(sender=self.model, lock=hold, owner=owner, forced=forced)
 
-    def renew(self, resource: str, owner: str, duration: timedelta) -> Hold | None:
+    def renew(self, resource: str, owner: str, duration: timedelta) -> Hold | Renewed:
         """Extend ``owner``'s valid hold of ``resource`` to ``duration`` from now,
-        with its signal: the renewed hold, or None; the model's ``DoesNotExist``
-        when there is no lock on ``resource`` at all."""
+        with its signal: the renewed hold, or what the renewal found instead
+        (``Renewed``: whether there is a lock at all, and who holds it)."""
         renewed = self._backend().extend(resource, owner, duration)
-        if not renewed.exists:
-            does_not_exist: type[Exception] = cast(Any, self.model).DoesNotExist
-            raise does_not_exist(f"There is no lock on {resource!r}.")
         if renewed.row is None:
-            return None
+            return renewed
         hold = self.instance(renewed.row)
         signals.lock_renewed.send(sender=self.model, lock=hold)
         return hold
@@ -279,15 +314,20 @@ class LockService(Generic[_Lock]):
             if batch.chosen < batch_size or not batch.deleted:
                 return deleted
 
-    def renew_held(self, pairs: list[tuple[str, str]], ttl: float) -> dict[tuple[str, str], Hold]:
+    def renew_held(
+        self, pairs: list[tuple[str, str]], ttl: float
+    ) -> dict[tuple[str, str], Hold | Renewed]:
         """Renew each (resource, owner) hold that owner validly has, for ``ttl``
-        seconds (the auto-renewer's batch: one statement per table); the renewed
-        holds. A hold not among them was lost."""
-        rows = self._backend().renew_many(pairs, ttl)
-        renewed = {pair: self.instance(row) for pair, row in rows.items()}
-        for hold in renewed.values():
+        seconds (the auto-renewer's batch: one statement per table): the
+        renewed hold, or what its renewal found instead, for each pair."""
+        answers: dict[tuple[str, str], Hold | Renewed] = {}
+        for pair, renewed in self._backend().renew_many(pairs, ttl).items():
+            if renewed.row is None:
+                answers[pair] = renewed
+                continue
+            hold = answers[pair] = self.instance(renewed.row)
             signals.lock_renewed.send(sender=self.model, lock=hold)
-        return renewed
+        return answers
 
     def use_throttle(self, key: str, limit: int, period: timedelta, rate: str) -> ThrottleAnswer:
         """One use of the throttle ``key`` under ``limit`` per ``period``
@@ -338,5 +378,5 @@ def _attnames(model: type[models.Model]) -> list[str]:
 def mismatch(claim: Claim, kind: str) -> LockKindMismatch:
     return LockKindMismatch(
         f"{claim.resource!r} is a {kind} while it has holders; this acquisition asked for a "
-        f"{kind_of(claim.limit)}."
+        f"{kind_of(claim.kind.limit)}."
     )

@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.dispatch import Signal
 
-from django_dlock.rules import EXCLUSIVE, SHARED
-
 if TYPE_CHECKING:
     from django_dlock.rules.claim import Claim
 
@@ -83,7 +81,8 @@ Keyword arguments: ``key``, ``rate`` (a ``Rate``), ``granted`` (a bool),
 
 def send_refused(sender: type, claim: Claim) -> None:
     """``lock_refused`` for ``claim``, an acquisition that does not wait and
-    found the lock held (from ``acquire()`` and from ``lock()``)."""
+    found the lock held: sent by ``LockService.try_take`` only, for
+    ``acquire()``, the API and ``lock()``."""
     lock_refused.send(sender=sender, resource=claim.resource, owner=claim.owner, **_asked(claim))
 
 
@@ -101,4 +100,4 @@ def send_wait_ended(sender: type, claim: Claim, *, waited: float, outcome: str) 
 
 def _asked(claim: Claim) -> dict[str, Any]:
     """The mode and limit ``claim`` asked for, as the signals name them."""
-    return {"mode": SHARED if claim.shared else EXCLUSIVE, "limit": claim.limit}
+    return {"mode": claim.kind.mode, "limit": claim.kind.limit}

@@ -17,6 +17,7 @@ import pytest
 
 from django_dlock.backends.base import LockBackend
 from django_dlock.conf import conf
+from django_dlock.kinds import LockKind
 from django_dlock.models import DistributedLock, LockHold, LockWaiter
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import expired_before
@@ -149,8 +150,7 @@ def queue(
         resource=resource,
         owner=owner,
         duration=TTL,
-        shared=waiter.shared,
-        limit=waiter.limit,
+        kind=LockKind(shared=waiter.shared, limit=waiter.limit),
     )
     if not waiter.listens:
         channel = ""
@@ -174,12 +174,14 @@ def gone(channel: str) -> str:
 
 def paths(backend: LockBackend, operation: str) -> dict[str, Callable[..., Any]]:
     """Every way this database carries out ``operation`` (a ``LockBackend``
-    method's name): the portable one, and the vendor's own statements where
+    method's name): the portable one (``<operation>_portable``), and the
+    vendor's own entry where
     it has them (PostgreSQL with psycopg 3's client-side binding, MariaDB),
     which hand it the cases they leave (``handed_over``)."""
-    portable = getattr(LockBackend, operation)
+    portable = getattr(LockBackend, f"{operation}_portable")
     found: dict[str, Callable[..., Any]] = {"portable": partial(portable, backend)}
-    if getattr(type(backend), operation) is not portable and backend.features.one_statement:
+    vendors = getattr(type(backend), operation) is not getattr(LockBackend, operation)
+    if vendors and backend.features.one_statement:
         found[f"{backend.vendor} statements"] = getattr(backend, operation)
     return found
 
@@ -189,12 +191,12 @@ def handed_over(monkeypatch: pytest.MonkeyPatch, operation: str) -> Iterator[lis
     """The calls of ``operation`` that a vendor's statements hand to the
     portable one meanwhile (the paths' own portable one is bound already)."""
     handed: list[object] = []
-    portable = getattr(LockBackend, operation)
+    portable = getattr(LockBackend, f"{operation}_portable")
 
     def spied(backend: LockBackend, *args: Any, **kwargs: Any) -> Any:
         handed.append(args)
         return portable(backend, *args, **kwargs)
 
     with monkeypatch.context() as patched:
-        patched.setattr(LockBackend, operation, spied)
+        patched.setattr(LockBackend, f"{operation}_portable", spied)
         yield handed

@@ -27,6 +27,7 @@ from django_dlock.backends.admission import Action, admit
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.results import LockRow, Taken
 from django_dlock.conf import conf
+from django_dlock.kinds import LockKind
 from django_dlock.locking.waiting import queue_state
 from django_dlock.rules import SHARED_HOLDERS, kind_of
 from django_dlock.rules.claim import Claim
@@ -352,9 +353,7 @@ def the_claim(case: Case, resource: str, tokens: dict[str, int], ticket: int | N
         resource=resource,
         owner=ask.owner,
         duration=TTL,
-        shared=not ask.exclusive,
-        limit=ask.limit,
-        reentrant=ask.reentrant,
+        kind=LockKind(shared=not ask.exclusive, limit=ask.limit, reentrant=ask.reentrant),
         label=CLAIMANT_LABEL,
         ticket=ticket,
         held_token=held_token,

@@ -14,6 +14,7 @@ from django.db import connection
 
 from django_dlock.backends import backend_for
 from django_dlock.backends.queue import HANDOVER_LEASE
+from django_dlock.kinds import LockKind
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.rules.claim import claim_for
 from tests.utils import postgres_dsn, wait_for
@@ -52,7 +53,9 @@ def queue(
     limit: int | None = None,
     pid: int | None = None,
 ) -> int:
-    claim = claim_for(resource, owner, ttl or 30, shared=shared or limit is not None, limit=limit)
+    claim = claim_for(
+        resource, owner, ttl or 30, kind=LockKind(shared=shared or limit is not None, limit=limit)
+    )
     backend = backend_for("default")
     ticket = backend.queue.enqueue_waiter(claim, 60, channel=channel, listener_pid=pid)[0]
     if ttl is None:  # a waiter of a version before the ttl column

@@ -17,8 +17,8 @@ from django.utils import timezone
 from django_dlock import LockExpired, LockNotAcquired, LockNotOwned, lock
 from django_dlock.checks import check_settings
 from django_dlock.locking.handle import EXPIRED_LOCALLY
-from django_dlock.managers import DistributedLockManager
 from django_dlock.models import DistributedLock, LockWaiter
+from django_dlock.service import LockService
 from django_dlock.signals import lock_lost
 from tests.utils import database_settings, run_in_processes, spawn, wait_for
 from tests.workers_waiting import take_turns
@@ -411,7 +411,7 @@ def test_renewer_reports_a_database_error(
         raise OperationalError("server closed the connection unexpectedly")
 
     with lock("job:42", ttl=1, auto_renew=True) as held:
-        monkeypatch.setattr(DistributedLockManager, "renew", broken)
+        monkeypatch.setattr(LockService, "renew", broken)
         assert held.lost.wait(10)
         assert "database error" in (held.lost_reason or "")
         monkeypatch.undo()

@@ -15,6 +15,7 @@ from django.db import DatabaseError, OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 
 from django_dlock.backends import backend_for
+from django_dlock.kinds import LockKind
 from django_dlock.models import DistributedLock, ReleaseResult
 from django_dlock.rules.claim import claim_for
 
@@ -89,7 +90,7 @@ def test_prepared_answers_are_those_of_djangos_cursor(lock_delay: timedelta | No
     warm("prep:4")
 
     def story(resource: str) -> list[Any]:
-        claim = claim_for(resource, "b", 30, reentrant=True, lock_delay=lock_delay)
+        claim = claim_for(resource, "b", 30, kind=LockKind(reentrant=True), lock_delay=lock_delay)
         answers: list[Any] = [
             backend.take(claim),  # new
             backend.take(claim),  # again, a second hold
@@ -138,10 +139,12 @@ def test_the_kept_row_converts_as_django_converts() -> None:
             ["prep:5"],
         )
         values = cursor.fetchone()
-    converted = backend._row(values)
+    kept = backend._kept_row
+    converted = kept.row(values, connection)
     assert converted == backend.tables.row(values)
     assert converted.lock_delay == timedelta(seconds=2)
-    assert backend._row([*values[:9], None, None]) == backend.tables.row([*values[:9], None, None])
+    empty = [*values[:9], None, None]
+    assert kept.row(empty, connection) == backend.tables.row(empty)
 
 
 def test_a_session_that_lost_its_statements_prepares_them_again() -> None:

@@ -423,7 +423,7 @@ def renewal(extend: Callable[..., Renewed], resource: str, owner: str | None) ->
 def renewal_in_batch(backend: LockBackend, resource: str, owner: str | None) -> str:
     assert owner is not None
     renewed_ = backend.renew_many([(resource, owner)], RENEWAL.total_seconds())
-    return "RENEWED" if (resource, owner) in renewed_ else "NOT RENEWED"
+    return "RENEWED" if renewed_[resource, owner].row is not None else "NOT RENEWED"
 
 
 def state_after(backend: LockBackend, resource: str, before: Before) -> str:

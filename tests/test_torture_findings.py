@@ -16,6 +16,7 @@ from django.db import connection
 
 from django_dlock import LockExpired, LockNotAcquired, lock
 from django_dlock.backends import backend_for
+from django_dlock.kinds import LockKind
 from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.rules.claim import Claim, claim_for
@@ -162,8 +163,7 @@ def test_a_reentry_that_waited_for_a_force_release_takes_no_new_grant() -> None:
         "doc",
         "reader",
         timedelta(seconds=30),
-        shared=True,
-        reentrant=True,
+        kind=LockKind.shared_lock(reentrant=True),
         held_token=hold.fencing_token,
     )
     with (

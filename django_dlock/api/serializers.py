@@ -168,7 +168,8 @@ class AcquireRequestSerializer(serializers.Serializer[Any]):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("lock_delay"):
-            exclusive = not attrs.get("shared") and attrs.get("limit") is None
+            kind = LockKind.from_flags(shared=attrs.get("shared"), limit=attrs.get("limit"))
+            exclusive = kind.is_exclusive
             try:
                 validate_lock_delay(attrs["lock_delay"], exclusive=exclusive)
             except DjangoValidationError as error:

@@ -47,11 +47,8 @@ from django_dlock.exceptions import LockKindMismatch
 from django_dlock.models import DistributedLock, LockHold, ReleaseResult
 from django_dlock.permissions import may_see_owners
 from django_dlock.rules.clock import DatabaseNow, database_now, time_left
+from django_dlock.service import Refusal, service_for
 from django_dlock.validators import validate_resource, validate_resource_prefix
-
-# How often acquire is tried again when it lost to a holder that was gone by the
-# time its expiry was read (released or expired in between).
-ACQUIRE_ATTEMPTS = 3
 
 # The routes that check an owner, and the refusals that count as failed checks.
 OWNER_CHECKED_ACTIONS = {"renew", "release"}
@@ -183,28 +180,16 @@ class LockViewSet(viewsets.ViewSet):
         body = self._body(AcquireRequestSerializer)
         if "owner" not in body:
             body["owner"] = None  # the manager generates one with `secrets`
-        for _attempt in range(ACQUIRE_ATTEMPTS):
-            try:
-                lock = DistributedLock.objects.acquire(resource, **body)
-            except LockKindMismatch as error:
-                raise KindMismatch(str(error)) from None
-            if lock is not None:
-                return Response(AcquiredSerializer(lock).data)
-            holds = DistributedLock.objects.holders(resource)
-            if holds:
-                # The first to expire lets this caller in, at the soonest.
-                expires_at = min(hold.expires_at for hold in holds)
-                return _not_acquired(resource, expires_at, database_now(conf.DATABASE))
-            # Nobody holds it: the lock-delay of a holder that lost it may run.
-            delayed = (
-                self._locks().delayed().filter(resource=resource).annotate(db_now=DatabaseNow())
-            ).first()
-            if delayed is not None and delayed.available_at is not None:
-                return _not_acquired(resource, delayed.available_at, delayed.db_now)
-        # Lost to holders that kept leaving just before they could be read.
-        now = database_now(conf.DATABASE)
-        data = NotAcquiredSerializer({"resource": resource, "expires_at": now}).data
-        return Response(data, headers={"Retry-After": "1"})
+        try:
+            taken = service_for(conf.DATABASE).acquire(resource, **body)
+        except LockKindMismatch as error:
+            raise KindMismatch(str(error)) from None
+        if not isinstance(taken, Refusal):
+            return Response(AcquiredSerializer(taken).data)
+        # As the acquisition found the lock: free at the first holder's expiry,
+        # or a running lock-delay's end; else now (waiters queued first).
+        now = taken.now or database_now(conf.DATABASE)
+        return _not_acquired(resource, taken.until or now, now)
 
     def renew(self, request: Request, resource: str) -> Response:
         resource = self._resource()

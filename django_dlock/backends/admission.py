@@ -62,11 +62,11 @@ def admit(
         return _admit_beside_shared(header, holds, claim, queued)
     if header.held and not header.held_by_shared:
         mine = same_owner(header.owner, claim.owner)
-        if claim.limit is not None:
+        if claim.kind.limit is not None:
             return Admission(Action.MISMATCH, kind=kind_of(None))
         if not mine or not _holds_still(header, claim):
             return Admission(Action.REFUSE)
-        return Admission(Action.DOWNGRADE if claim.shared else Action.AGAIN)
+        return Admission(Action.DOWNGRADE if claim.kind.shared else Action.AGAIN)
     # Free: nobody holds it. (A row that shows shared holders none of which is
     # valid is free too: PostgreSQL's one-statement release keeps the row's
     # count of holds, which still counts holds that expired unreleased.)
@@ -82,7 +82,7 @@ def admit(
 def _admit_beside_shared(
     header: LockRow, holds: list[LockRow], claim: Claim, queued: tuple[int, int]
 ) -> Admission:
-    if claim.limit != header.limit:
+    if claim.kind.limit != header.limit:
         return Admission(Action.MISMATCH, kind=kind_of(header.limit))
     mine = next((hold for hold in holds if same_owner(hold.owner, claim.owner)), None)
     if mine is not None and not _holds_still(mine, claim):
@@ -106,5 +106,5 @@ def _holds_still(hold: LockRow, claim: Claim) -> bool:
 def _join(claim: Claim, *, holders: int, queued: tuple[int, int]) -> Admission:
     everyone, writers = queued
     # A reader: no writer queued before it. A permit: one left after those queued.
-    admitted = writers == 0 if claim.limit is None else holders + everyone < claim.limit
+    admitted = writers == 0 if claim.kind.limit is None else holders + everyone < claim.kind.limit
     return Admission(Action.JOIN if admitted else Action.REFUSE)

@@ -13,9 +13,11 @@ Each lock operation is one method of ``LockBackend`` (``take``, ``extend``,
 ``give_up``, ...), and the decision it makes lives there: here, in Python,
 between a ``SELECT ... FOR UPDATE`` of the resource's row and the write, inside
 one transaction of the operation's own (``in_lock_transaction``). A vendor
-overrides an operation with a form that decides in SQL, in fewer statements,
-and calls ``super()`` where that form does not apply, as Django's
-``BaseDatabaseOperations`` and its vendor subclasses do.
+overrides an operation with a form that decides in SQL, in fewer statements:
+its override is the operation's one entry, which dispatches once, to its
+statement or, where that form does not apply, to the portable operation
+(``take_portable``, ``extend_portable``, ``give_up_portable``); no operation
+re-enters itself through ``super()``.
 """
 
 from __future__ import annotations
@@ -109,7 +111,14 @@ class LockBackend:
         token; reentrant, one hold more), or nothing. Without a row, the first
         one is inserted. Once admitted, the waiter ticket ``claim.ticket``
         leaves its queue in the same transaction (one commit, and no moment
-        where the next waiter sees the new holder still queued ahead of it)."""
+        where the next waiter sees the new holder still queued ahead of it).
+        The operation's one entry: a vendor's dispatches to its statements or
+        to ``take_portable``."""
+        return self.take_portable(claim)
+
+    def take_portable(self, claim: Claim) -> Taken:
+        """``take`` as every database can: its decision in Python (``admit``),
+        between a ``SELECT ... FOR UPDATE`` and the write, in a lock transaction."""
         return in_lock_transaction(self, lambda: self._take(claim))
 
     def _take(self, claim: Claim) -> Taken:
@@ -140,7 +149,7 @@ class LockBackend:
         queued = (
             (0, 0) if claim.exclusive else self.queue.queued_before(claim.resource, claim.ticket)
         )
-        taken = self.grants.write(admit(header, holds, claim, queued), header, claim, len(holds))
+        taken = self.grants.write(admit(header, holds, claim, queued), header, claim, holds)
         if taken.row is not None:
             self._leave(claim.ticket)
             if taken.row.shared and claim.ticket is not None and not taken.renewed:
@@ -155,23 +164,27 @@ class LockBackend:
 
     def extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
         """Renew: a later expiry of the hold ``owner`` validly has."""
+        return self.extend_portable(resource, owner, duration)
+
+    def extend_portable(self, resource: str, owner: str, duration: timedelta) -> Renewed:
+        """``extend`` as every database can, in a lock transaction."""
         return in_lock_transaction(self, lambda: self._extend(resource, owner, duration))
 
     def _extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
         header = self.rows.select_for_update(resource)
         if header is None or header.owner == "":
-            return Renewed(row=None, exists=False)
+            return Renewed(row=None, exists=False, holder=None if header is None else "")
         expires_at = header.now + duration
         if header.held_by_shared:
             mine = self._hold_of(resource, owner, header.now)
             if mine is None:
-                return Renewed(row=None, exists=True)
+                return Renewed(row=None, exists=True, holder=header.owner)
             hold = replace(mine, expires_at=expires_at)
             self.holds.update_hold(hold, ["expires_at"])
             self.grants.cover(header, expires_at)
             return Renewed(row=hold, exists=True)
         if not header.held or not same_owner(header.owner, owner):
-            return Renewed(row=None, exists=True)
+            return Renewed(row=None, exists=True, holder=header.owner)
         row = replace(header, expires_at=expires_at)
         self.rows.update(row, ["expires_at"])
         return Renewed(row=row, exists=True)
@@ -196,6 +209,12 @@ class LockBackend:
         (``mark_released``). ``mode``: the hold's, where its holder knows it
         (``LockHandle.mode``), so that a vendor goes straight to the statement
         that releases that kind of hold; the decision does not depend on it."""
+        return self.give_up_portable(resource, owner, forced=forced)
+
+    def give_up_portable(
+        self, resource: str, owner: str | None, *, forced: bool = False
+    ) -> Released:
+        """``give_up`` as every database can, in a lock transaction."""
         return in_lock_transaction(self, lambda: self._give_up(resource, owner, forced))
 
     def _give_up(self, resource: str, owner: str | None, forced: bool) -> Released:
@@ -344,11 +363,12 @@ class LockBackend:
 
     def renew_many(
         self, pairs: Sequence[tuple[str, str]], seconds: float
-    ) -> dict[tuple[str, str], LockRow]:
+    ) -> dict[tuple[str, str], Renewed]:
         """Extend each (resource, owner) hold that owner validly has to
-        ``seconds`` from now; the renewed holds. The exclusive holders' in one
-        statement per ``RENEW_CHUNK`` (in autocommit), then the shared holders'
-        with their resources' rows (a lock transaction)."""
+        ``seconds`` from now; what each renewal did. The exclusive holders' in
+        one statement per ``RENEW_CHUNK`` (in autocommit), then the shared
+        holders' with their resources' rows (a lock transaction); a lost one's
+        row is read (an UPDATE answers only the rows it wrote) to say why."""
         renewals = self.renewals
         renewed: dict[tuple[str, str], LockRow] = {}
         for start in range(0, len(pairs), RENEW_CHUNK):
@@ -358,7 +378,16 @@ class LockBackend:
             if shared:
                 renew = partial(renewals.renew_shared, shared, seconds)
                 renewed.update(in_lock_transaction(self, renew))
-        return renewed
+        answers = {}
+        for resource, owner in pairs:
+            row = renewed.get((resource, owner))
+            if row is None:  # lost (rare): whose row it is tells why
+                row = self.tables.fetch_row(self.rows.read_sql, [resource])
+                holder = None if row is None else row.owner
+                answers[resource, owner] = Renewed(row=None, exists=bool(holder), holder=holder)
+            else:
+                answers[resource, owner] = Renewed(row=row, exists=True)
+        return answers
 
     def purge_batch(self, *, older_than: float, batch_size: int, prefix: str) -> PurgedBatch:
         """Delete at most ``batch_size`` locks that expired at least ``older_than``

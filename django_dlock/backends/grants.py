@@ -10,7 +10,7 @@ from datetime import datetime
 from django_dlock.backends.admission import Action, Admission
 from django_dlock.backends.holds import Holds
 from django_dlock.backends.lock_rows import LockRows
-from django_dlock.backends.results import LockRow, Taken
+from django_dlock.backends.results import LockRow, Refusal, Taken
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.claim import Claim
 
@@ -28,13 +28,17 @@ class Grants:
         self.rows = rows
         self.holds = holds
 
-    def write(self, admission: Admission, header: LockRow, claim: Claim, holders: int) -> Taken:
+    def write(
+        self, admission: Admission, header: LockRow, claim: Claim, holds: list[LockRow]
+    ) -> Taken:
         """Write what ``admission`` decided for ``claim`` on the locked ``header``
-        (beside ``holders`` valid shared holds)."""
+        (beside its valid shared ``holds``); a refusal says why."""
         action, now = admission.action, header.now
         before = header.owner
         if action is Action.REFUSE:
-            return Taken(row=None, previous_owner=before, renewed=False)
+            first_expiry = min((hold.expires_at for hold in holds), default=None)
+            refusal = Refusal.of(header, first_expiry)
+            return Taken(row=None, previous_owner=before, renewed=False, refusal=refusal)
         if action is Action.MISMATCH:
             return Taken(row=None, previous_owner=before, renewed=False, mismatch=admission.kind)
         expires_at = now + claim.duration
@@ -76,7 +80,7 @@ class Grants:
             hold = self._hold_for(replace(header, owner="", hold_count=header.hold_count), claim)
             return Taken(row=hold, previous_owner=before, renewed=False)
         # JOIN: a new shared hold
-        hold = self._hold_for(header, claim, others=holders)
+        hold = self._hold_for(header, claim, others=len(holds))
         return Taken(row=hold, previous_owner=before, renewed=False)
 
     def _hold_for(
@@ -93,7 +97,7 @@ class Grants:
             claim.duration,
             token=token,
             label=claim.label,
-            limit=claim.limit,
+            limit=claim.kind.limit,
             hold_count=hold_count,
         )
         if shared_before:  # its hold_count counts the shared holds
@@ -113,7 +117,7 @@ class Grants:
                 fencing_token=token,
                 hold_count=1,
                 label="",
-                limit=claim.limit,
+                limit=claim.kind.limit,
                 lock_delay=None,
             )
             self.rows.update(covered, HEADER_WRITTEN)

@@ -20,7 +20,7 @@ from typing import Any
 from django_dlock.backends.tables import LockTables
 from django_dlock.backends.transactions import TransactionHooks
 from django_dlock.django_private import compile_expression
-from django_dlock.rules import EXCLUSIVE, SHARED
+from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
 
@@ -283,9 +283,9 @@ class WaiterQueue:
 
     def wants(self, claim: Claim, channel: str, listener_pid: int | None) -> list[Any]:
         """A ticket's ``WANTS``, as parameters."""
-        mode = SHARED if claim.shared else EXCLUSIVE
+        mode = claim.kind.mode
         ttl = self._ttl_value(claim.duration)
-        return [channel, ttl, mode, claim.limit, claim.label, listener_pid]
+        return [channel, ttl, mode, claim.kind.limit, claim.label, listener_pid]
 
     def refresh_waiters(self, tickets: Sequence[int], seconds: float) -> None:
         """Keep the waiters of ``tickets`` queued for ``seconds`` more (one UPDATE)."""

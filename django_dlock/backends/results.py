@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, ReleaseResult
 from django_dlock.rules.predicates import HELD, HELD_BY_SHARED, delay_end
 
-__all__ = ["LockRow", "Released", "Renewed", "Taken"]
+__all__ = ["LockRow", "Refusal", "Released", "Renewed", "Taken"]
 
 #: The model fields of a row of ``distributed_locks`` (``LockRow.field_values``).
 LOCK_FIELDS = (
@@ -89,6 +89,39 @@ class LockRow:
 
 
 @dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why an acquisition was refused, as the refusing statement found the
+    resource: nobody reads the lock again to say it (the API's ``Retry-After``,
+    ``lock()``'s message)."""
+
+    # The database's time of the decision; None where the statement found no row.
+    now: datetime | None
+    # The soonest the resource may come free: the first valid holder's expiry,
+    # or the end of a running lock-delay; None when nobody holds it (waiters
+    # queued before the claim, or a re-entered grant that is gone).
+    until: datetime | None
+    delayed: bool = False  # ``until`` is the end of a lock-delay
+
+    @classmethod
+    def of(cls, row: LockRow | None, first_expiry: datetime | None = None) -> Refusal:
+        """The refusal by the resource's ``row`` as the statement read it;
+        ``first_expiry``: the first of its valid shared holds to expire, where
+        shared holders hold it."""
+        if row is None:
+            return cls(now=None, until=None)
+        delay_ends = row.available_at
+        if delay_ends is not None:
+            return cls(now=row.now, until=delay_ends, delayed=True)
+        if row.held_by_shared:
+            return cls(now=row.now, until=first_expiry)
+        return cls(now=row.now, until=row.expires_at if row.held else None)
+
+
+#: A refusal where the statement found no row to say more.
+NO_ROW = Refusal(now=None, until=None)
+
+
+@dataclass(frozen=True, slots=True)
 class Taken:
     """What an acquisition did."""
 
@@ -96,6 +129,7 @@ class Taken:
     previous_owner: str | None  # the resource row's owner before ("" released); None without one
     renewed: bool  # the holder re-acquired it: same token, same acquired_at
     mismatch: str | None = None  # the kind the resource is, when the claim asked for another
+    refusal: Refusal = NO_ROW  # why it was refused (row None, no mismatch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +138,9 @@ class Renewed:
 
     row: LockRow | None  # the renewed hold; None when the owner does not validly hold it
     exists: bool  # whether there was a lock at all (a row, not released)
+    # Not renewed: the row's owner as the renewal found it ("" released; None:
+    # no row), which tells an expiry from a take-over without reading it again.
+    holder: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
-from django_dlock import signals
 from django_dlock.conf import conf
 from django_dlock.exceptions import (
     InvalidArgument,
@@ -44,7 +43,7 @@ from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold, ReleaseResult, new_owner_token
 from django_dlock.rules.claim import Claim, claim_for
-from django_dlock.service import service_for
+from django_dlock.service import Refusal, service_for
 from django_dlock.threads import release_if_cancelled, run_in_lock_thread
 from django_dlock.validators import (
     validate_label,
@@ -150,7 +149,7 @@ class lock:
         self._entered: list[Entered | HeldLocks] = []
         self._claimed: Claim | None = None
         self.min_hold = validate_min_hold(min_hold, several=self.items is not None)
-        exclusive = self.items is None and not shared and limit is None
+        exclusive = self.items is None and self.kind.is_exclusive
         self.lock_delay = (
             None if lock_delay is None else validate_lock_delay(lock_delay, exclusive=exclusive)
         )
@@ -217,8 +216,8 @@ class lock:
         if not self.timeout:
             started = time.monotonic()
             acquired = self._take(owner)
-            if acquired is None:
-                raise refusal(self.using, self.resource)
+            if isinstance(acquired, Refusal):
+                raise refusal(self.resource, acquired)
             return acquired, started
         holding = self._holding() if holding is None else holding
         wait = Wait(self._claim(owner), self.timeout, self.using, holding=holding)
@@ -268,8 +267,8 @@ class lock:
         started = time.monotonic()
         if not self.timeout:
             acquired = await self._atake(owner)
-            if acquired is None:
-                raise await run_in_lock_thread(self.using, refusal, self.using, self.resource)
+            if isinstance(acquired, Refusal):
+                raise refusal(self.resource, acquired)
             return acquired, started
         wait = Wait(
             self._claim(owner), self.timeout, self.using, Wakeup.on_loop(), holding=self._holding()
@@ -282,7 +281,7 @@ class lock:
         )
         return acquired, wait.started
 
-    async def _atake(self, owner: str, held_token: int | None = None) -> Hold | None:
+    async def _atake(self, owner: str, held_token: int | None = None) -> Hold | Refusal:
         manager = DistributedLock.objects.db_manager(self.using)
         return await release_if_cancelled(
             self.using,
@@ -349,22 +348,17 @@ class lock:
                 self.resource,
                 owner,
                 self.ttl,
-                reentrant=self.reentrant,
-                shared=self.shared,
-                limit=self.limit,
+                kind=self.kind,
                 label=self.label,
                 lock_delay=self.lock_delay,
                 priority=self.priority,
             )
         return replace(self._claimed, owner=owner, held_token=held_token)
 
-    def _take(self, owner: str, held_token: int | None = None) -> Hold | None:
-        """One non-blocking acquisition; with ``held_token``, a re-entry of that grant."""
-        claim = self._claim(owner, held_token)
-        hold = service_for(self.using).take(claim, instance=False)
-        if hold is None:
-            signals.send_refused(DistributedLock, claim)
-        return hold
+    def _take(self, owner: str, held_token: int | None = None) -> Hold | Refusal:
+        """One non-blocking acquisition, or why it was refused; with
+        ``held_token``, a re-entry of that grant."""
+        return service_for(self.using).try_take(self._claim(owner, held_token), instance=False)
 
     def _holding(self) -> tuple[tuple[str, str], ...]:
         """What the calling thread or task holds with lock() on this database,
@@ -384,9 +378,9 @@ class lock:
     def _check_reentry(self, entered: Entered) -> None:
         check_reentry(entered, self.resource, reentrant=self.reentrant, kind=self.kind)
 
-    def _reenter(self, entered: Entered, acquired: Hold | None) -> Entered:
+    def _reenter(self, entered: Entered, acquired: Hold | Refusal) -> Entered:
         """Enter again a hold that this thread or task has entered already."""
-        if acquired is None:  # the re-entry of a grant is refused only when it was lost
+        if isinstance(acquired, Refusal):  # the re-entry of a grant is refused only when lost
             raise entered.handle.lost_before("a re-entry")
         entered.depth += 1
         entered.handle.expires_at = acquired.expires_at

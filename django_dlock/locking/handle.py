@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING
 
 from django_dlock import signals
 from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
+from django_dlock.kinds import LockKind
 from django_dlock.locking.renewal import RenewalFailure, renew_lock
 from django_dlock.models import DistributedLock
-from django_dlock.rules import EXCLUSIVE, SHARED, Hold, ReleaseResult
-from django_dlock.rules.claim import claim_for
-from django_dlock.service import service_for
+from django_dlock.rules import SHARED, Hold, ReleaseResult
+from django_dlock.rules.claim import EXCLUSIVE_KIND, claim_for
+from django_dlock.service import Refusal, service_for
 from django_dlock.threads import run_in_lock_thread
 
 if TYPE_CHECKING:
@@ -217,13 +218,13 @@ class LockHandle:
         service = service_for(self.using)
         manager = DistributedLock.objects.db_manager(self.using)
         # Of this grant only: one that was lost is not replaced by a new one.
-        claim = claim_for(
-            self.resource, self.owner, ttl, shared=shared, held_token=self.fencing_token
-        )
-        hold = service.take(claim)
+        kind = LockKind.shared_lock() if shared else EXCLUSIVE_KIND
+        claim = claim_for(self.resource, self.owner, ttl, kind=kind, held_token=self.fencing_token)
+        taken = service.take(claim)
+        hold = None if isinstance(taken, Refusal) else taken
         if hold is None and (shared or not self._holds_still(manager)):
             raise self.lost_before("its change of mode")
-        if hold is None or hold.mode != (SHARED if shared else EXCLUSIVE):
+        if hold is None or hold.mode != kind.mode:
             raise LockNotAcquired(
                 f"Cannot upgrade the lock on {self.resource!r}: other holders share it."
             )

@@ -148,14 +148,14 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
         holder, left = row.owner, time_left(row.expires_at, row.now)
     if claim.exclusive:
         admissible = free and row.ahead == 0
-    elif claim.limit is None:
+    elif claim.kind.limit is None:
         admissible = (free or (shared and row.limit is None)) and row.ahead_exclusive == 0
     else:
         taken = 0 if free else row.holders
-        admissible = (free or (shared and row.limit == claim.limit)) and (
-            taken + row.ahead < claim.limit
+        admissible = (free or (shared and row.limit == claim.kind.limit)) and (
+            taken + row.ahead < claim.kind.limit
         )
-    mismatch = held and not free and (row.limit if shared else None) != claim.limit
+    mismatch = held and not free and (row.limit if shared else None) != claim.kind.limit
     return QueueState(
         holder=holder,
         free=free,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 
 from django_dlock.exceptions import LockExpired, LockNotOwned
-from django_dlock.models import DistributedLock
-from django_dlock.rules import Hold
+from django_dlock.rules import Hold, duration_of
+from django_dlock.service import Renewed, service_for
 
 
 class RenewalFailure(enum.Enum):
@@ -24,27 +24,14 @@ class RenewalFailure(enum.Enum):
 
 def renew_lock(using: str, resource: str, owner: str, ttl: float) -> Hold | RenewalFailure:
     """The renewed lock, or why it could not be renewed."""
-    try:
-        renewed = DistributedLock.objects.db_manager(using).renew(resource, owner, ttl)
-    except DistributedLock.DoesNotExist:
-        return RenewalFailure.GONE
-    if renewed is None:
-        # The manager does not say which; read the row to tell the holder.
-        holder = (
-            DistributedLock.objects.using(using)
-            .filter(resource=resource)
-            .values_list("owner", flat=True)
-            .first()
-        )
-        return failure_of(owner, holder)
-    return renewed
+    return outcome_of(owner, service_for(using).renew(resource, owner, duration_of(ttl)))
 
 
-def failure_of(owner: str, holder: str | None) -> RenewalFailure:
-    """Why ``owner``'s lock was not renewed, given who holds its row now
-    (``None``: no row; "": released)."""
-    if holder in (None, ""):
+def outcome_of(owner: str, renewed: Hold | Renewed) -> Hold | RenewalFailure:
+    """The renewed lock, or why ``owner``'s renewal failed, told by who held the
+    row as the renewal found it (``Renewed``): nothing reads it again."""
+    if not isinstance(renewed, Renewed):
+        return renewed
+    if not renewed.exists:
         return RenewalFailure.GONE
-    if holder not in ("", owner):
-        return RenewalFailure.TAKEN_OVER
-    return RenewalFailure.EXPIRED
+    return RenewalFailure.EXPIRED if renewed.holder == owner else RenewalFailure.TAKEN_OVER

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from django.db import DatabaseError, connections
 
-from django_dlock.locking.renewal import RenewalFailure, failure_of, renew_lock
-from django_dlock.models import DistributedLock
+from django_dlock.locking.renewal import RenewalFailure, outcome_of, renew_lock
 from django_dlock.per_alias import PerAlias
 from django_dlock.rules import Hold
 from django_dlock.service import service_for
@@ -159,35 +158,19 @@ def renew_batch(using: str, batch: Sequence[Renewed]) -> list[Hold | str]:
         pairs = [(handle.resource, handle.owner) for handle in handles]
         try:
             renewed = service_for(using).renew_held(pairs, ttl)
-            failures = _failures(using, [pair for pair in pairs if pair not in renewed])
         except DatabaseError as error:
             for handle in handles:
                 outcomes[handle] = _database_error(error)
             continue
         for handle in handles:
             pair = (handle.resource, handle.owner)
-            outcomes[handle] = renewed[pair] if pair in renewed else failures[pair].value
+            outcome = outcome_of(handle.owner, renewed[pair])
+            outcomes[handle] = outcome.value if isinstance(outcome, RenewalFailure) else outcome
     return [outcomes[handle] for handle in batch]
 
 
 def _database_error(error: DatabaseError) -> str:
     return f"renewing it failed with a database error: {error}"
-
-
-def _failures(
-    using: str, pairs: Sequence[tuple[str, str]]
-) -> dict[tuple[str, str], RenewalFailure]:
-    """Why each (resource, owner) lock could not be renewed: one SELECT for all."""
-    if not pairs:
-        return {}
-    holders = dict(
-        DistributedLock.objects.using(using)
-        .filter(resource__in=[resource for resource, _ in pairs])
-        .values_list("resource", "owner")
-    )
-    return {
-        (resource, owner): failure_of(owner, holders.get(resource)) for resource, owner in pairs
-    }
 
 
 # The renewer of each alias in this process (its thread runs only while needed).

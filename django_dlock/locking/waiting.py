@@ -47,7 +47,8 @@ from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold
 from django_dlock.rules.claim import Claim
-from django_dlock.service import service_for
+from django_dlock.rules.clock import time_left
+from django_dlock.service import Refusal, service_for
 
 __all__ = ["WAITER_TTL", "Wait", "queue_state", "refusal", "state_of"]
 
@@ -250,7 +251,9 @@ class Wait:
         self.started = time.monotonic()
         leaving = self.ticket if queued else None
         acquired = service_for(self.using).take(replace(self.claim, ticket=leaving), instance=False)
-        if acquired is not None and leaving is not None:
+        if isinstance(acquired, Refusal):
+            return None
+        if leaving is not None:
             self.ticket = None
         return acquired
 
@@ -366,11 +369,11 @@ class Wait:
         return min(WAITER_TTL, self._remaining() + 1.0)
 
 
-def refusal(using: str, resource: str) -> LockNotAcquired:
-    """Why a non-blocking acquisition was refused. A lock-delay is rare and a
-    refusal the slow path: one read, there, tells the two causes apart."""
-    delay_left = DistributedLock.objects.db_manager(using).available_in(resource)
-    if delay_left is not None:
+def refusal(resource: str, refused: Refusal) -> LockNotAcquired:
+    """Why a non-blocking acquisition was refused, as its statement found the
+    lock (``Refusal``): nothing reads it again."""
+    if refused.delayed and refused.until is not None and refused.now is not None:
+        delay_left = max(time_left(refused.until, refused.now), 0.0)
         return LockNotAcquired(
             f"The lock on {resource!r} is in its lock-delay for another {delay_left:.1f} s: "
             "its last holder lost it (it expired or was force-released)."

@@ -10,7 +10,11 @@ from django_dlock.kinds import LockKind
 from django_dlock.rules import duration_of
 from django_dlock.validators import validate_label, validate_lock_delay, validate_priority
 
-__all__ = ["Claim", "claim_for"]
+__all__ = ["EXCLUSIVE_KIND", "Claim", "claim_for"]
+
+
+#: The kind of a claim that names none: the exclusive lock.
+EXCLUSIVE_KIND = LockKind()
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,9 +24,8 @@ class Claim:
     resource: str
     owner: str
     duration: timedelta
-    shared: bool = False  # a reader (or, with a limit, a permit) rather than the exclusive holder
-    limit: int | None = None  # a semaphore's number of permits
-    reentrant: bool = False  # the holder again adds a hold rather than only extending
+    # Exclusive, a reader, or a semaphore's permit; reentrant or not (checked when made).
+    kind: LockKind = EXCLUSIVE_KIND
     label: str = ""
     ticket: int | None = None  # lock()'s waiter, which leaves its queue once admitted
     # A re-entry or a change of mode of the grant with this fencing token: refused
@@ -37,14 +40,14 @@ class Claim:
 
     @property
     def exclusive(self) -> bool:
-        return not self.shared and self.limit is None
+        return self.kind.is_exclusive
 
     @property
     def adds_a_hold(self) -> bool:
         """Whether the holder's acquisition adds a hold: reentrant, and not a
         queued waiter's (``lock()`` re-enters without queuing, so a waiter that
         finds the lock its own was handed it by a release as it looked)."""
-        return self.reentrant and self.ticket is None
+        return self.kind.reentrant and self.ticket is None
 
 
 def claim_for(
@@ -52,28 +55,25 @@ def claim_for(
     owner: str,
     ttl: float | None,
     *,
-    reentrant: bool = False,
-    shared: bool = False,
-    limit: int | None = None,
+    kind: LockKind = EXCLUSIVE_KIND,
     label: str = "",
     held_token: int | None = None,
     lock_delay: float | timedelta | None = None,
     priority: int = 0,
 ) -> Claim:
     """What an acquisition of ``resource`` by ``owner`` (both checked by the
-    caller) asks for, each other argument checked here, once: ``InvalidArgument``
-    for a bad one. ``lock()`` makes its claim once and only changes the owner
-    and the re-entered grant of it for each acquisition."""
-    kind = LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant)
-    exclusive = not kind.shared and kind.limit is None
-    delay = 0.0 if lock_delay is None else validate_lock_delay(lock_delay, exclusive=exclusive)
+    caller, as ``kind``, a ``LockKind`` checked when made) asks for, each other
+    argument checked here, once: ``InvalidArgument`` for a bad one. ``lock()``
+    makes its claim once and only changes the owner and the re-entered grant
+    of it for each acquisition."""
+    delay = (
+        0.0 if lock_delay is None else validate_lock_delay(lock_delay, exclusive=kind.is_exclusive)
+    )
     return Claim(
         resource=resource,
         owner=owner,
         duration=duration_of(ttl),
-        shared=kind.shared,
-        limit=kind.limit,
-        reentrant=kind.reentrant,
+        kind=kind,
         label=validate_label(label),
         held_token=held_token,
         lock_delay=timedelta(seconds=delay) if delay else None,

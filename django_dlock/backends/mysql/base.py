@@ -45,7 +45,7 @@ from django_dlock.backends.mysql.purge import MySQLPurge
 from django_dlock.backends.mysql.queue import MySQLQueue
 from django_dlock.backends.mysql.renewals import MySQLRenewals
 from django_dlock.backends.mysql.throttles import MySQLThrottleUses
-from django_dlock.backends.results import LockRow, Released, Taken
+from django_dlock.backends.results import Refusal, Released, Taken
 from django_dlock.backends.transactions import (
     refuse_callers_transaction,
     run_again_after_lost_races,
@@ -87,6 +87,10 @@ class MySQLBackend(LockBackend):
         self._prepared = PreparedStatements()
         self._kept_row = one_row.KeptRow(self.tables)
 
+    # Each operation has one entry, which dispatches once: to the one-row
+    # UPDATE where the row settles the case, else (None from it) to the
+    # portable operation.
+
     def take(self, claim: Claim) -> Taken:
         try:
             return self._take_once(claim)
@@ -114,11 +118,13 @@ class MySQLBackend(LockBackend):
             return cursor.fetchone() is not None
 
     def _take_once(self, claim: Claim) -> Taken:
-        connection = None
-        if claim.exclusive and claim.ticket is None:
-            connection = self._alone()
-        if connection is None:
-            return super().take(claim)
+        connection = self._alone() if claim.exclusive and claim.ticket is None else None
+        taken = None if connection is None else self._take_one_row(claim, connection)
+        return self.take_portable(claim) if taken is None else taken
+
+    def _take_one_row(self, claim: Claim, connection: BaseDatabaseWrapper) -> Taken | None:
+        """The exclusive acquisition by the one-row UPDATE; None where the
+        portable operation decides (no row yet, shared holders)."""
         params = {
             "resource": claim.resource,
             "owner": claim.owner,
@@ -129,12 +135,12 @@ class MySQLBackend(LockBackend):
             "lock_delay": self.rows.duration_value(claim.lock_delay),
         }
         answer = self._update_one_row(connection, self._one_take, params)
-        if answer is None or answer[0] == one_row.PORTABLE:  # no row yet; shared holders
-            return super().take(claim)
+        if answer is None or answer[0] == one_row.PORTABLE:
+            return None
         action, before, values = answer
-        if action == one_row.REFUSED:
-            return Taken(row=None, previous_owner=before, renewed=False)
         row = self._kept_row.row(values, connection)
+        if action == one_row.REFUSED:  # the row as the UPDATE left it: untouched
+            return Taken(row=None, previous_owner=before, renewed=False, refusal=Refusal.of(row))
         return Taken(row=row, previous_owner=before, renewed=action == one_row.AGAIN)
 
     def give_up(
@@ -142,8 +148,18 @@ class MySQLBackend(LockBackend):
     ) -> Released:
         # A hold its holder knows is shared: the one-row UPDATE would only say so.
         connection = None if owner is None or forced or mode == SHARED else self._alone()
-        if connection is None or owner is None:
-            return super().give_up(resource, owner, forced=forced)
+        released = None
+        if connection is not None and owner is not None:
+            released = self._release_one_row(resource, owner, connection)
+        return (
+            self.give_up_portable(resource, owner, forced=forced) if released is None else released
+        )
+
+    def _release_one_row(
+        self, resource: str, owner: str, connection: BaseDatabaseWrapper
+    ) -> Released | None:
+        """The owner's release by the one-row UPDATE; None for a shared hold's
+        (the portable operation)."""
         params = {"resource": resource, "owner": owner}
         answer = self._update_one_row(connection, self._one_release, params)
         if answer is None or answer[0] == one_row.NOT_FOUND:
@@ -151,8 +167,8 @@ class MySQLBackend(LockBackend):
         action, before, values = answer
         if action == one_row.FORBIDDEN:
             return Released(row=None, owner=before, result=ReleaseResult.FORBIDDEN)
-        if action == one_row.PORTABLE:  # a shared hold's
-            return super().give_up(resource, owner)
+        if action == one_row.PORTABLE:
+            return None
         row = self._kept_row.row(values, connection)
         if action == one_row.DECREMENTED:
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
@@ -170,10 +186,6 @@ class MySQLBackend(LockBackend):
         if self.features.one_statement and not atomic_depth(connection):
             return connection
         return None
-
-    def _row(self, values: Sequence[Any]) -> LockRow:
-        """The ``LockRow`` of the values of the ``SELECT`` of what an ``UPDATE`` kept."""
-        return self._kept_row.row(values, self.connection)
 
     def _update_one_row(
         self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]

@@ -26,7 +26,7 @@ from django_dlock.backends.postgresql.wake import (
     wake_sql,
 )
 from django_dlock.backends.queue import NO_TICKET
-from django_dlock.backends.results import LockRow, Released, Renewed, Taken
+from django_dlock.backends.results import LockRow, Refusal, Released, Renewed, Taken
 from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED, SHARED_HOLDERS, ReleaseResult
@@ -68,13 +68,20 @@ class PostgreSQLBackend(LockBackend):
         self._release = release.ReleaseStatement(self).statement
         self._prepared = PreparedStatements(using)
 
+    # Each operation has one entry, which dispatches once: to the statement
+    # that settles the case, else (None from it) to the portable operation.
+
     def take(self, claim: Claim) -> Taken:
-        if not self.features.one_statement:
-            return super().take(claim)
+        taken = self._take_one(claim) if self.features.one_statement else None
+        return self.take_portable(claim) if taken is None else taken
+
+    def _take_one(self, claim: Claim) -> Taken | None:
+        """The acquisition in one statement; None where the portable operation
+        decides (no row yet for a reader; beside shared holders: the only one
+        of them upgrades, a semaphore is another kind)."""
         if not claim.exclusive:
-            return self._alone(lambda: self._take_shared(claim)) or super().take(claim)
+            return self._alone(lambda: self._take_shared(claim))
         exclusive = self._exclusive
-        statement = exclusive.take if claim.ticket is None else exclusive.take_leaving
         params = {
             "resource": claim.resource,
             "owner": claim.owner,
@@ -88,11 +95,10 @@ class PostgreSQLBackend(LockBackend):
         if claim.ticket is None and claim.held_token is None:
             taken = self._alone(lambda: self._take_released(claim, params))
         else:
+            statement = exclusive.take if claim.ticket is None else exclusive.take_leaving
             taken = self._alone(lambda: self._taken(statement, params))
         if taken.row is None and taken.previous_owner == SHARED_HOLDERS:
-            # Shared holders: the only one of them upgrades, a semaphore is
-            # another kind; the portable operation tells.
-            return super().take(claim)
+            return None
         return taken
 
     def _take_shared(self, claim: Claim) -> Taken | None:
@@ -102,7 +108,7 @@ class PostgreSQLBackend(LockBackend):
             "resource": claim.resource,
             "owner": claim.owner,
             "duration": claim.duration,
-            "limit": claim.limit,
+            "limit": claim.kind.limit,
             "reentrant": int(claim.adds_a_hold),
             "label": claim.label,
             "ticket": NO_TICKET if claim.ticket is None else claim.ticket,
@@ -111,9 +117,12 @@ class PostgreSQLBackend(LockBackend):
         answer = self._run(self._shared_take, params)
         if answer is None:  # no row for the resource yet
             return None
-        action, header_owner, _, *hold = answer
+        action, header_owner, _, *rest = answer
+        width = len(self.tables.columns) + 1
+        locked, first_expiry, hold = rest[:width], rest[width], rest[width + 1 :]
         if action == shared_take.REFUSED:
-            return Taken(row=None, previous_owner=header_owner, renewed=False)
+            refusal = Refusal.of(self.tables.row(locked), first_expiry)
+            return Taken(row=None, previous_owner=header_owner, renewed=False, refusal=refusal)
         if action == PORTABLE or hold[0] is None:
             return None
         row = self.holds.row(hold)
@@ -124,55 +133,70 @@ class PostgreSQLBackend(LockBackend):
         it (released, or the owner's own hold: taken; another owner's valid
         hold: refused), else by ``take``: no row yet, an expired holder's (see
         ``ExclusiveStatements.take_released``)."""
-        owner, held, *written = self._answer(self._exclusive.take_released, params)
+        owner, held, expires_at, now, *written = self._answer(self._exclusive.take_released, params)
         if written[0] is not None:
             row = self.tables.row(written)
             return Taken(row=row, previous_owner=owner, renewed=row.acquired_at < row.now)
         if held and owner != claim.owner:  # refused; shared holders: see take()
-            return Taken(row=None, previous_owner=owner, renewed=False)
+            refusal = Refusal(now=now, until=expires_at)
+            return Taken(row=None, previous_owner=owner, renewed=False, refusal=refusal)
         return self._taken(self._exclusive.take, params)
 
     def _taken(self, statement: Statement, params: dict[str, Any]) -> Taken:
-        owner, _, row = self._decided(statement, params)
+        owner, _, locked, row = self._decided(statement, params)
         if owner is None and row is None:
             # The row vanished (purged while the lock waited for it), or it
             # appeared after the statement's snapshot, held by another owner: in
             # either case a statement with a new snapshot sees it as it is now.
-            owner, _, row = self._decided(statement, params)
+            owner, _, locked, row = self._decided(statement, params)
         if row is None:
-            return Taken(row=None, previous_owner=owner, renewed=False)
+            refusal = Refusal.of(locked)
+            return Taken(row=None, previous_owner=owner, renewed=False, refusal=refusal)
         # A re-acquisition keeps acquired_at; a new holder's is the database's
         # now. (A row that appeared after the statement's snapshot has no owner
         # before: ON CONFLICT judged it.)
         return Taken(row=row, previous_owner=owner, renewed=row.acquired_at < row.now)
 
     def extend(self, resource: str, owner: str, duration: timedelta) -> Renewed:
-        if not self.features.one_statement:
-            return super().extend(resource, owner, duration)
+        renewed = (
+            self._extend_one(resource, owner, duration) if self.features.one_statement else None
+        )
+        return self.extend_portable(resource, owner, duration) if renewed is None else renewed
+
+    def _extend_one(self, resource: str, owner: str, duration: timedelta) -> Renewed | None:
+        """The renewal of an exclusive hold in one statement; None for a shared
+        hold's (the portable operation)."""
         params = {"resource": resource, "owner": owner, "duration": duration}
-        held_by, held, row = self._alone(lambda: self._decided(self._exclusive.extend, params))
+        held_by, held, _, row = self._alone(lambda: self._decided(self._exclusive.extend, params))
         if row is None and held and held_by == SHARED_HOLDERS:
-            return super().extend(resource, owner, duration)  # a shared hold's
-        return Renewed(row=row, exists=held_by not in (None, ""))
+            return None
+        return Renewed(row=row, exists=held_by not in (None, ""), holder=held_by)
 
     def give_up(
         self, resource: str, owner: str | None, *, forced: bool = False, mode: str | None = None
     ) -> Released:
-        if not self.features.one_statement or (forced and owner is not None):
-            return super().give_up(resource, owner, forced=forced)
-        if owner is not None:
+        # An operator's release of one holder's every hold: the portable operation.
+        released = None
+        if self.features.one_statement and owner is None:
+            released = self._force_release(resource)
+        elif self.features.one_statement and not forced:
             params = {"resource": resource, "owner": owner}
             released = self._alone(lambda: self._owners_release(params, mode))
-            return super().give_up(resource, owner) if released is None else released
-        # An operator's: whoever holds it (shared holds: the portable operation).
+        if released is None:
+            return self.give_up_portable(resource, owner, forced=forced)
+        return released
+
+    def _force_release(self, resource: str) -> Released | None:
+        """An operator's release of whoever holds ``resource``, in one
+        statement; None where shared holders hold it (the portable operation)."""
         params = {"resource": resource}
-        held_by, held, row = self._alone(
+        held_by, held, _, row = self._alone(
             lambda: self._decided(self._exclusive.force_release, params)
         )
         if not held or held_by is None:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
         if row is None:  # shared holders hold it
-            return super().give_up(resource, None, forced=True)
+            return None
         held_row = replace(row, owner=held_by, expires_at=row.now)  # as it was held
         return Released(row=row, owner=held_by, result=ReleaseResult.RELEASED, released=(held_row,))
 
@@ -214,16 +238,16 @@ class PostgreSQLBackend(LockBackend):
 
     def _decided(
         self, statement: Statement, params: dict[str, Any]
-    ) -> tuple[str | None, bool, LockRow | None]:
+    ) -> tuple[str | None, bool, LockRow | None, LockRow | None]:
         """Run one operation's statement: the locked row's owner (None without a
-        row) and whether it was held, and the row as written (None without a
-        write)."""
-        owner, held, *written = self._answer(statement, params)
-        # A release's count of woken waiters may follow the row and its now.
-        row = (
-            None if written[0] is None else self.tables.row(written[: len(self.tables.columns) + 1])
-        )
-        return owner, bool(held), row
+        row) and whether it was held, the locked row as it was, and the row as
+        written (None without a write)."""
+        owner, held, *rest = self._answer(statement, params)
+        width = len(self.tables.columns) + 1
+        locked, written = rest[:width], rest[width:]
+        # A force-release's count of woken waiters may follow the row and its now.
+        row = None if written[0] is None else self.tables.row(written[:width])
+        return owner, bool(held), None if locked[0] is None else self.tables.row(locked), row
 
     def _alone(self, operation: Callable[[], _T]) -> _T:
         """``operation()``, whose statements (``_run``) are each a transaction of

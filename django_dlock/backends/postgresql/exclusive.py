@@ -8,8 +8,9 @@ returned: one snapshot, so the write never meets a row that the lock did not
 see. (As two statements, an UPDATE's newer snapshot could find a row inserted
 and committed between them and write it unjudged: a force-release reported
 "nothing released" while it released a new holder's lock.) Its one row: the
-locked row's owner and whether it was held, then the row as written and the
-database's now (NULL where there was none).
+locked row's owner and whether it was held, the locked row as it was and the
+database's now, then the row as written and the database's now (NULL where
+there was none).
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ class ExclusiveStatements:
         )
         after = ", ".join(f"{table}.{name}" for name in tables.columns)
         held = valid_in("locked.")
+        # The locked row as it was comes too: a refusal's reason (``Refusal``).
         answer = (
-            f"SELECT locked.{c['owner']}, {held}, written.* "  # noqa: S608
+            f"SELECT locked.{c['owner']}, {held}, locked.*, written.* "  # noqa: S608
             "FROM (SELECT) one LEFT JOIN locked ON TRUE"
         )
 
@@ -120,21 +122,23 @@ class ExclusiveStatements:
         self.take = Statement("take", f"{taken} {answer} LEFT JOIN written ON TRUE")
         # The common acquisition, of a released row (or a re-acquisition of
         # the owner's own), is an UPDATE without the lock CTE and the INSERT;
-        # its answer is the row's owner and whether it was held, as the
-        # statement's snapshot has them, then the row as written. Where it
-        # writes nothing and the snapshot shows another owner's valid hold,
-        # that is the refusal: the UPDATE judged that same version (a row that
-        # fails the WHERE in the snapshot is not read again). Else ``take``
-        # decides, in a statement of its own: no row yet, an expired holder's
-        # (whose name the ``lock_taken_over`` signal needs, as it was locked),
-        # or one released by an operator with a lock-delay (refused while it runs).
+        # its answer is the row's owner, whether it was held and its expiry, as
+        # the statement's snapshot has them, the database's now, then the row
+        # as written. Where it writes nothing and the snapshot shows another
+        # owner's valid hold, that is the refusal: the UPDATE judged that same
+        # version (a row that fails the WHERE in the snapshot is not read
+        # again). Else ``take`` decides, in a statement of its own: no row yet,
+        # an expired holder's (whose name the ``lock_taken_over`` signal needs,
+        # as it was locked), or one released by an operator with a lock-delay
+        # (refused while it runs).
         released = f"{table}.{c['owner']} = '' AND {table}.{c['lock_delay']} IS NULL"
         self.take_released = Statement(
             "take_released",
             f"WITH written AS (UPDATE {table} SET {take} "  # noqa: S608
             f"WHERE {c['resource']} = %(resource)s AND (({released}) OR {mine}) "
             f"RETURNING {after}, {now}) SELECT snapshot.{c['owner']}, "
-            f"{valid_in('snapshot.')}, written.* FROM (SELECT) one LEFT JOIN {table} snapshot "
+            f"{valid_in('snapshot.')}, snapshot.{c['expires_at']}, {now}, written.* "
+            f"FROM (SELECT) one LEFT JOIN {table} snapshot "
             f"ON snapshot.{c['resource']} = %(resource)s LEFT JOIN written ON TRUE",
         )
         # lock()'s waiter that takes the lock leaves its queue in the same statement.

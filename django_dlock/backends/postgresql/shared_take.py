@@ -22,7 +22,9 @@ AGAIN = "again"  # the shared holder again
 class SharedTakeStatement:
     """``take_shared``: a reader's (limit null) or a permit's acquisition on
     ``backend``'s alias. Its one row: the answer, the locked row's owner, how
-    many waiters it woke, and the hold as written."""
+    many waiters it woke, the locked row as it was with the database's now,
+    the first valid shared hold's expiry (refused beside shared holders), and
+    the hold as written."""
 
     def __init__(self, backend: LockBackend) -> None:
         tables, queue, row = backend.tables, backend.queue, LockedRow(backend.tables)
@@ -113,12 +115,21 @@ class SharedTakeStatement:
         # Admitted beside others, a waiter wakes the next in line, who may fit too.
         head = head_sql(queue, resource="%(resource)s", ticket="%(ticket)s")
         woken = wake_sql(f"AND EXISTS (SELECT FROM joined) AND %(ticket)s < {NO_TICKET}")
+        # A refusal's reason: the locked row as it was and, beside shared
+        # holders, the first of their holds to expire (``Refusal``).
+        locked_row = ", ".join(f"d.{name}" for name in (*tables.columns, "db_now"))
+        first_expiry = (
+            f"CASE WHEN d.action = '{REFUSED}' AND d.was_shared THEN "  # noqa: S608
+            f"(SELECT MIN({holds}.{h['expires_at']}) FROM {holds} "
+            f"WHERE {holds}.{h['resource']} = %(resource)s AND {holds}.{h['expires_at']} > {now}) "
+            "END"
+        )
         take_shared = (
             f"{locked}, {queued}, {mine}, {decided}, {joined_header}, {joined}, {tidy}, {again}, "  # noqa: S608
             "written AS (SELECT * FROM joined UNION ALL SELECT * FROM again), "
             f"dequeued AS (DELETE FROM {tables.waiters_table} WHERE {qn('id')} = %(ticket)s "
             f"AND EXISTS (SELECT FROM written)), head AS ({head}) "
-            f"SELECT d.action, d.{c['owner']}, ({woken}), written.* FROM decided d "
-            "LEFT JOIN written ON TRUE"
+            f"SELECT d.action, d.{c['owner']}, ({woken}), {locked_row}, {first_expiry}, "
+            "written.* FROM decided d LEFT JOIN written ON TRUE"
         )
         self.statement = Statement("take_shared", take_shared)
