@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_dlock.admin.edit_locks import _STATE, TOKEN_FIELD, _PageState
-from django_dlock.admin.editing import owner_for
+from django_dlock.admin.editing import EditLock, owner_for
 from django_dlock.models import DistributedLock
 from tests.testapp.models import Product
 from tests.utils import expire
@@ -289,3 +289,26 @@ def test_a_read_only_page_makes_its_inlines_read_only(
         assert inline.has_add_permission(request, product) is allowed
         assert inline.has_change_permission(request, product) is allowed
         assert inline.has_delete_permission(request, product) is allowed
+
+
+def test_a_take_over_after_the_check_rolls_the_save_back(
+    alice: Client, product: Product, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The save runs inside ``held.atomic()`` of the edit-lock: a take-over that
+    lands after the page's lock was checked (here, right after ``keep``) is seen
+    by the save's first statement, and nothing is written."""
+    page = alice.get(url("change", product))
+    keep = EditLock.keep
+
+    def keep_then_lose(self: EditLock, token: int) -> Any:
+        hold = keep(self, token)
+        DistributedLock.objects.force_release(self.resource)
+        DistributedLock.objects.acquire(self.resource, "someone-else", 60, label="carol")
+        return hold
+
+    monkeypatch.setattr(EditLock, "keep", keep_then_lose)
+    response = alice.post(url("change", product), form_data(page, stock=99))
+    [message] = messages_of(response)
+    assert message.startswith("Not saved: carol took over editing at ")
+    product.refresh_from_db()
+    assert product.stock == 5

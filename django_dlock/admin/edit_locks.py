@@ -9,6 +9,9 @@ over" button. A save whose lock was lost is refused and writes nothing.
 Every lock operation runs before or after Django's change view, never inside
 the transaction that view opens (a lock operation refuses to join a
 transaction of the caller's), and the views are kept out of ``ATOMIC_REQUESTS``.
+The save itself runs inside ``held.atomic()`` of the edit-lock, where the model
+lives in the lock's database: a take-over cannot land between the check and
+the commit.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from django.views.decorators.http import require_POST
 from django_dlock.admin.editing import EditLock, Editor, token_of
 from django_dlock.admin.purge import non_atomic
 from django_dlock.conf import conf
+from django_dlock.exceptions import LockLost
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Any]
@@ -104,11 +108,15 @@ class EditLockMixin(_ModelAdmin):
         edit = EditLock(obj, request.user)
         if request.method == "POST":
             token = token_of(request.POST.get(TOKEN_FIELD))
-            if token is None or not edit.keep(token):
-                self.message_user(request, _not_saved(edit.holder()), messages.ERROR)
-                return HttpResponseRedirect(request.get_full_path())
+            hold = None if token is None else edit.keep(token)
+            if token is None or hold is None:
+                return self._not_saved(request, edit)
             setattr(request, _STATE, _PageState(obj.pk, token, None))
-            response = super().change_view(request, object_id, form_url, extra_context)
+            try:
+                with edit.guard(hold, self.model):
+                    response = super().change_view(request, object_id, form_url, extra_context)
+            except LockLost:  # taken over since keep(): the save rolled back
+                return self._not_saved(request, edit)
             if response.status_code in (301, 302, 303):  # saved (a form with errors is 200)
                 edit.give_up(token)
             return response
@@ -120,6 +128,10 @@ class EditLockMixin(_ModelAdmin):
                 holder = None if token is not None else edit.holder()
         setattr(request, _STATE, _PageState(obj.pk, token, holder))
         return super().change_view(request, object_id, form_url, extra_context)
+
+    def _not_saved(self, request: HttpRequest, edit: EditLock) -> HttpResponse:
+        self.message_user(request, _not_saved(edit.holder()), messages.ERROR)
+        return HttpResponseRedirect(request.get_full_path())
 
     def render_change_form(
         self,

@@ -5,6 +5,7 @@ through ``DistributedLock.objects`` (the operation layer)."""
 from __future__ import annotations
 
 import unicodedata
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -12,6 +13,7 @@ from urllib.parse import quote
 
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
+from django.db import router
 from django.db.models import Model
 from django.db.models.options import Options
 from django.utils.crypto import salted_hmac
@@ -23,6 +25,7 @@ from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument
 from django_dlock.humanize import duration_in_words
 from django_dlock.models import DistributedLock
+from django_dlock.rules import Hold
 from django_dlock.rules.clock import database_now
 from django_dlock.validators import MAX_LENGTH, validate_label
 
@@ -101,13 +104,27 @@ class EditLock:
             return Editor(label, hold.acquired_at, mine=hold.owner == self.owner)
         return None
 
-    def keep(self, token: int) -> bool:
-        """Renew it for another ttl if this user still holds it under ``token``."""
+    def keep(self, token: int) -> Hold | None:
+        """Renew it for another ttl if this user still holds it under ``token``:
+        the renewed hold, or None."""
         try:
             hold = DistributedLock.objects.renew(self.resource, self.owner, conf.ADMIN_EDIT_TTL)
         except DistributedLock.DoesNotExist:
-            return False
-        return hold is not None and hold.fencing_token == token
+            return None
+        return hold if hold is not None and hold.fencing_token == token else None
+
+    def guard(self, hold: Hold, model: type[Model]) -> AbstractContextManager[object]:
+        """The save's transaction, proven under ``hold`` (``held.atomic()``): its
+        first statement checks the lock and keeps its row until the save commits,
+        so no take-over lands in between. Where ``model`` lives in another
+        database than the locks, nothing can be proven: the lock was checked just
+        before (``keep``), and that is all."""
+        if not isinstance(hold, DistributedLock):  # an edit-lock is exclusive: never so
+            return nullcontext()
+        try:
+            return hold.atomic(using=router.db_for_write(model))
+        except InvalidArgument:
+            return nullcontext()
 
     def give_up(self, token: int) -> bool:
         """Release it if this user holds it under ``token`` (not a lock that the
