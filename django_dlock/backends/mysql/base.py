@@ -25,12 +25,14 @@ time zone; the lock clock is ``UTC_TIMESTAMP(6)`` (``DatabaseNow.as_mysql``).
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from django.db import DatabaseError
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_dlock.backends.base import LockBackend
@@ -43,6 +45,7 @@ from django_dlock.backends.mysql.prepared import PreparedStatements, Statement
 from django_dlock.backends.mysql.purge import MySQLPurge
 from django_dlock.backends.mysql.queue import MySQLQueue
 from django_dlock.backends.mysql.renewals import MySQLRenewals
+from django_dlock.backends.mysql.wake import HOLD_GATE, gate_of, kept_with_gate
 from django_dlock.backends.results import LockRow, Released, Taken
 from django_dlock.backends.transactions import (
     refuse_callers_transaction,
@@ -78,7 +81,11 @@ class MySQLBackend(LockBackend):
         statements = OneRowStatements(self.tables)
         self._one_take = Statement("dlock_take", statements.take)
         self._one_release = Statement("dlock_release", statements.release)
-        self._one_kept = Statement("dlock_kept", statements.kept)
+        # The same, and the resource's gate held or given up (``mysql.wake``).
+        self._kept_take = Statement("dlock_kept_take", kept_with_gate(statements.kept, take=True))
+        self._kept_release = Statement(
+            "dlock_kept_release", kept_with_gate(statements.kept, take=False)
+        )
         self._prepared = PreparedStatements()
         self._kept_row = one_row.KeptRow(self.tables)
 
@@ -87,7 +94,7 @@ class MySQLBackend(LockBackend):
         if claim.exclusive and claim.ticket is None:
             connection = self._alone()
         if connection is None:
-            return super().take(claim)
+            return self._gated_take(claim)
         params = {
             "resource": claim.resource,
             "owner": claim.owner,
@@ -96,10 +103,11 @@ class MySQLBackend(LockBackend):
             "label": claim.label,
             "held": claim.held_token,
             "lock_delay": self.rows.duration_value(claim.lock_delay),
+            "gate": gate_of(self.connection, self.tables.table, claim.resource),
         }
-        answer = self._update_one_row(connection, self._one_take, params)
+        answer = self._update_one_row(connection, self._one_take, params, self._kept_take)
         if answer is None or answer[0] == one_row.PORTABLE:  # no row yet; shared holders
-            return super().take(claim)
+            return self._gated_take(claim)
         action, before, values = answer
         if action == one_row.REFUSED:
             return Taken(row=None, previous_owner=before, renewed=False)
@@ -112,9 +120,16 @@ class MySQLBackend(LockBackend):
         # A hold its holder knows is shared: the one-row UPDATE would only say so.
         connection = None if owner is None or forced or mode == SHARED else self._alone()
         if connection is None or owner is None:
-            return super().give_up(resource, owner, forced=forced)
-        params = {"resource": resource, "owner": owner}
-        answer = self._update_one_row(connection, self._one_release, params)
+            released = super().give_up(resource, owner, forced=forced)
+            if owner is not None and not forced and mode != SHARED:
+                self._open_gate(resource, released)
+            return released
+        params = {
+            "resource": resource,
+            "owner": owner,
+            "gate": gate_of(self.connection, self.tables.table, resource),
+        }
+        answer = self._update_one_row(connection, self._one_release, params, self._kept_release)
         if answer is None or answer[0] == one_row.NOT_FOUND:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
         action, before, values = answer
@@ -127,6 +142,40 @@ class MySQLBackend(LockBackend):
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
         held = replace(row, owner=before)  # as it was held, until now
         return Released(row=row, owner=before, result=ReleaseResult.RELEASED, released=(held,))
+
+    def _gated_take(self, claim: Claim) -> Taken:
+        """The portable acquisition, for an exclusive claim with the resource's
+        gate held first (``mysql.wake``): a head that looks once the lock is
+        taken finds the gate held, and the release that opens it wakes it. The
+        gate is given up again where the claim is refused (unless this
+        session held it already)."""
+        if not claim.exclusive:
+            return super().take(claim)
+        gate = gate_of(self.connection, self.tables.table, claim.resource)
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT IS_USED_LOCK(%s) <=> CONNECTION_ID(), {HOLD_GATE}", [gate] * 3)
+            ours, holds = cursor.fetchone()
+        fresh = holds == 1 and not ours
+        try:
+            taken = super().take(claim)
+        except DatabaseError:
+            if fresh:  # where the connection still works
+                with contextlib.suppress(DatabaseError), self.connection.cursor() as cursor:
+                    cursor.execute("DO RELEASE_LOCK(%s)", [gate])
+            raise
+        if fresh and taken.row is None:
+            with self.connection.cursor() as cursor:
+                cursor.execute("DO RELEASE_LOCK(%s)", [gate])
+        return taken
+
+    def _open_gate(self, resource: str, released: Released) -> None:
+        """Give up the resource's gate after a portable release of the exclusive
+        lock (a no-op where this session does not hold it)."""
+        if released.result != ReleaseResult.DECREMENTED:
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    "DO RELEASE_LOCK(%s)", [gate_of(self.connection, self.tables.table, resource)]
+                )
 
     def _alone(self) -> BaseDatabaseWrapper | None:
         """The connection, where an operation's one ``UPDATE`` runs, as a
@@ -145,7 +194,11 @@ class MySQLBackend(LockBackend):
         return self._kept_row.row(values, self.connection)
 
     def _update_one_row(
-        self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]
+        self,
+        connection: BaseDatabaseWrapper,
+        statement: Statement,
+        params: dict[str, Any],
+        kept: Statement,
     ) -> tuple[str, str, Sequence[Any]] | None:
         """Run an operation's ``UPDATE`` and read what it kept; None where the
         resource has no row.
@@ -157,13 +210,16 @@ class MySQLBackend(LockBackend):
         as a lock transaction does (``retry_after``): a lost race is never an
         exception."""
         return run_again_after_lost_races(
-            self, lambda: self._one_update(connection, statement, params)
+            self, lambda: self._one_update(connection, statement, params, kept)
         )
 
     def _one_update(
-        self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]
+        self,
+        connection: BaseDatabaseWrapper,
+        statement: Statement,
+        params: dict[str, Any],
+        kept: Statement,
     ) -> tuple[str, str, Sequence[Any]] | None:
-        kept = self._one_kept
         if connection.execute_wrappers or connection.queries_logged:
             # Debug tooling and the query log see the statements as written.
             with connection.cursor() as cursor:
@@ -172,7 +228,7 @@ class MySQLBackend(LockBackend):
                 if cursor.rowcount != 1:
                     return None
                 cursor.execute(kept.sql, params)
-                return one_row.decided(cursor.fetchone())
+                return one_row.decided(cursor.fetchone()[:-1])  # less the gate's column
         # Where nobody watches Django's cursor, mysqlclient's own runs them
         # prepared, for less of the client's CPU and of the server's; errors
         # are still Django's, and mark the connection as its cursor would.
@@ -183,7 +239,7 @@ class MySQLBackend(LockBackend):
                 return None
             answer = self._prepared.fetch_one(raw, kept, params)
         assert answer is not None  # noqa: S101 - a SELECT of variables answers one row
-        return one_row.decided(answer)
+        return one_row.decided(answer[:-1])  # less the gate's column
 
     def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:
         # Django's error carries the driver's arguments: (code, message).
