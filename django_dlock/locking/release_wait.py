@@ -55,8 +55,8 @@ def pause(wait: Wait, seconds: float) -> None:
             wait.unannounced = holder
             return
         if released:
-            # The head, as far as it knows: it tries at once, without a look
-            # (the acquisition counts those queued ahead in its transaction).
-            wait.wakeup.set(as_head=True)
+            # It looks before it tries: a waiter of a higher priority may have
+            # queued ahead of it meanwhile (an exclusive acquisition counts
+            # nobody queued: the look decides).
             return
     wait.wakeup.wait(max(ends - time.monotonic(), 0.0))

@@ -137,9 +137,9 @@ class Wait:
             # meanwhile, or released before the ticket existed (so that no
             # release names it).
             state = self._enqueue()
-        elif as_head and (self._listening() or self.queue.waits_for_release):
-            # A release named this ticket the head (or opened its gate, ``release_wait``):
-            # it handed the lock over, or the lock is free: take it at once, without looking.
+        elif as_head and self._listening():
+            # A release named this ticket the head: it handed the lock over,
+            # or the lock is free: take it at once, without looking.
             acquired = self._granted() or self._try(queued=True)
             if acquired is not None:
                 return acquired

@@ -1,0 +1,103 @@
+"""MariaDB's wake-up (``backends/mysql/wake.py``): the head of a queue waits at
+the resource's gate, a named lock its holder holds, and the release lets it
+through; with real processes."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import time
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from django_dlock.models import DistributedLock, LockWaiter
+from tests import workers_wake
+from tests.utils import database_settings, spawn, wait_for
+
+pytestmark = [
+    pytest.mark.skipif(
+        not settings.DATABASES["default"]["ENGINE"].endswith("mysql"),
+        reason="needs MariaDB (DATABASE_URL=mysql://...)",
+    ),
+    pytest.mark.django_db(transaction=True),
+]
+
+Locks = DistributedLock.objects
+
+
+def at_the_gate() -> int:
+    """How many sessions wait in ``GET_LOCK`` for a named lock now."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+            "WHERE STATE = 'User lock' AND INFO LIKE '%%GET_LOCK%%'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_a_release_wakes_the_blocked_head_at_once() -> None:
+    """20 turns: the waiter queues, blocks at the gate, and the holder releases
+    0.3-0.4 s later. A head that polled would then sleep in backoff windows of
+    a quarter to half a second (DLOCK_BACKOFF_MAX 0.5 s): a median of tens of
+    milliseconds at best. Woken by the release it is a few."""
+    rounds, rng = 20, random.Random(46)
+    go, got = spawn.Queue(), spawn.Queue()
+    waiter = spawn.Process(
+        target=workers_wake.take_turns_when_told,
+        args=(database_settings(), "wake", rounds, go, got),
+        daemon=True,
+    )
+    waiter.start()
+    latencies = []
+    try:
+        for number in range(rounds):
+            resource = f"wake:{number}"
+            Locks.acquire(resource, owner="holder", ttl=60)
+            go.put(True)
+            queued = LockWaiter.objects.filter(resource=resource)
+            wait_for(queued.exists, 30, "the waiter queued")
+            wait_for(at_the_gate, 10, "the waiter blocked at the gate")
+            time.sleep(rng.uniform(0.3, 0.4))
+            released = time.monotonic()
+            Locks.release(resource, "holder")
+            latencies.append(got.get(timeout=30) - released)
+    finally:
+        waiter.kill()
+    assert statistics.median(latencies) < 0.05, sorted(latencies)
+
+
+def test_a_waiter_killed_at_the_gate_delays_nobody() -> None:
+    """The head is SIGKILLed while it blocks in GET_LOCK at the gate; the waiter
+    queued behind it (another process) gets the lock within about a second of
+    the release: the dead head kept no gate, and its ticket stops counting."""
+    Locks.acquire("wake:dead", owner="holder", ttl=60)
+    got = spawn.Queue()
+    head = spawn.Process(
+        target=workers_wake.wait_once, args=(database_settings(), "wake:dead", got), daemon=True
+    )
+    head.start()
+    behind = None
+    try:
+        wait_for(at_the_gate, 30, "the head blocked at the gate")
+        behind = spawn.Process(
+            target=workers_wake.wait_once,
+            args=(database_settings(), "wake:dead", got),
+            daemon=True,
+        )
+        behind.start()
+        wait_for(lambda: LockWaiter.objects.filter(resource="wake:dead").count() == 2, 30)
+        assert head.pid is not None
+        os.kill(head.pid, signal.SIGKILL)
+        head.join(10)
+        released = time.monotonic()
+        Locks.release("wake:dead", "holder")
+        waited = got.get(timeout=30) - released
+    finally:
+        head.kill()
+        if behind is not None:
+            behind.kill()
+    assert waited < 2.5, f"the waiter behind the dead head waited {waited:.2f} s"
