@@ -22,14 +22,39 @@ from typing import Any
 
 from benchmarks import clients
 from benchmarks.acquire import configure
-from benchmarks.hot import mariadb_hot_locks
+from benchmarks.hot import DlockHot, mariadb_hot_locks
 
 PROCESSES = 8
 HOLD = 0.001
 
 
+class PollingDlockHot(DlockHot):
+    """django-dlock with ``DLOCK_LISTEN = False``: no gates, the head polls (as
+    before issue 46)."""
+
+    def _polling(self) -> Any:
+        from django.test import override_settings
+
+        return override_settings(DLOCK_LISTEN=False)
+
+    def try_acquire(self) -> bool:
+        with self._polling():
+            return super().try_acquire()
+
+    def acquire(self, timeout: float) -> bool:
+        with self._polling():
+            return super().acquire(timeout)
+
+    def release(self) -> None:
+        with self._polling():
+            super().release()
+
+
 def measure(rounds: int, seconds: float, samples: int) -> dict[str, dict[str, Any]]:
-    locks = mariadb_hot_locks("default")
+    locks = {
+        **mariadb_hot_locks("default"),
+        "django-dlock, polling": (lambda o: PollingDlockHot("default", o), True),
+    }
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in locks}
     for number in range(rounds):
         print(f"  round {number + 1}/{rounds}", flush=True)
@@ -41,6 +66,7 @@ def measure(rounds: int, seconds: float, samples: int) -> dict[str, dict[str, An
             runs[name].append(crowd)
     results = {}
     for name, (make, _) in locks.items():
+        print(f"  wake-up: {name}", flush=True)
         median = sorted(runs[name], key=lambda run: run["share"])[len(runs[name]) // 2]
         wake = sorted(clients.wakeup(make, samples, (0.05, 0.15)))
         results[name] = {

@@ -51,6 +51,7 @@ from django_dlock.backends.transactions import (
     refuse_callers_transaction,
     run_again_after_lost_races,
 )
+from django_dlock.conf import conf
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED, ReleaseResult
 from django_dlock.rules.claim import Claim
@@ -86,6 +87,8 @@ class MySQLBackend(LockBackend):
         self._kept_release = Statement(
             "dlock_kept_release", kept_with_gate(statements.kept, take=False)
         )
+        # Without gates (``DLOCK_LISTEN = False``: the head polls): the same columns.
+        self._kept = Statement("dlock_kept", f"{statements.kept}, %(gate)s")
         self._prepared = PreparedStatements()
         self._kept_row = one_row.KeptRow(self.tables)
 
@@ -105,7 +108,8 @@ class MySQLBackend(LockBackend):
             "lock_delay": self.rows.duration_value(claim.lock_delay),
             "gate": gate_of(self.connection, self.tables.table, claim.resource),
         }
-        answer = self._update_one_row(connection, self._one_take, params, self._kept_take)
+        kept = self._kept_take if conf.LISTEN is not False else self._kept
+        answer = self._update_one_row(connection, self._one_take, params, kept)
         if answer is None or answer[0] == one_row.PORTABLE:  # no row yet; shared holders
             return self._gated_take(claim)
         action, before, values = answer
@@ -121,7 +125,7 @@ class MySQLBackend(LockBackend):
         connection = None if owner is None or forced or mode == SHARED else self._alone()
         if connection is None or owner is None:
             released = super().give_up(resource, owner, forced=forced)
-            if owner is not None and not forced and mode != SHARED:
+            if owner is not None and not forced and mode != SHARED and conf.LISTEN is not False:
                 self._open_gate(resource, released)
             return released
         params = {
@@ -129,7 +133,8 @@ class MySQLBackend(LockBackend):
             "owner": owner,
             "gate": gate_of(self.connection, self.tables.table, resource),
         }
-        answer = self._update_one_row(connection, self._one_release, params, self._kept_release)
+        kept = self._kept_release if conf.LISTEN is not False else self._kept
+        answer = self._update_one_row(connection, self._one_release, params, kept)
         if answer is None or answer[0] == one_row.NOT_FOUND:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
         action, before, values = answer
@@ -149,7 +154,7 @@ class MySQLBackend(LockBackend):
         taken finds the gate held, and the release that opens it wakes it. The
         gate is given up again where the claim is refused (unless this
         session held it already)."""
-        if not claim.exclusive:
+        if not claim.exclusive or conf.LISTEN is False:
             return super().take(claim)
         gate = gate_of(self.connection, self.tables.table, claim.resource)
         with self.connection.cursor() as cursor:
