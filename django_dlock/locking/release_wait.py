@@ -7,13 +7,29 @@ event loop, which a blocked connection would hold up: it polls."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from django_dlock.conf import conf
 
 if TYPE_CHECKING:
-    from django_dlock.locking.queue import QueueState
-    from django_dlock.locking.waiting import Wait
+    from django_dlock.locking.queue import Queue, QueueState
+    from django_dlock.locking.wakeup import Wakeup
+
+
+class Wait(Protocol):
+    """What of ``waiting.Wait`` this module reads and sets."""
+
+    queue: Queue
+    wakeup: Wakeup
+    cancelled: bool
+    release_of: str | None
+    unannounced: str | None
+
+    @property
+    def resource(self) -> str: ...
+
+    def _listening(self) -> bool: ...
+
 
 __all__ = ["RELEASE_STEP", "holder_to_wait_for", "pause"]
 
@@ -30,9 +46,9 @@ def holder_to_wait_for(wait: Wait, state: QueueState) -> str | None:
         wait.unannounced = None  # a new holder: its release may be announced
     if state.free or state.ahead or state.holder is None or wait.unannounced is not None:
         return None
-    if conf.LISTEN is False or wait.wakeup.sleeps_on_loop or wait._listening():
+    if not wait.queue.waits_for_release or conf.LISTEN is False:
         return None
-    if not wait.queue.waits_for_release:
+    if wait.wakeup.sleeps_on_loop or wait._listening():
         return None
     return state.holder
 

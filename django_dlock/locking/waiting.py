@@ -20,9 +20,9 @@ How the head learns that the lock came free:
 - SQLite without a listener: all processes share one host and looking costs
   microseconds, so the head looks every few milliseconds (slower the longer it
   has waited).
-- Elsewhere (behind PgBouncer, MariaDB, while the listener is down): capped
-  exponential backoff with full jitter; waiters further back sleep about as
-  long as the turns ahead of them take.
+- Elsewhere (behind PgBouncer, MariaDB, where its head does not block at the
+  gate until the release: ``release_wait``; while the listener is down): capped
+  exponential backoff with full jitter, or as long as the turns ahead take.
 
 In one process only the first waiter of a resource looks at all: the others
 sleep until it leaves (``local_queues``), so that a thousand waiters cost
