@@ -8,6 +8,7 @@ import os
 import random
 import signal
 import statistics
+import threading
 import time
 
 import pytest
@@ -16,7 +17,7 @@ from django.db import connection
 
 from django_dlock.models import DistributedLock, LockWaiter
 from tests import workers_wake
-from tests.utils import database_settings, spawn, wait_for
+from tests.utils import database_settings, run_in_thread, spawn, wait_for
 
 pytestmark = [
     pytest.mark.skipif(
@@ -101,3 +102,42 @@ def test_a_waiter_killed_at_the_gate_delays_nobody() -> None:
         if behind is not None:
             behind.kill()
     assert waited < 2.5, f"the waiter behind the dead head waited {waited:.2f} s"
+
+
+def test_a_session_that_kept_a_lost_holds_gate_holds_up_nobody() -> None:
+    """This session takes the lock and keeps its gate after the lock expired
+    (as a paused holder's does); another owner takes it over on another
+    connection, and its release still wakes the head at once: each hold has
+    a gate of its own."""
+    Locks.acquire("wake:stale", owner="old", ttl=0.3)  # this connection holds old's gate
+    # Once it expired, another owner takes it over on another connection,
+    # which keeps it (and its gate) until told to release it.
+    took, release = threading.Event(), threading.Event()
+
+    def new_holder(_: object) -> float:
+        wait_for(lambda: Locks.acquire("wake:stale", owner="new", ttl=60), 5)
+        took.set()
+        release.wait(60)
+        released = time.monotonic()
+        Locks.release("wake:stale", "new")
+        return released
+
+    holder = run_in_thread(new_holder)
+    assert took.wait(10), holder
+    got = spawn.Queue()
+    waiter = spawn.Process(
+        target=workers_wake.wait_once, args=(database_settings(), "wake:stale", got), daemon=True
+    )
+    waiter.start()
+    try:
+        wait_for(at_the_gate, 30, "the waiter blocked at the gate")
+        time.sleep(0.3)  # past its first, short sleep (NEW_WAITER_LOOKS_AGAIN)
+        assert at_the_gate()
+        release.set()
+        holder["thread"].join(10)
+        waited = got.get(timeout=30) - holder["result"]
+    finally:
+        release.set()
+        waiter.kill()
+    # Blocked on old's gate, it would sleep its listening sleep out (2 s).
+    assert waited < 0.5, f"the waiter woke {waited:.2f} s after the release"

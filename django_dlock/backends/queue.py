@@ -325,10 +325,10 @@ class WaiterQueue:
         commits, to look at the lock now (a permit came free, or a waiter was
         admitted beside others). Waiters that nothing wakes poll."""
 
-    def wait_for_release(self, resource: str, seconds: float) -> bool | None:
-        """Block this thread's connection up to ``seconds`` until the holder of
-        ``resource`` releases it (``features.waits_for_release``): whether it
-        did; None where nothing tells (the waiter sleeps and looks instead)."""
+    def wait_for_release(self, resource: str, holder: str, seconds: float) -> bool | None:
+        """Block this thread's connection up to ``seconds`` until ``holder``
+        releases ``resource`` (``features.waits_for_release``): whether it did;
+        None where nothing tells (the waiter sleeps and looks instead)."""
         return None
 
     def session_pid(self) -> int | None:

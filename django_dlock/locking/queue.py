@@ -80,11 +80,11 @@ class Queue:
         """Whether the head can wait for the release in the database (MariaDB)."""
         return self._features.waits_for_release
 
-    def wait_for_release(self, resource: str, seconds: float) -> bool | None:
-        """Wait up to ``seconds``, on this thread's connection, for the holder
-        of ``resource`` to release it: whether it did; None where nothing
-        tells (``WaiterQueue.wait_for_release``)."""
-        return self._queue.wait_for_release(resource, seconds)
+    def wait_for_release(self, resource: str, holder: str, seconds: float) -> bool | None:
+        """Wait up to ``seconds``, on this thread's connection, for ``holder``
+        to release ``resource``: whether it did; None where nothing tells
+        (``WaiterQueue.wait_for_release``)."""
+        return self._queue.wait_for_release(resource, holder, seconds)
 
     def look(self, claim: Claim, ticket: int | None) -> QueueState:
         """One statement, no transaction: whether the lock would admit

@@ -63,7 +63,8 @@ def pause(wait: Wait, seconds: float) -> None:
         left = ends - time.monotonic()
         if left <= 0:
             return
-        released = wait.queue.wait_for_release(wait.resource, min(left, RELEASE_STEP))
+        step = min(left, RELEASE_STEP)
+        released = wait.queue.wait_for_release(wait.resource, holder, step)
         if released is None:
             # Nothing announces this holder's release (its gate is not held by
             # another session: taken elsewhere, or released just now): look

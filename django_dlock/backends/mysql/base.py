@@ -106,7 +106,7 @@ class MySQLBackend(LockBackend):
             "label": claim.label,
             "held": claim.held_token,
             "lock_delay": self.rows.duration_value(claim.lock_delay),
-            "gate": gate_of(self.connection, self.tables.table, claim.resource),
+            "gate": gate_of(self.connection, self.tables.table, claim.resource, claim.owner),
         }
         kept = self._kept_take if conf.LISTEN is not False else self._kept
         answer = self._update_one_row(connection, self._one_take, params, kept)
@@ -126,12 +126,12 @@ class MySQLBackend(LockBackend):
         if connection is None or owner is None:
             released = super().give_up(resource, owner, forced=forced)
             if owner is not None and not forced and mode != SHARED and conf.LISTEN is not False:
-                self._open_gate(resource, released)
+                self._open_gate(resource, owner, released)
             return released
         params = {
             "resource": resource,
             "owner": owner,
-            "gate": gate_of(self.connection, self.tables.table, resource),
+            "gate": gate_of(self.connection, self.tables.table, resource, owner),
         }
         kept = self._kept_release if conf.LISTEN is not False else self._kept
         answer = self._update_one_row(connection, self._one_release, params, kept)
@@ -156,7 +156,7 @@ class MySQLBackend(LockBackend):
         session held it already)."""
         if not claim.exclusive or conf.LISTEN is False:
             return super().take(claim)
-        gate = gate_of(self.connection, self.tables.table, claim.resource)
+        gate = gate_of(self.connection, self.tables.table, claim.resource, claim.owner)
         with self.connection.cursor() as cursor:
             cursor.execute(f"SELECT IS_USED_LOCK(%s) <=> CONNECTION_ID(), {HOLD_GATE}", [gate] * 3)
             ours, holds = cursor.fetchone()
@@ -173,14 +173,13 @@ class MySQLBackend(LockBackend):
                 cursor.execute("DO RELEASE_LOCK(%s)", [gate])
         return taken
 
-    def _open_gate(self, resource: str, released: Released) -> None:
-        """Give up the resource's gate after a portable release of the exclusive
-        lock (a no-op where this session does not hold it)."""
+    def _open_gate(self, resource: str, owner: str, released: Released) -> None:
+        """Give up the gate of ``owner``'s hold after a portable release of the
+        exclusive lock (a no-op where this session does not hold it)."""
         if released.result != ReleaseResult.DECREMENTED:
+            gate = gate_of(self.connection, self.tables.table, resource, owner)
             with self.connection.cursor() as cursor:
-                cursor.execute(
-                    "DO RELEASE_LOCK(%s)", [gate_of(self.connection, self.tables.table, resource)]
-                )
+                cursor.execute("DO RELEASE_LOCK(%s)", [gate])
 
     def _alone(self) -> BaseDatabaseWrapper | None:
         """The connection, where an operation's one ``UPDATE`` runs, as a

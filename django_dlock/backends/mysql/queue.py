@@ -33,9 +33,9 @@ class MySQLQueue(WaiterQueue):
             f"IS_USED_LOCK(CONCAT('{WAITER_LOCK}', {pid})) = {pid})"
         )
 
-    def wait_for_release(self, resource: str, seconds: float) -> bool | None:
+    def wait_for_release(self, resource: str, holder: str, seconds: float) -> bool | None:
         connection = self.tables.connection
-        gate = gate_of(connection, self.tables.table, resource)
+        gate = gate_of(connection, self.tables.table, resource, holder)
         with connection.cursor() as cursor:
             cursor.execute(WAIT_AT_GATE, {"gate": gate, "seconds": round(seconds, 6)})
             (passed,) = cursor.fetchone()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 
+from django.conf import settings
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 # The prefix of a resource's gate; MariaDB's lock names are at most 64 characters.
@@ -47,17 +48,22 @@ WAIT_AT_GATE = (
 )
 
 
-def gate_name(database: str, table: str, resource: str) -> str:
-    """The gate of ``resource``: named locks are the server's, so the name
-    says which database's lock table it is of (a hash: any resource fits)."""
-    digest = hashlib.blake2b(f"{database}\0{table}\0{resource}".encode(), digest_size=16)
-    return GATE + digest.hexdigest()
+def gate_name(database: str, table: str, resource: str, owner: str) -> str:
+    """The gate of ``owner``'s hold of ``resource``: named locks are the
+    server's, so the name says which database's lock table it is of; and
+    whose hold, so that a session that keeps the gate of a hold it lost (a
+    paused holder whose lock expired and was taken over) holds up nobody's
+    wait for the next holder. A hash, keyed with the project's
+    ``SECRET_KEY``: any resource fits, and the owner, a secret, is not shown."""
+    key = hashlib.blake2b(str(getattr(settings, "SECRET_KEY", "")).encode()).digest()
+    value = f"{database}\0{table}\0{resource}\0{owner}".encode()
+    return GATE + hashlib.blake2b(value, key=key, digest_size=16).hexdigest()
 
 
-def gate_of(connection: BaseDatabaseWrapper, table: str, resource: str) -> str:
-    """The gate of ``resource`` in the lock table ``table`` (quoted) of the
-    database that ``connection`` reaches."""
-    return gate_name(str(connection.settings_dict["NAME"]), table, resource)
+def gate_of(connection: BaseDatabaseWrapper, table: str, resource: str, owner: str) -> str:
+    """The gate of ``owner``'s hold of ``resource`` in the lock table ``table``
+    (quoted) of the database that ``connection`` reaches."""
+    return gate_name(str(connection.settings_dict["NAME"]), table, resource, owner)
 
 
 def kept_with_gate(kept: str, *, take: bool) -> str:
