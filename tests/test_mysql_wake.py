@@ -141,3 +141,18 @@ def test_a_session_that_kept_a_lost_holds_gate_holds_up_nobody() -> None:
         waiter.kill()
     # Blocked on old's gate, it would sleep its listening sleep out (2 s).
     assert waited < 0.5, f"the waiter woke {waited:.2f} s after the release"
+
+
+def test_a_gate_is_named_without_a_secret_key_too() -> None:
+    """Scripts and benchmarks configure Django without ``SECRET_KEY``: naming a
+    gate must not raise there (a waiter would fail, a holder's take too)."""
+    from django.test import override_settings
+
+    from django_dlock.backends.mysql.wake import GATE, gate_name
+
+    with override_settings(SECRET_KEY=""):
+        unkeyed = gate_name("db", "t", "r", "o")
+    keyed = gate_name("db", "t", "r", "o")
+    assert unkeyed.startswith(GATE) and keyed.startswith(GATE)
+    assert unkeyed != keyed != gate_name("db", "t", "r", "other")
+    assert len(keyed) <= 64  # MariaDB's longest lock name

@@ -24,9 +24,11 @@ mechanisms not chosen: docs/databases.md.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 # The prefix of a resource's gate; MariaDB's lock names are at most 64 characters.
@@ -55,9 +57,21 @@ def gate_name(database: str, table: str, resource: str, owner: str) -> str:
     paused holder whose lock expired and was taken over) holds up nobody's
     wait for the next holder. A hash, keyed with the project's
     ``SECRET_KEY``: any resource fits, and the owner, a secret, is not shown."""
-    key = hashlib.blake2b(str(getattr(settings, "SECRET_KEY", "")).encode()).digest()
     value = f"{database}\0{table}\0{resource}\0{owner}".encode()
-    return GATE + hashlib.blake2b(value, key=key, digest_size=16).hexdigest()
+    return GATE + hashlib.blake2b(value, key=_key(_secret()), digest_size=16).hexdigest()
+
+
+def _secret() -> str:
+    try:
+        return str(settings.SECRET_KEY)
+    except ImproperlyConfigured:  # a project without one (scripts, benchmarks)
+        return ""
+
+
+@functools.cache
+def _key(secret: str) -> bytes:
+    """The gates' hash key: blake2b takes at most 64 bytes."""
+    return hashlib.blake2b(secret.encode()).digest()
 
 
 def gate_of(connection: BaseDatabaseWrapper, table: str, resource: str, owner: str) -> str:
