@@ -30,24 +30,14 @@ HOLD = 0.001
 
 class PollingDlockHot(DlockHot):
     """django-dlock with ``DLOCK_LISTEN = False``: no gates, the head polls (as
-    before issue 46)."""
+    before issue 46). It sets the setting in the process that makes it (a
+    contender's, or the parent for the wake-up's holder: the last row)."""
 
-    def _polling(self) -> Any:
-        from django.test import override_settings
+    def __init__(self, using: str, owner: str) -> None:
+        from django.conf import settings
 
-        return override_settings(DLOCK_LISTEN=False)
-
-    def try_acquire(self) -> bool:
-        with self._polling():
-            return super().try_acquire()
-
-    def acquire(self, timeout: float) -> bool:
-        with self._polling():
-            return super().acquire(timeout)
-
-    def release(self) -> None:
-        with self._polling():
-            super().release()
+        settings.DLOCK_LISTEN = False
+        super().__init__(using, owner)
 
 
 def measure(rounds: int, seconds: float, samples: int) -> dict[str, dict[str, Any]]:
