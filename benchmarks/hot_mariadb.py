@@ -36,7 +36,10 @@ class PollingDlockHot(DlockHot):
     def __init__(self, using: str, owner: str) -> None:
         from django.conf import settings
 
+        from django_dlock.conf import conf
+
         settings.DLOCK_LISTEN = False
+        conf.forget()  # read before the fork, and kept
         super().__init__(using, owner)
 
 
