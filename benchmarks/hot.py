@@ -141,11 +141,50 @@ class PythonRedisLockHot:
         self.lock.release()
 
 
+class GetLockHot:
+    """MariaDB's own named lock (``GET_LOCK``), the peer of django-dlock on
+    MariaDB: granted inside the server, held by the session, no ttl, no token."""
+
+    def __init__(self, using: str, owner: str) -> None:
+        from django.db import connections
+
+        self.connection = connections[using]
+        self.name = f"bench-{HOT}"
+
+    def _get(self, timeout: float) -> bool:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT GET_LOCK(%s, %s)", [self.name, timeout])
+            return bool(cursor.fetchone()[0] == 1)
+
+    def try_acquire(self) -> bool:
+        return self._get(0)
+
+    def acquire(self, timeout: float) -> bool:
+        return self._get(timeout)
+
+    def release(self) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute("DO RELEASE_LOCK(%s)", [self.name])
+
+
+def mariadb_hot_locks(using: str) -> dict[str, tuple[Callable[[str], HotLock], bool]]:
+    """{name: (factory, can wait)} on the MariaDB alias ``using``."""
+    return {
+        "django-dlock, MariaDB": (lambda o: DlockHot(using, o), True),
+        "GET_LOCK, MariaDB": (lambda o: GetLockHot(using, o), True),
+    }
+
+
 def hot_locks(
     postgres: dict[str, Any], redis_port: int
 ) -> dict[str, tuple[Callable[[str], HotLock], bool]]:
-    """{name: (factory, can wait)}."""
+    """{name: (factory, can wait)}; MariaDB's where the benchmark has its alias
+    (``setup.MARIADB_URL_ENV``)."""
+    from django.db import connections
+
+    mariadb = mariadb_hot_locks("mariadb") if "mariadb" in connections else {}
     return {
+        **mariadb,
         "django-dlock, PostgreSQL": (lambda o: DlockHot("default", o), True),
         "django-dlock, SQLite": (lambda o: DlockHot("sqlite", o), True),
         "raw upsert floor, PostgreSQL": (lambda o: FloorHot(postgres, o), False),
@@ -156,4 +195,4 @@ def hot_locks(
     }
 
 
-__all__ = ["FLOOR_TABLE", "hot_locks"]
+__all__ = ["FLOOR_TABLE", "hot_locks", "mariadb_hot_locks"]

@@ -103,7 +103,7 @@ class Settings:
     @property
     def LISTEN(self) -> bool | str:
         """Whether waiters are woken by the release (PostgreSQL ``LISTEN``/``NOTIFY``,
-        SQLite datagrams on the host): True, False (always poll), or "auto"
+        SQLite datagrams on the host, MariaDB's gates): True, False (always poll), or "auto"
         (listen, except behind a connection pooler)."""
         return self._setting("LISTEN", "auto")
 

@@ -86,9 +86,11 @@ python -m benchmarks.kinds "${kinds_args[@]}"
 if [ -n "${BENCH_FEATURES:-}" ]; then
     python -m benchmarks.features "${kinds_args[@]}"
 fi
-# MariaDB's waiters poll (no push): their wake-up and 8 blocking acquirers; then acquire + release
+# MariaDB's waiters (the head blocks at the holder's gate): their wake-up and 8 blocking acquirers; then acquire + release
 # beside its raw floor through the same cursor, and 8 processes polling for one resource.
 DATABASE_URL="$DLOCK_MYSQL_URL" BENCH_SECTIONS=wake,fair python -m benchmarks.waiting
+# The hot lock on MariaDB beside GET_LOCK (issue 46): a table, no JSON.
+DATABASE_URL="$DLOCK_MYSQL_URL" python -m benchmarks.hot_mariadb
 DATABASE_URL="$DLOCK_MYSQL_URL" BENCH_PURGE_ROWS=${BENCH_PURGE_ROWS:-100000} python -m benchmarks.mariadb
 # Three kinds of host (docs/scale.md "Capacity"): client processes in 4 network namespaces, through
 # PgBouncer, to the leader of a Patroni cluster of three; the full run only, as root (namespaces).

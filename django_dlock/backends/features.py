@@ -26,6 +26,11 @@ class BackendFeatures:
     #: releases that wake this database's waiters; None: waiters poll.
     listener_class: str | None = None
 
+    #: Whether the head of a queue can wait for the release inside the
+    #: database, on its own connection (``WaiterQueue.wait_for_release``:
+    #: MariaDB's named locks), where no listener wakes it.
+    waits_for_release: bool = False
+
     #: Whether the vendor's one-statement operations run: an acquisition or a
     #: release decided in the statement that writes, where the row alone settles
     #: it (else, and for what the row cannot settle, the portable operations).

@@ -325,6 +325,12 @@ class WaiterQueue:
         commits, to look at the lock now (a permit came free, or a waiter was
         admitted beside others). Waiters that nothing wakes poll."""
 
+    def wait_for_release(self, resource: str, holder: str, seconds: float) -> bool | None:
+        """Block this thread's connection up to ``seconds`` until ``holder``
+        releases ``resource`` (``features.waits_for_release``): whether it did;
+        None where nothing tells (the waiter sleeps and looks instead)."""
+        return None
+
     def session_pid(self) -> int | None:
         """The server's id of this thread's connection, when the database can
         tell whether a connection of that id lives (``live_waiter_sql``): a

@@ -75,6 +75,17 @@ class Queue:
         costs microseconds."""
         return self._features.waiters_share_host
 
+    @property
+    def waits_for_release(self) -> bool:
+        """Whether the head can wait for the release in the database (MariaDB)."""
+        return self._features.waits_for_release
+
+    def wait_for_release(self, resource: str, holder: str, seconds: float) -> bool | None:
+        """Wait up to ``seconds``, on this thread's connection, for ``holder``
+        to release ``resource``: whether it did; None where nothing tells
+        (``WaiterQueue.wait_for_release``)."""
+        return self._queue.wait_for_release(resource, holder, seconds)
+
     def look(self, claim: Claim, ticket: int | None) -> QueueState:
         """One statement, no transaction: whether the lock would admit
         ``claim``, and who is ahead of ``ticket`` (of everyone when None)."""

@@ -26,7 +26,7 @@ def wait_here(wait: Wait) -> Hold:
                 return outcome
             if wait.timed_out():
                 raise wait.failure()
-            wait.wakeup.wait(min(outcome, threading.TIMEOUT_MAX))
+            wait.pause(min(outcome, threading.TIMEOUT_MAX))
     finally:
         wait.finish()
 

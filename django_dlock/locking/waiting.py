@@ -20,9 +20,9 @@ How the head learns that the lock came free:
 - SQLite without a listener: all processes share one host and looking costs
   microseconds, so the head looks every few milliseconds (slower the longer it
   has waited).
-- Elsewhere (behind PgBouncer, MariaDB, while the listener is down): capped
-  exponential backoff with full jitter; waiters further back sleep about as
-  long as the turns ahead of them take.
+- Elsewhere (behind PgBouncer, MariaDB, where its head does not block at the
+  gate until the release: ``release_wait``; while the listener is down): capped
+  exponential backoff with full jitter, or as long as the turns ahead take.
 
 In one process only the first waiter of a resource looks at all: the others
 sleep until it leaves (``local_queues``), so that a thousand waiters cost
@@ -39,6 +39,7 @@ from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.listeners.base import Watch
 from django_dlock.listeners.registry import listener_for
+from django_dlock.locking import release_wait
 from django_dlock.locking.backoff import Backoff
 from django_dlock.locking.deadlock import LOOK_EVERY, check_for_deadlock, declare_holding
 from django_dlock.locking.local_queues import local_queues
@@ -95,6 +96,9 @@ class Wait:
     holding: tuple[tuple[str, str], ...] = ()
     next_cycle_look: float = 0.0  # monotonic time of the next look for a cycle
     delayed: bool = False  # the last look found the lock in its lock-delay
+    # The head's wait for a holder's release in the database (``release_wait``).
+    release_of: str | None = None
+    unannounced: str | None = None
     queue: Queue = field(init=False)
 
     @property
@@ -340,9 +344,10 @@ class Wait:
         tickets for the resource are refreshed (one statement for all) at this
         look when they would fall due before the next: a wake-up of its own for
         the refresh would add a look as well."""
+        self.release_of = release_wait.holder_to_wait_for(self, state)
         sleep = self.backoff.sleep(
             state,
-            listening=self._listening(),
+            listening=self._listening() or self.release_of is not None,
             shares_host=self.queue.waiters_share_host,
             refresh_in=WAITER_TTL / 2,
         )
@@ -357,6 +362,10 @@ class Wait:
 
     def _remaining(self) -> float:
         return max(self.deadline - time.monotonic(), 0.0)
+
+    def pause(self, seconds: float) -> None:
+        """Sleep up to ``seconds`` in this thread (``wait_here``): see ``release_wait``."""
+        release_wait.pause(self, seconds)
 
     def refresh_in(self) -> float:
         """Seconds until the ticket needs refreshing: when it has less than half

@@ -33,6 +33,11 @@ class Wakeup:
         wakeup._async_event = asyncio.Event()
         return wakeup
 
+    @property
+    def sleeps_on_loop(self) -> bool:
+        """Whether its waiter sleeps on an event loop (``on_loop``)."""
+        return self._loop is not None
+
     def set(self, *, as_head: bool = False) -> None:
         """Wake the waiter (from any thread)."""
         if as_head:

@@ -25,6 +25,7 @@ time zone; the lock clock is ``UTC_TIMESTAMP(6)`` (``DatabaseNow.as_mysql``).
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Sequence
 from dataclasses import replace
@@ -45,11 +46,13 @@ from django_dlock.backends.mysql.purge import MySQLPurge
 from django_dlock.backends.mysql.queue import MySQLQueue
 from django_dlock.backends.mysql.renewals import MySQLRenewals
 from django_dlock.backends.mysql.throttles import MySQLThrottleUses
+from django_dlock.backends.mysql.wake import HOLD_GATE, gate_of, kept_with_gate
 from django_dlock.backends.results import Refusal, Released, Taken
 from django_dlock.backends.transactions import (
     refuse_callers_transaction,
     run_again_after_lost_races,
 )
+from django_dlock.conf import conf
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED, ReleaseResult
 from django_dlock.rules.claim import Claim
@@ -83,7 +86,13 @@ class MySQLBackend(LockBackend):
         statements = OneRowStatements(self.tables)
         self._one_take = Statement("dlock_take", statements.take)
         self._one_release = Statement("dlock_release", statements.release)
-        self._one_kept = Statement("dlock_kept", statements.kept)
+        # The same, and the resource's gate held or given up (``mysql.wake``).
+        self._kept_take = Statement("dlock_kept_take", kept_with_gate(statements.kept, take=True))
+        self._kept_release = Statement(
+            "dlock_kept_release", kept_with_gate(statements.kept, take=False)
+        )
+        # Without gates (``DLOCK_LISTEN = False``: the head polls): the same columns.
+        self._kept = Statement("dlock_kept", f"{statements.kept}, %(gate)s")
         self._prepared = PreparedStatements()
         self._kept_row = one_row.KeptRow(self.tables)
 
@@ -120,7 +129,7 @@ class MySQLBackend(LockBackend):
     def _take_once(self, claim: Claim) -> Taken:
         connection = self._alone() if claim.exclusive and claim.ticket is None else None
         taken = None if connection is None else self._take_one_row(claim, connection)
-        return self.take_portable(claim) if taken is None else taken
+        return self._gated_take(claim) if taken is None else taken
 
     def _take_one_row(self, claim: Claim, connection: BaseDatabaseWrapper) -> Taken | None:
         """The exclusive acquisition by the one-row UPDATE; None where the
@@ -133,8 +142,10 @@ class MySQLBackend(LockBackend):
             "label": claim.label,
             "held": claim.held_token,
             "lock_delay": self.rows.duration_value(claim.lock_delay),
+            "gate": gate_of(self.connection, self.tables.table, claim.resource, claim.owner),
         }
-        answer = self._update_one_row(connection, self._one_take, params)
+        kept = self._kept_take if conf.LISTEN is not False else self._kept
+        answer = self._update_one_row(connection, self._one_take, params, kept)
         if answer is None or answer[0] == one_row.PORTABLE:
             return None
         action, before, values = answer
@@ -151,17 +162,25 @@ class MySQLBackend(LockBackend):
         released = None
         if connection is not None and owner is not None:
             released = self._release_one_row(resource, owner, connection)
-        return (
-            self.give_up_portable(resource, owner, forced=forced) if released is None else released
-        )
+        if released is None:
+            released = self.give_up_portable(resource, owner, forced=forced)
+            gated = connection is None and not forced and mode != SHARED
+            if owner is not None and gated and conf.LISTEN is not False:
+                self._open_gate(resource, owner, released)
+        return released
 
     def _release_one_row(
         self, resource: str, owner: str, connection: BaseDatabaseWrapper
     ) -> Released | None:
         """The owner's release by the one-row UPDATE; None for a shared hold's
         (the portable operation)."""
-        params = {"resource": resource, "owner": owner}
-        answer = self._update_one_row(connection, self._one_release, params)
+        params = {
+            "resource": resource,
+            "owner": owner,
+            "gate": gate_of(self.connection, self.tables.table, resource, owner),
+        }
+        kept = self._kept_release if conf.LISTEN is not False else self._kept
+        answer = self._update_one_row(connection, self._one_release, params, kept)
         if answer is None or answer[0] == one_row.NOT_FOUND:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
         action, before, values = answer
@@ -174,6 +193,39 @@ class MySQLBackend(LockBackend):
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
         held = replace(row, owner=before)  # as it was held, until now
         return Released(row=row, owner=before, result=ReleaseResult.RELEASED, released=(held,))
+
+    def _gated_take(self, claim: Claim) -> Taken:
+        """The portable acquisition, for an exclusive claim with the resource's
+        gate held first (``mysql.wake``): a head that looks once the lock is
+        taken finds the gate held, and the release that opens it wakes it. The
+        gate is given up again where the claim is refused (unless this
+        session held it already)."""
+        if not claim.exclusive or conf.LISTEN is False:
+            return self.take_portable(claim)
+        gate = gate_of(self.connection, self.tables.table, claim.resource, claim.owner)
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT IS_USED_LOCK(%s) <=> CONNECTION_ID(), {HOLD_GATE}", [gate] * 3)
+            ours, holds = cursor.fetchone()
+        fresh = holds == 1 and not ours
+        try:
+            taken = self.take_portable(claim)
+        except DatabaseError:
+            if fresh:  # where the connection still works
+                with contextlib.suppress(DatabaseError), self.connection.cursor() as cursor:
+                    cursor.execute("DO RELEASE_LOCK(%s)", [gate])
+            raise
+        if fresh and taken.row is None:
+            with self.connection.cursor() as cursor:
+                cursor.execute("DO RELEASE_LOCK(%s)", [gate])
+        return taken
+
+    def _open_gate(self, resource: str, owner: str, released: Released) -> None:
+        """Give up the gate of ``owner``'s hold after a portable release of the
+        exclusive lock (a no-op where this session does not hold it)."""
+        if released.result != ReleaseResult.DECREMENTED:
+            gate = gate_of(self.connection, self.tables.table, resource, owner)
+            with self.connection.cursor() as cursor:
+                cursor.execute("DO RELEASE_LOCK(%s)", [gate])
 
     def _alone(self) -> BaseDatabaseWrapper | None:
         """The connection, where an operation's one ``UPDATE`` runs, as a
@@ -188,7 +240,11 @@ class MySQLBackend(LockBackend):
         return None
 
     def _update_one_row(
-        self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]
+        self,
+        connection: BaseDatabaseWrapper,
+        statement: Statement,
+        params: dict[str, Any],
+        kept: Statement,
     ) -> tuple[str, str, Sequence[Any]] | None:
         """Run an operation's ``UPDATE`` and read what it kept; None where the
         resource has no row.
@@ -200,13 +256,16 @@ class MySQLBackend(LockBackend):
         as a lock transaction does (``retry_after``): a lost race is never an
         exception."""
         return run_again_after_lost_races(
-            self, lambda: self._one_update(connection, statement, params)
+            self, lambda: self._one_update(connection, statement, params, kept)
         )
 
     def _one_update(
-        self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]
+        self,
+        connection: BaseDatabaseWrapper,
+        statement: Statement,
+        params: dict[str, Any],
+        kept: Statement,
     ) -> tuple[str, str, Sequence[Any]] | None:
-        kept = self._one_kept
         if connection.execute_wrappers or connection.queries_logged:
             # Debug tooling and the query log see the statements as written.
             with connection.cursor() as cursor:
@@ -215,7 +274,7 @@ class MySQLBackend(LockBackend):
                 if cursor.rowcount != 1:
                     return None
                 cursor.execute(kept.sql, params)
-                return one_row.decided(cursor.fetchone())
+                return one_row.decided(cursor.fetchone()[:-1])  # less the gate's column
         # Where nobody watches Django's cursor, mysqlclient's own runs them
         # prepared, for less of the client's CPU and of the server's; errors
         # are still Django's, and mark the connection as its cursor would.
@@ -226,7 +285,7 @@ class MySQLBackend(LockBackend):
                 return None
             answer = self._prepared.fetch_one(raw, kept, params)
         assert answer is not None  # noqa: S101 - a SELECT of variables answers one row
-        return one_row.decided(answer)
+        return one_row.decided(answer[:-1])  # less the gate's column
 
     def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:
         # Django's error carries the driver's arguments: (code, message).

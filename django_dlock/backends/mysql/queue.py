@@ -1,7 +1,9 @@
-"""MariaDB's waiter queue: a dead waiter told by the named lock its connection holds."""
+"""MariaDB's waiter queue: a dead waiter told by the named lock its connection
+holds, and the head's wait for the release at the resource's gate (``wake``)."""
 
 from __future__ import annotations
 
+from django_dlock.backends.mysql.wake import WAIT_AT_GATE, gate_of
 from django_dlock.backends.queue import WaiterQueue
 
 # The prefix of the named lock each waiting connection holds while it lives.
@@ -30,3 +32,11 @@ class MySQLQueue(WaiterQueue):
             f"{super().live_waiter_sql(alias)} AND ({pid} IS NULL OR "
             f"IS_USED_LOCK(CONCAT('{WAITER_LOCK}', {pid})) = {pid})"
         )
+
+    def wait_for_release(self, resource: str, holder: str, seconds: float) -> bool | None:
+        connection = self.tables.connection
+        gate = gate_of(connection, self.tables.table, resource, holder)
+        with connection.cursor() as cursor:
+            cursor.execute(WAIT_AT_GATE, {"gate": gate, "seconds": round(seconds, 6)})
+            (passed,) = cursor.fetchone()
+        return None if passed == -1 else passed != 0

@@ -1,0 +1,158 @@
+"""MariaDB's wake-up (``backends/mysql/wake.py``): the head of a queue waits at
+the resource's gate, a named lock its holder holds, and the release lets it
+through; with real processes."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import threading
+import time
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from django_dlock.models import DistributedLock, LockWaiter
+from tests import workers_wake
+from tests.utils import database_settings, run_in_thread, spawn, wait_for
+
+pytestmark = [
+    pytest.mark.skipif(
+        not settings.DATABASES["default"]["ENGINE"].endswith("mysql"),
+        reason="needs MariaDB (DATABASE_URL=mysql://...)",
+    ),
+    pytest.mark.django_db(transaction=True),
+]
+
+Locks = DistributedLock.objects
+
+
+def at_the_gate() -> int:
+    """How many sessions wait in ``GET_LOCK`` for a named lock now."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+            "WHERE STATE = 'User lock' AND INFO LIKE '%%GET_LOCK%%'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def test_a_release_wakes_the_blocked_head_at_once() -> None:
+    """20 turns: the waiter queues, blocks at the gate, and the holder releases
+    0.3-0.4 s later. A head that polled would then sleep in backoff windows of
+    a quarter to half a second (DLOCK_BACKOFF_MAX 0.5 s): a median of tens of
+    milliseconds at best. Woken by the release it is a few."""
+    rounds, rng = 20, random.Random(46)
+    go, got = spawn.Queue(), spawn.Queue()
+    waiter = spawn.Process(
+        target=workers_wake.take_turns_when_told,
+        args=(database_settings(), "wake", rounds, go, got),
+        daemon=True,
+    )
+    waiter.start()
+    latencies = []
+    try:
+        for number in range(rounds):
+            resource = f"wake:{number}"
+            Locks.acquire(resource, owner="holder", ttl=60)
+            go.put(True)
+            queued = LockWaiter.objects.filter(resource=resource)
+            wait_for(queued.exists, 30, "the waiter queued")
+            wait_for(at_the_gate, 10, "the waiter blocked at the gate")
+            time.sleep(rng.uniform(0.3, 0.4))
+            released = time.monotonic()
+            Locks.release(resource, "holder")
+            latencies.append(got.get(timeout=30) - released)
+    finally:
+        waiter.kill()
+    assert statistics.median(latencies) < 0.05, sorted(latencies)
+
+
+def test_a_waiter_killed_at_the_gate_delays_nobody() -> None:
+    """The head is SIGKILLed while it blocks in GET_LOCK at the gate; the waiter
+    queued behind it (another process) gets the lock within about a second of
+    the release: the dead head kept no gate, and its ticket stops counting."""
+    Locks.acquire("wake:dead", owner="holder", ttl=60)
+    got = spawn.Queue()
+    head = spawn.Process(
+        target=workers_wake.wait_once, args=(database_settings(), "wake:dead", got), daemon=True
+    )
+    head.start()
+    behind = None
+    try:
+        wait_for(at_the_gate, 30, "the head blocked at the gate")
+        behind = spawn.Process(
+            target=workers_wake.wait_once,
+            args=(database_settings(), "wake:dead", got),
+            daemon=True,
+        )
+        behind.start()
+        wait_for(lambda: LockWaiter.objects.filter(resource="wake:dead").count() == 2, 30)
+        assert head.pid is not None
+        os.kill(head.pid, signal.SIGKILL)
+        head.join(10)
+        released = time.monotonic()
+        Locks.release("wake:dead", "holder")
+        waited = got.get(timeout=30) - released
+    finally:
+        head.kill()
+        if behind is not None:
+            behind.kill()
+    assert waited < 2.5, f"the waiter behind the dead head waited {waited:.2f} s"
+
+
+def test_a_session_that_kept_a_lost_holds_gate_holds_up_nobody() -> None:
+    """This session takes the lock and keeps its gate after the lock expired
+    (as a paused holder's does); another owner takes it over on another
+    connection, and its release still wakes the head at once: each hold has
+    a gate of its own."""
+    Locks.acquire("wake:stale", owner="old", ttl=0.3)  # this connection holds old's gate
+    # Once it expired, another owner takes it over on another connection,
+    # which keeps it (and its gate) until told to release it.
+    took, release = threading.Event(), threading.Event()
+
+    def new_holder(_: object) -> float:
+        wait_for(lambda: Locks.acquire("wake:stale", owner="new", ttl=60), 5)
+        took.set()
+        release.wait(60)
+        released = time.monotonic()
+        Locks.release("wake:stale", "new")
+        return released
+
+    holder = run_in_thread(new_holder)
+    assert took.wait(10), holder
+    got = spawn.Queue()
+    waiter = spawn.Process(
+        target=workers_wake.wait_once, args=(database_settings(), "wake:stale", got), daemon=True
+    )
+    waiter.start()
+    try:
+        wait_for(at_the_gate, 30, "the waiter blocked at the gate")
+        time.sleep(0.3)  # past its first, short sleep (NEW_WAITER_LOOKS_AGAIN)
+        assert at_the_gate()
+        release.set()
+        holder["thread"].join(10)
+        waited = got.get(timeout=30) - holder["result"]
+    finally:
+        release.set()
+        waiter.kill()
+    # Blocked on old's gate, it would sleep its listening sleep out (2 s).
+    assert waited < 0.5, f"the waiter woke {waited:.2f} s after the release"
+
+
+def test_a_gate_is_named_without_a_secret_key_too() -> None:
+    """Scripts and benchmarks configure Django without ``SECRET_KEY``: naming a
+    gate must not raise there (a waiter would fail, a holder's take too)."""
+    from django.test import override_settings
+
+    from django_dlock.backends.mysql.wake import GATE, gate_name
+
+    with override_settings(SECRET_KEY=""):
+        unkeyed = gate_name("db", "t", "r", "o")
+    keyed = gate_name("db", "t", "r", "o")
+    assert unkeyed.startswith(GATE) and keyed.startswith(GATE)
+    assert unkeyed != keyed != gate_name("db", "t", "r", "other")
+    assert len(keyed) <= 64  # MariaDB's longest lock name
