@@ -140,7 +140,7 @@ def test_a_session_that_kept_a_lost_holds_gate_holds_up_nobody() -> None:
         release.set()
         waiter.kill()
     # Blocked on old's gate, it would sleep its listening sleep out (2 s).
-    assert waited < 0.5, f"the waiter woke {waited:.2f} s after the release"
+    assert waited < 1.0, f"the waiter woke {waited:.2f} s after the release"
 
 
 def test_a_gate_is_named_without_a_secret_key_too() -> None:
