@@ -86,7 +86,7 @@ def measure(rounds: int, seconds: float, wake_samples: int) -> dict[str, Any]:
     with setup.RedisServer() as redis:
         contenders = _contenders(pg, redis.port)
         for number in range(rounds):
-            for name, (make, alias) in contenders.items():
+            for name, (make, _) in contenders.items():
                 print(f"  {name}, round {number + 1}/{rounds}", file=sys.stderr)
                 row = results.setdefault(name, {})
                 eight = clients.contention(make, True, PROCESSES, seconds, HOLD)
@@ -111,10 +111,14 @@ def measure(rounds: int, seconds: float, wake_samples: int) -> dict[str, Any]:
 
 def report(table: dict[str, Any], load: tuple[float, float, float]) -> None:
     advisory = table["advisory locks, PostgreSQL"]["per_s"]
-    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{'contender':<28} {'acq/s':>7} {'vs adv':>6} {'Jain':>5} {'alone/s':>8} "
-          f"{'share':>6} {'wake p50':>9} {'p90':>7}")
+    print(
+        f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    print(
+        f"{'contender':<28} {'acq/s':>7} {'vs adv':>6} {'Jain':>5} {'alone/s':>8} "
+        f"{'share':>6} {'wake p50':>9} {'p90':>7}"
+    )
     for name, row in table.items():
         print(
             f"{name:<28} {row['per_s']:>7.0f} {row['per_s'] / advisory:>5.2f}x {row['jain']:>5.2f} "
@@ -134,7 +138,9 @@ def main() -> None:
     table = measure(options.rounds, options.seconds, options.wake_samples)
     report(table, load)
     with open(options.json, "w") as out:
-        json.dump({"load_before": load, "load_after": os.getloadavg(), "table": table}, out, indent=1)
+        json.dump(
+            {"load_before": load, "load_after": os.getloadavg(), "table": table}, out, indent=1
+        )
 
 
 if __name__ == "__main__":

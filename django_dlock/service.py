@@ -38,6 +38,7 @@ from django_dlock.rules import (
     kind_of,
 )
 from django_dlock.rules.claim import Claim, claim_for
+from django_dlock.rules.notice import GrantNotice
 from django_dlock.validators import (
     validate_resource,
 )
@@ -146,6 +147,24 @@ class LockService(Generic[_Lock]):
         if row is None:
             return None
         return self.announce(row, previous_owner="", renewed=False, instance=instance)
+
+    def told_grant(self, claim: Claim, notice: GrantNotice) -> Hold:
+        """The hold a release granted ``claim``'s waiter and told it in its
+        wake-up (``rules.notice``): the row as the release wrote it, with no
+        statement of the waiter's own; announced as acquired."""
+        row = LockRow(
+            pk=notice.pk,
+            resource=claim.resource,
+            owner=claim.owner,
+            acquired_at=notice.acquired_at,
+            expires_at=notice.expires_at,
+            fencing_token=notice.fencing_token,
+            hold_count=1,
+            label=claim.label,
+            limit=None,
+            now=notice.acquired_at,
+        )
+        return self.announce(row, previous_owner="", renewed=False, instance=False)
 
     def announce(
         self, row: LockRow, previous_owner: str | None, renewed: bool, *, instance: bool = True

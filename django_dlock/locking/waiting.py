@@ -43,6 +43,7 @@ from django_dlock.locking.backoff import Backoff
 from django_dlock.locking.deadlock import LOOK_EVERY, check_for_deadlock, declare_holding
 from django_dlock.locking.local_queues import local_queues
 from django_dlock.locking.queue import Queue, QueueState, state_of
+from django_dlock.locking.told import told_grant
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold
@@ -94,6 +95,11 @@ class Wait:
     holding: tuple[tuple[str, str], ...] = ()
     next_cycle_look: float = 0.0  # monotonic time of the next look for a cycle
     delayed: bool = False  # the last look found the lock in its lock-delay
+    # May start on a grant its wake-up told (``locking.told``): its holder
+    # extends the lease; ``lease``: the seconds granted where shorter than the ttl.
+    takes_notice: bool = True
+    lease: float | None = None
+    looked: float = 0.0  # monotonic time at the start of the last step
     queue: Queue = field(init=False)
 
     @property
@@ -105,7 +111,7 @@ class Wait:
         return self.claim.owner
 
     def __post_init__(self) -> None:
-        self.began = time.monotonic()
+        self.began = self.looked = time.monotonic()
         self.deadline = self.began + self.timeout
         self.queue = Queue(self.using)
         # Queue rows written in the caller's transaction would be invisible to
@@ -113,6 +119,7 @@ class Wait:
         service_for(self.using).refuse_callers_transaction()
 
     def step(self) -> Hold | float:
+        looked_before, self.looked = self.looked, time.monotonic()
         as_head = self.wakeup.clear()
         if self.ticket is None and local_queues.busy(self):
             # Another waiter of this process is queued for it: queue behind it
@@ -136,7 +143,8 @@ class Wait:
         elif as_head and self._listening():
             # A release named this ticket the head: it handed the lock over,
             # or the lock is free: take it at once, without looking.
-            acquired = self._granted() or self._try(queued=True)
+            told = told_grant(self, looked_before)
+            acquired = told or self._granted() or self._try(queued=True)
             if acquired is not None:
                 return acquired
             state = queue_state(self.using, self.claim, self.ticket)
