@@ -18,8 +18,10 @@ import argparse
 import importlib.util
 import json
 import os
+import random
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -97,16 +99,51 @@ def measure(rounds: int, seconds: float, wake_samples: int) -> dict[str, Any]:
                 row.setdefault("share", []).append(
                     eight["acquisitions_per_s"] / alone["acquisitions_per_s"]
                 )
-        wakes = {}
+        wakes: dict[str, list[tuple[float, float]]] = {}
         for name, (make, _) in contenders.items():
             print(f"  wake-up: {name}", file=sys.stderr)
-            wakes[name] = sorted(clients.wakeup(make, wake_samples, (0.02, 0.06)))
+            wakes[name] = wakeup(make, wake_samples, (0.02, 0.06))
     table = {}
     for name, row in results.items():
         table[name] = {key: statistics.median(values) for key, values in row.items()}
-        table[name]["wake_p50_ms"] = statistics.median(wakes[name]) * 1000
-        table[name]["wake_p90_ms"] = wakes[name][int(len(wakes[name]) * 0.9)] * 1000
+        called = sorted(since_call for since_call, _ in wakes[name])
+        returned = sorted(since_return for _, since_return in wakes[name])
+        table[name]["wake_p50_ms"] = statistics.median(called) * 1000
+        table[name]["wake_p90_ms"] = called[int(len(called) * 0.9)] * 1000
+        table[name]["wake_after_return_p50_ms"] = statistics.median(returned) * 1000
+        table[name]["release_p50_ms"] = statistics.median(
+            (a - b) * 1000 for a, b in zip(called, returned, strict=True)
+        )
     return table
+
+
+def wakeup(
+    make: Callable[[str], Any], samples: int, hold: tuple[float, float]
+) -> list[tuple[float, float]]:
+    """For each sample: seconds from the holder's release call, and from its
+    return, to the waiter's acquire returning (``clients.wakeup``, which gives
+    the first; on a durable database the release's own commit lies between)."""
+    clients.close_connections()
+    go, acquired = clients._fork.Queue(), clients._fork.Queue()
+    waiter = clients._fork.Process(target=clients._waiter, args=(make, go, acquired))
+    waiter.start()
+    holder = make("holder")
+    times = []
+    try:
+        for _ in range(samples):
+            if not holder.try_acquire():
+                raise RuntimeError("the holder could not take the free lock")
+            go.put(True)
+            time.sleep(random.uniform(*hold))  # the waiter is in acquire() by now
+            called = time.monotonic()
+            holder.release()
+            returned = time.monotonic()
+            got = acquired.get(timeout=60)
+            times.append((got - called, got - returned))
+    finally:
+        go.put(False)
+        waiter.join(30)
+    return times
 
 
 def report(table: dict[str, Any], load: tuple[float, float, float]) -> None:
@@ -123,7 +160,8 @@ def report(table: dict[str, Any], load: tuple[float, float, float]) -> None:
         print(
             f"{name:<28} {row['per_s']:>7.0f} {row['per_s'] / advisory:>5.2f}x {row['jain']:>5.2f} "
             f"{row['alone_per_s']:>8.0f} {row['share']:>5.2f}x {row['wake_p50_ms']:>7.2f}ms "
-            f"{row['wake_p90_ms']:>5.2f}ms"
+            f"{row['wake_p90_ms']:>5.2f}ms {row['wake_after_return_p50_ms']:>9.2f}ms "
+            f"{row['release_p50_ms']:>6.2f}ms"
         )
 
 

@@ -5,9 +5,12 @@ commit, with no round trip after the release).
 
 What it was granted is the short offer lease (``HANDOVER_LEASE``), not its
 ttl: a head that is not there to hear it (paused, dead) holds the others up
-for that long only. The head counts the lease conservatively, from the moment
-before the look that preceded its wait (its process's monotonic clock, read
-before the release could have granted it), and the lock's renewer extends it
+for that long only. The head counts the lease conservatively on its own
+monotonic clock: its last look read the database's now ``N``, after the
+moment ``t`` it was sent; the grant was written at the database's ``G``, so
+at ``t + (G - N)`` or later. Not from when the wake-up arrived: a process
+paused after the grant reads its wake-up as late as it resumes, and must find
+the lease as old as it is. The lock's renewer extends it
 to the ttl in the background before a quarter of the lease has passed
 (``locking.renewer``): a hold released sooner (a short turn) never sends it.
 A head that was told too late to trust the lease for long (less than three
@@ -32,20 +35,24 @@ if TYPE_CHECKING:
 Lease = float | None
 Taken = tuple[Hold, float, Lease]
 
+# SQLite's now has whole milliseconds: a look's may be that much early.
+CLOCK_SLACK = 0.001
 # Take a told grant only while at least this share of its lease is left.
 LEASE_LEFT = 0.75
 
 
-def told_grant(wait: Wait, since: float) -> Hold | None:
-    """The hold the wake-up that named ``wait``'s ticket carried, counted from
-    ``since`` (monotonic, before the release could have granted it); None
-    where it carried none, or where the waiter must take the offer itself."""
-    claim, watch, ticket = wait.claim, wait.watch, wait.ticket
-    if not wait.takes_notice or watch is None or ticket is None:
+def told_grant(wait: Wait) -> Hold | None:
+    """The hold the wake-up that named ``wait``'s ticket carried, its lease
+    counted from its last look (``Wait.clock``); None where it carried none,
+    or where the waiter must take the offer itself."""
+    claim, watch, ticket, clock = wait.claim, wait.watch, wait.ticket, wait.clock
+    if watch is None or ticket is None or clock is None:
         return None
     notice = watch.take_notice(ticket)
     if notice is None or not claim.exclusive or claim.lock_delay is not None:
         return None
+    sent, looked_at = clock
+    since = sent + (notice.acquired_at - looked_at).total_seconds() - CLOCK_SLACK
     lease = notice.lease
     if since + lease - time.monotonic() < lease * LEASE_LEFT:
         return None

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from django_dlock import signals
 from django_dlock.conf import conf
@@ -95,11 +96,11 @@ class Wait:
     holding: tuple[tuple[str, str], ...] = ()
     next_cycle_look: float = 0.0  # monotonic time of the next look for a cycle
     delayed: bool = False  # the last look found the lock in its lock-delay
-    # May start on a grant its wake-up told (``locking.told``): its holder
-    # extends the lease; ``lease``: the seconds granted where shorter than the ttl.
-    takes_notice: bool = True
+    # (``locking.told``) The lease a told grant gave where shorter than the ttl;
+    # when the last step began (monotonic), and its look's (start, database now).
     lease: float | None = None
-    looked: float = 0.0  # monotonic time at the start of the last step
+    looked: float = 0.0
+    clock: tuple[float, datetime] | None = None
     queue: Queue = field(init=False)
 
     @property
@@ -111,7 +112,7 @@ class Wait:
         return self.claim.owner
 
     def __post_init__(self) -> None:
-        self.began = self.looked = time.monotonic()
+        self.began = time.monotonic()
         self.deadline = self.began + self.timeout
         self.queue = Queue(self.using)
         # Queue rows written in the caller's transaction would be invisible to
@@ -119,8 +120,7 @@ class Wait:
         service_for(self.using).refuse_callers_transaction()
 
     def step(self) -> Hold | float:
-        looked_before, self.looked = self.looked, time.monotonic()
-        as_head = self.wakeup.clear()
+        self.looked, as_head = time.monotonic(), self.wakeup.clear()
         if self.ticket is None and local_queues.busy(self):
             # Another waiter of this process is queued for it: queue behind it
             # without looking, and sleep until it leaves (unless it left already).
@@ -143,8 +143,7 @@ class Wait:
         elif as_head and self._listening():
             # A release named this ticket the head: it handed the lock over,
             # or the lock is free: take it at once, without looking.
-            told = told_grant(self, looked_before)
-            acquired = told or self._granted() or self._try(queued=True)
+            acquired = told_grant(self) or self._granted() or self._try(queued=True)
             if acquired is not None:
                 return acquired
             state = queue_state(self.using, self.claim, self.ticket)
@@ -345,6 +344,8 @@ class Wait:
         tickets for the resource are refreshed (one statement for all) at this
         look when they would fall due before the next: a wake-up of its own for
         the refresh would add a look as well."""
+        if state.now is not None:  # (``locking.told`` counts a grant's lease on it)
+            self.clock = (self.looked, state.now)
         sleep = self.backoff.sleep(
             state,
             listening=self._listening(),
