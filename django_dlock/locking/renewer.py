@@ -85,6 +85,10 @@ def start_renewer(
     return renewer
 
 
+# Seconds the thread stays after a told grant's hold left (``locking.told``).
+LINGER = 1.0
+
+
 class RenewalThread:
     """The renewer of one alias: ``add()`` a handle to renew it, ``remove()`` to stop."""
 
@@ -96,6 +100,7 @@ class RenewalThread:
         self._thread: threading.Thread | None = None
         self._in_flight: set[Renewed] = set()  # the handles of the batch being renewed
         self._once: set[Renewed] = set()  # renewed once, then no longer
+        self._linger_until = 0.0  # monotonic time until which the thread waits for more
 
     def add(self, handle: Renewed, *, due: float | None = None, once: bool = False) -> None:
         """Renew ``handle`` every third of its ttl (the first at ``due``, where
@@ -118,7 +123,11 @@ class RenewalThread:
         touches the handle any more."""
         with self._condition:
             self._due.pop(handle, None)
-            self._once.discard(handle)
+            if handle in self._once:
+                # Turns on a contended lock follow each other: the thread
+                # stays a moment for the next rather than start again.
+                self._once.discard(handle)
+                self._linger_until = time.monotonic() + LINGER
             self._condition.notify_all()
             if threading.current_thread() is not self._thread:
                 self._condition.wait_for(lambda: handle not in self._in_flight)
@@ -157,6 +166,10 @@ class RenewalThread:
         with self._condition:
             while True:
                 if not self._due:
+                    idle = self._linger_until - time.monotonic()
+                    if idle > 0:  # a told grant's turn just ended: another may come
+                        self._condition.wait(idle)
+                        continue
                     self._thread = None
                     return None
                 now = time.monotonic()
