@@ -22,13 +22,13 @@ claim with a lock-delay, which the release did not write.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import Protocol
 
+from django_dlock.listeners.base import Watch
 from django_dlock.rules import Hold
+from django_dlock.rules.claim import Claim
 from django_dlock.service import service_for
-
-if TYPE_CHECKING:
-    from django_dlock.locking.waiting import Wait
 
 # What an acquisition gives ``lock()``: the hold, the monotonic time before it
 # was asked for, and the lease it was granted where shorter than its ttl.
@@ -41,7 +41,19 @@ CLOCK_SLACK = 0.001
 LEASE_LEFT = 0.75
 
 
-def told_grant(wait: Wait) -> Hold | None:
+class Waiting(Protocol):
+    """What ``told_grant`` reads and sets of a wait (``locking.waiting.Wait``)."""
+
+    claim: Claim
+    using: str
+    watch: Watch | None
+    ticket: int | None
+    clock: tuple[float, datetime] | None
+    started: float
+    lease: float | None
+
+
+def told_grant(wait: Waiting) -> Hold | None:
     """The hold the wake-up that named ``wait``'s ticket carried, its lease
     counted from its last look (``Wait.clock``); None where it carried none,
     or where the waiter must take the offer itself."""
