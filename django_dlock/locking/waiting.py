@@ -344,8 +344,7 @@ class Wait:
         tickets for the resource are refreshed (one statement for all) at this
         look when they would fall due before the next: a wake-up of its own for
         the refresh would add a look as well."""
-        if state.now is not None:  # (``locking.told`` counts a grant's lease on it)
-            self.clock = (self.looked, state.now)
+        self.clock = (self.looked, state.now) if state.now else self.clock  # (``locking.told``)
         sleep = self.backoff.sleep(
             state,
             listening=self._listening(),
