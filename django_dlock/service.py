@@ -199,11 +199,13 @@ class LockService(Generic[_Lock]):
             )
         return hold
 
-    def release(self, resource: str, owner: str, mode: str | None = None) -> ReleaseResult:
+    def release(
+        self, resource: str, owner: str, mode: str | None = None, *, queued: bool = False
+    ) -> ReleaseResult:
         """``owner``'s release of its hold on ``resource`` (both checked
-        already; ``mode``: the hold's, where the holder knows it), with its
-        signal: what it did."""
-        released = self._backend().give_up(resource, owner, mode=mode)
+        already; ``mode``: the hold's, where the holder knows it; ``queued``:
+        a release handed it the hold), with its signal: what it did."""
+        released = self._backend().give_up(resource, owner, mode=mode, queued=queued)
         if released.result is ReleaseResult.RELEASED and released.row is not None:
             self.announce_released(released.row, owner, forced=False)
         return released.result

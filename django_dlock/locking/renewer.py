@@ -77,6 +77,7 @@ def start_renewer(
     renewer = None
     if lease is not None:
         handle.deadline = started + lease
+        handle.handed_over = True
         renewer = Renewer(handle, lease=lease, started=started, once=not auto_renew)
     elif auto_renew:
         renewer = Renewer(handle)
