@@ -21,14 +21,7 @@ from django_dlock.models import DistributedLock, LockWaiter
 from tests import workers_waiting
 from tests.utils import database_settings, spawn, wait_for
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    # MariaDB's release grants nobody: its head is woken at the holder's gate
-    # and takes the lock itself (tests/test_mysql_wake.py).
-    pytest.mark.skipif(
-        connections["default"].vendor == "mysql", reason="MariaDB's release grants nobody"
-    ),
-]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 Locks = DistributedLock.objects
 
