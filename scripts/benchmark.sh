@@ -55,6 +55,10 @@ DATABASE_URL="$DLOCK_PG_URL" python -m benchmarks "$@"
 # The capacity of a Patroni cluster behind PgBouncer is `scripts/cluster.sh full`.
 DATABASE_URL="$DLOCK_PG_URL" python -m benchmarks.waiting
 DATABASE_URL="sqlite:///$(mktemp -d)/bench-waiting.sqlite3" python -m benchmarks.waiting
+# Issue 46's hot lock (docs/performance.md "A turn on a hot lock"): 8 blocking processes on one
+# resource, PostgreSQL and SQLite beside advisory locks and Redis, side by side; its own JSON.
+mkdir -p artifacts
+DATABASE_URL="$DLOCK_PG_URL" python -m benchmarks.hot_turns --json artifacts/hot-turns.json
 # The lock kinds (docs/performance.md "Lock kinds"): their cycles beside the exclusive one and
 # each database's floor, readers and a writer, a semaphore's crowd, a leader's hand-over.
 kinds_args=()
