@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django_dlock.backends.postgresql.features import PostgreSQLFeatures
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.throttles import ThrottleAnswer, ThrottleUses
 from django_dlock.backends.transactions import TransactionHooks
@@ -55,6 +56,10 @@ class PostgreSQLThrottleUses(ThrottleUses):
         super().__init__(using, hooks)
         self._prepared = PreparedStatements(using)
         self._statements: dict[str, Statement] = {}
+        # The PREPARE is built for psycopg 3's client-side binding, as the lock
+        # operations' (PostgreSQLFeatures.one_statement): with server-side
+        # binding, or psycopg 2, the statement runs as it is, unprepared.
+        self._prepares = PostgreSQLFeatures(using).one_statement
 
     def _run(self, sql: str, params: dict[str, Any]) -> ThrottleAnswer:
         # As the lock operations run theirs (PostgreSQLBackend._one_row):
@@ -66,9 +71,10 @@ class PostgreSQLThrottleUses(ThrottleUses):
             name = f"throttle_{len(self._statements)}"
             statement = self._statements.setdefault(sql, Statement(name, sql))
         in_test_transaction = atomic_depth(connection) > 0
-        if in_test_transaction or connection.execute_wrappers or connection.queries_logged:
+        plain = in_test_transaction or not self._prepares
+        if plain or connection.execute_wrappers or connection.queries_logged:
             with connection.cursor() as cursor:
-                if in_test_transaction:
+                if plain:
                     cursor.execute(sql, params)
                 else:
                     self._prepared.execute(cursor, connection.connection, statement, params)
