@@ -144,25 +144,36 @@ def _contender(
 
 def wakeup(make: Callable[[str], HotLock], samples: int, hold: tuple[float, float]) -> list[float]:
     """Seconds from the holder's release call to the waiter's acquire returning."""
+    return [from_call for from_call, _ in wakeup_times(make, samples, hold)]
+
+
+def wakeup_times(
+    make: Callable[[str], HotLock], samples: int, hold: tuple[float, float]
+) -> list[tuple[float, float]]:
+    """For each sample: seconds from the holder's release call, and from its
+    return, to the waiter's acquire returning (on a durable database the
+    release's own commit lies between the two)."""
     close_connections()
     go, acquired = _fork.Queue(), _fork.Queue()
     waiter = _fork.Process(target=_waiter, args=(make, go, acquired))
     waiter.start()
     holder = make("holder")
-    latencies = []
+    times = []
     try:
         for _ in range(samples):
             if not holder.try_acquire():
                 raise RuntimeError("the holder could not take the free lock")
             go.put(True)
             time.sleep(random.uniform(*hold))  # the waiter is in acquire() by now
-            released = time.monotonic()
+            called = time.monotonic()
             holder.release()
-            latencies.append(acquired.get(timeout=60) - released)
+            returned = time.monotonic()
+            got = acquired.get(timeout=60)
+            times.append((got - called, got - returned))
     finally:
         go.put(False)
         waiter.join(30)
-    return latencies
+    return times
 
 
 def _waiter(make: Callable[[str], HotLock], go: Any, acquired: Any) -> None:

@@ -18,10 +18,8 @@ import argparse
 import importlib.util
 import json
 import os
-import random
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -45,45 +43,9 @@ def _contenders(pg: dict[str, Any], redis_port: int) -> dict[str, tuple[Callable
     return found
 
 
-def configure() -> dict[str, Any]:
-    """Django with ``default`` (PostgreSQL) and ``sqlite`` (a WAL file), as
-    ``benchmarks.setup`` has them, without the apps of other contenders."""
-    import tempfile
-
-    import dj_database_url
-    import django
-    from django.conf import settings
-    from django.core.management import call_command
-
-    postgres = dj_database_url.parse(setup.postgres_url())
-    sqlite_dir = tempfile.mkdtemp(prefix="dlock-hot-")
-    settings.configure(
-        DEBUG=False,
-        DATABASES={
-            "default": postgres,
-            "sqlite": {
-                "ENGINE": "django.db.backends.sqlite3",
-                "NAME": f"{sqlite_dir}/bench.sqlite3",
-                "OPTIONS": {
-                    "transaction_mode": "IMMEDIATE",
-                    "timeout": 20,
-                    "init_command": "PRAGMA journal_mode=WAL",
-                },
-            },
-        },
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_dlock"],
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        LOGGING_CONFIG=None,
-    )
-    django.setup()
-    for alias in ("default", "sqlite"):
-        call_command("migrate", database=alias, verbosity=0)
-    return dict(postgres)
-
-
 def measure(rounds: int, seconds: float, wake_samples: int) -> dict[str, Any]:
-    pg = configure()
+    pg = setup.configure(None, other_apps=())
+    setup.migrate()
     results: dict[str, dict[str, list[Any]]] = {}
     with setup.RedisServer() as redis:
         contenders = _contenders(pg, redis.port)
@@ -102,7 +64,7 @@ def measure(rounds: int, seconds: float, wake_samples: int) -> dict[str, Any]:
         wakes: dict[str, list[tuple[float, float]]] = {}
         for name, (make, _) in contenders.items():
             print(f"  wake-up: {name}", file=sys.stderr)
-            wakes[name] = wakeup(make, wake_samples, (0.02, 0.06))
+            wakes[name] = clients.wakeup_times(make, wake_samples, (0.02, 0.06))
     table = {}
     for name, row in results.items():
         table[name] = {key: statistics.median(values) for key, values in row.items()}
@@ -115,35 +77,6 @@ def measure(rounds: int, seconds: float, wake_samples: int) -> dict[str, Any]:
             (a - b) * 1000 for a, b in zip(called, returned, strict=True)
         )
     return table
-
-
-def wakeup(
-    make: Callable[[str], Any], samples: int, hold: tuple[float, float]
-) -> list[tuple[float, float]]:
-    """For each sample: seconds from the holder's release call, and from its
-    return, to the waiter's acquire returning (``clients.wakeup``, which gives
-    the first; on a durable database the release's own commit lies between)."""
-    clients.close_connections()
-    go, acquired = clients._fork.Queue(), clients._fork.Queue()
-    waiter = clients._fork.Process(target=clients._waiter, args=(make, go, acquired))
-    waiter.start()
-    holder = make("holder")
-    times = []
-    try:
-        for _ in range(samples):
-            if not holder.try_acquire():
-                raise RuntimeError("the holder could not take the free lock")
-            go.put(True)
-            time.sleep(random.uniform(*hold))  # the waiter is in acquire() by now
-            called = time.monotonic()
-            holder.release()
-            returned = time.monotonic()
-            got = acquired.get(timeout=60)
-            times.append((got - called, got - returned))
-    finally:
-        go.put(False)
-        waiter.join(30)
-    return times
 
 
 def report(table: dict[str, Any], load: tuple[float, float, float]) -> None:

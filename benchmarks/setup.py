@@ -35,8 +35,11 @@ def postgres_url() -> str:
     return url
 
 
-def configure(proxy_port: int | None) -> dict[str, Any]:
-    """Configure Django; return the parsed PostgreSQL settings."""
+def configure(
+    proxy_port: int | None, other_apps: tuple[str, ...] = ("db_mutex",)
+) -> dict[str, Any]:
+    """Configure Django; return the parsed PostgreSQL settings. ``other_apps``:
+    the apps of other contenders (django-db-mutex) beside django-dlock's."""
     import dj_database_url
 
     postgres = dj_database_url.parse(postgres_url())
@@ -64,7 +67,7 @@ def configure(proxy_port: int | None) -> dict[str, Any]:
             "django.contrib.contenttypes",
             "django.contrib.auth",
             "django_dlock",
-            "db_mutex",
+            *other_apps,
         ],
         USE_TZ=True,
         TIME_ZONE="UTC",
