@@ -6,8 +6,10 @@ A backend is composed of named parts, as Django's ``DatabaseWrapper`` is of
 ``tables`` (the names and row conversions every part shares), ``rows`` (the
 lock rows' statements), ``holds`` (the shared holds'), ``queue`` (the waiter
 queue's), ``purge``, ``renewals``, ``grants`` (the writes of an
-admission) and ``throttles`` (a throttle's use). A vendor names its part classes (``queue_class =
-PostgreSQLQueue``) and overrides whole methods in them.
+admission), ``offers`` (taking a hand-over's offer), ``throttles`` (a
+throttle's use) and ``guard`` (``held.atomic()``'s statements). A vendor names
+its part classes (``queue_class = PostgreSQLQueue``) and overrides whole
+methods in them.
 
 Each lock operation is one method of ``LockBackend`` (``take``, ``extend``,
 ``give_up``, ...), and the decision it makes lives there: here, in Python,
@@ -40,6 +42,7 @@ from django_dlock.backends.grants import Grants
 from django_dlock.backends.guard import guard_for
 from django_dlock.backends.holds import Holds
 from django_dlock.backends.lock_rows import LockRows
+from django_dlock.backends.offers import Offers
 from django_dlock.backends.purge import Purge, PurgedBatch
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.renewals import RENEW_CHUNK, Renewals
@@ -47,11 +50,8 @@ from django_dlock.backends.results import LockRow, Released, Renewed, Taken
 from django_dlock.backends.tables import LockTables
 from django_dlock.backends.throttles import ThrottleUses
 from django_dlock.backends.transactions import in_lock_transaction
-from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner
 from django_dlock.rules.claim import Claim
-from django_dlock.rules.clock import now_plus
-from django_dlock.rules.predicates import HELD_BY_OWNER
 
 __all__ = ["LockBackend"]
 
@@ -83,6 +83,7 @@ class LockBackend:
         self.purge = self.purge_class(self.tables)
         self.renewals = self.renewals_class(self.tables, self.holds)
         self.grants = Grants(self.rows, self.holds)
+        self.offers = Offers(self.tables, self.rows)
         self.throttles = self.throttles_class(using, self)
         self.guard = guard_for(self.tables, self.vendor)
 
@@ -335,29 +336,11 @@ class LockBackend:
         lock_delay: timedelta | None = None,
     ) -> LockRow | None:
         """The lock, if a release handed it to the waiter of ``ticket`` and its
-        offer still stands: held by ``owner`` for the hand-over's lease
-        (``HANDOVER_LEASE``), the ticket gone. One autocommit ``UPDATE`` takes
-        the offer: the lock is the waiter's for ``duration`` from now, with its
-        ``lock_delay`` (the release wrote none). An offer
-        that lapsed (the waiter was paused) was never the waiter's: its lease
-        ran out, and the next waiter took the lock or may."""
+        offer still stands (``Offers.take``); None where releases hand nothing
+        over (``features.grants_on_release``)."""
         if not self.features.grants_on_release:
             return None
-        tables = self.tables
-        qn = tables.qn
-        rule_row = tables.sql_row
-        expires_sql, expires_params = compile_expression(self.using, now_plus(duration))
-        mine = HELD_BY_OWNER.sql(replace(rule_row, placeholders={"owner": "%s"}))
-        # Only quoted identifiers and Django-compiled SQL are formatted in.
-        sql = (
-            f"UPDATE {tables.table} SET {qn('expires_at')} = {expires_sql}, "  # noqa: S608
-            f"{qn('lock_delay')} = %s WHERE {qn('resource')} = %s AND {mine} AND NOT EXISTS "
-            f"(SELECT 1 FROM {tables.waiters_table} w WHERE w.{qn('id')} = %s) "
-            f"RETURNING {', '.join(tables.columns)}, {rule_row.now}"
-        )
-        delay = self.rows.duration_value(lock_delay)
-        params = [*expires_params, delay, resource, owner, ticket]
-        return tables.fetch_row(sql, params)
+        return self.offers.take(resource, owner, ticket, duration, lock_delay)
 
     # -- the auto-renewer's batch, and the purge -------------------------------------
 

@@ -27,6 +27,7 @@ from django_dlock.locking.handle import LockHandle, report_release
 from django_dlock.locking.min_hold import release_or_keep, validate_min_hold
 from django_dlock.locking.names import ResourceName
 from django_dlock.locking.reentry import Entered, check_reentry, current_holder, held_here
+from django_dlock.locking.refusals import refusal
 from django_dlock.locking.renewer import Renewer
 from django_dlock.locking.several import HeldLocks, LockItems, hold_several
 from django_dlock.locking.until_commit import (
@@ -38,7 +39,7 @@ from django_dlock.locking.until_commit import (
     validate_until,
 )
 from django_dlock.locking.wait_loops import wait_here, wait_on_loop
-from django_dlock.locking.waiting import Wait, refusal
+from django_dlock.locking.waiting import Wait
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold, ReleaseResult, new_owner_token

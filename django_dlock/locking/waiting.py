@@ -44,14 +44,14 @@ from django_dlock.locking.backoff import Backoff
 from django_dlock.locking.deadlock import LOOK_EVERY, check_for_deadlock, declare_holding
 from django_dlock.locking.local_queues import local_queues
 from django_dlock.locking.queue import Queue, QueueState, state_of
+from django_dlock.locking.refusals import wait_failure
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold
 from django_dlock.rules.claim import Claim
-from django_dlock.rules.clock import time_left
 from django_dlock.service import Refusal, service_for
 
-__all__ = ["WAITER_TTL", "Wait", "queue_state", "refusal", "state_of"]
+__all__ = ["WAITER_TTL", "Wait", "queue_state", "state_of"]
 
 # A waiter's row counts for this long (seconds) unless refreshed, so a waiter
 # that crashed holds up the queue at most this long.
@@ -213,21 +213,7 @@ class Wait:
         self.wakeup.set()
 
     def failure(self) -> LockNotAcquired:
-        # A waiter queued behind others may never get a turn to try: say so
-        # rather than report "0 tries".
-        how = (
-            f"(tried {self.tries} time{'s' if self.tries != 1 else ''})"
-            if self.tries
-            else "the whole time"
-        )
-        why = (
-            "its lock-delay ran (its last holder lost it) when the time was up"
-            if self.delayed
-            else f"another owner held it {how}"
-        )
-        return LockNotAcquired(
-            f"Could not acquire the lock on {self.resource!r} within {self.timeout:g} s: {why}."
-        )
+        return wait_failure(self.resource, self.timeout, self.tries, delayed=self.delayed)
 
     def finish(self) -> None:
         """Leave the queue (if still in it) and stop listening; wake the next
@@ -376,18 +362,6 @@ class Wait:
 
     def _ticket_ttl(self) -> float:
         return min(WAITER_TTL, self._remaining() + 1.0)
-
-
-def refusal(resource: str, refused: Refusal) -> LockNotAcquired:
-    """Why a non-blocking acquisition was refused, as its statement found the
-    lock (``Refusal``): nothing reads it again."""
-    if refused.delayed and refused.until is not None and refused.now is not None:
-        delay_left = max(time_left(refused.until, refused.now), 0.0)
-        return LockNotAcquired(
-            f"The lock on {resource!r} is in its lock-delay for another {delay_left:.1f} s: "
-            "its last holder lost it (it expired or was force-released)."
-        )
-    return LockNotAcquired(f"The lock on {resource!r} is held by another owner.")
 
 
 def head_grace() -> float:
