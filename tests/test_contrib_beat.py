@@ -152,9 +152,11 @@ def test_three_beats_send_each_due_run_once_across_a_kill_and_a_stop(beats: Beat
     # A leader stopped with SIGTERM gives the lead up: the standby takes it at once.
     terminated_at = time.time()
     os.kill(third, signal.SIGTERM)
-    handed_over = time.monotonic()
+    beats.processes[processes[third]].wait(timeout=30)
+    # Renewed every third of LEASE, its hold would outlive its exit had it not been
+    # released (timed from the exit, so a slow shutdown under load proves nothing false).
+    assert leader_pid() != third, beats.log(processes[third])[-3000:]
     wait_for(lambda: leader_pid() == second, 30, "the resumed beat to lead")
-    assert time.monotonic() - handed_over < LEASE, beats.log(processes[third])[-3000:]
     beats.stop_all()
 
     recorded = sends(beats)

@@ -12,7 +12,9 @@ The time left is measured with this process's monotonic clock from the moment
 the acquisition returned, and the database adds it to its own now: the client's
 wall clock never counts, and the expiry is never earlier than the database's
 ``acquired_at`` plus ``min_hold`` (the acquisition ran before it returned, the
-renewal runs after it is sent).
+renewal runs after it is sent). SQLite's clock counts whole milliseconds, so the
+renewal's now may read up to one millisecond early: the time left is rounded up
+by that much.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
     from django_dlock.locking.handle import LockHandle
 
 __all__ = ["release_or_keep", "validate_min_hold"]
+
+# The coarsest database clock's step (SQLite's STRFTIME('%f')), added to the time
+# left so that a truncated now never makes the expiry early.
+CLOCK_STEP = 0.001
 
 
 def validate_min_hold(
@@ -73,7 +79,7 @@ def release_or_keep(using: str, handle: LockHandle, min_hold: float | None) -> R
     if not 0 < left < math.inf:
         # The resource and owner were checked when the lock was entered.
         return service_for(using).release(handle.resource, handle.owner, handle.mode)
-    outcome = renew_lock(using, handle.resource, handle.owner, left)
+    outcome = renew_lock(using, handle.resource, handle.owner, min(left + CLOCK_STEP, conf.MAX_TTL))
     if outcome is RenewalFailure.TAKEN_OVER:
         return ReleaseResult.FORBIDDEN
     if isinstance(outcome, RenewalFailure):
