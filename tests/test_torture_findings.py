@@ -293,6 +293,7 @@ def test_a_writer_whose_ticket_lapsed_queues_again_at_the_back() -> None:
     try:
         assert isinstance(wait.step(), float)  # queued behind the reader
         first = wait.ticket
+        assert first is not None
         assert Locks.acquire("lapse", "reader-2", ttl=60, shared=True) is None
         LockWaiter.objects.filter(pk=first).update(expires_at=DatabaseNow())  # it lapsed
         assert Locks.acquire("lapse", "reader-3", ttl=60, shared=True) is not None
