@@ -133,23 +133,27 @@ class WaiterQueue:
     @cached_property
     def ticket_state_sql(self) -> str:
         """The SELECT of ``queue_state`` for a queued waiter: also whether its
-        ticket is still queued (``ticket_counts_sql``). A waiter whose ticket
+        ticket is still queued: there, and not lapsed. A waiter whose ticket
         was dropped or lapsed meanwhile queues again, at the back
-        (``Wait.step``). The first look, without a ticket, has the
+        (``Wait.step``). (One that only stopped counting for a while, its
+        listener reconnecting, keeps it: the listener names it again,
+        ``listeners.postgresql``.) The first look, without a ticket, has the
         SELECT without it: there the check would only add to the planning
         (docs/performance.md, "Where the code's choices come from")."""
-        return self._queue_state_sql(ticket_queued=f", {self.ticket_counts_sql()}")
+        live = WaiterQueue.live_waiter_sql(self, "m.")
+        return self._queue_state_sql(ticket_queued=f", {self.ticket_counts_sql(live=live)}")
 
-    def ticket_counts_sql(self, ticket: str = "%s") -> str:
+    def ticket_counts_sql(self, ticket: str = "%s", *, live: str = "") -> str:
         """SQL: whether the waiter of ``ticket`` (SQL: a placeholder) is still
-        queued: its row is there and counts (``live_waiter_sql``). A ticket
-        that lapsed (its waiter stopped refreshing it: paused, or stuck in the
-        database past its deadline) is no longer queued, even while its row is
-        left: others passed it, so its waiter must not take the lock on it."""
+        queued and counts (``live_waiter_sql``; or ``live``, SQL of the table
+        alias ``m``). A ticket that lapsed (its waiter stopped refreshing it:
+        paused, or stuck in the database past its deadline) no longer counts,
+        even while its row is left: others passed it, so its waiter must not
+        take the lock on it."""
         waiters, pk = self.tables.waiters_table, self.tables.qn("id")
         return (
             f"EXISTS (SELECT 1 FROM {waiters} m WHERE m.{pk} = {ticket} "  # noqa: S608
-            f"AND {self.live_waiter_sql('m.')})"
+            f"AND {live or self.live_waiter_sql('m.')})"
         )
 
     def ticket_counts(self, ticket: int) -> bool:
