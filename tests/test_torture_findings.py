@@ -7,6 +7,7 @@ import contextlib
 import random
 import sqlite3
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -242,16 +243,48 @@ def test_the_history_records_a_queuing_only_for_the_ticket(tmp_path: Path) -> No
     assert [event["op"] for event in events] == ["queued"]
 
 
-@pytest.mark.requires_sqlite
+@contextlib.contextmanager
+def _another_session_blocking_takes(resource: str) -> Iterator[None]:
+    """Another session holds what a lock transaction on ``resource`` waits for:
+    SQLite's write lock; on MariaDB the lock's row (``FOR UPDATE``)."""
+    if ON_SQLITE:
+        other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            other.rollback()
+            other.close()
+        return
+    import MySQLdb  # type: ignore[import-untyped]
+
+    params = connection.get_connection_params()
+    params.pop("conv", None)
+    session = MySQLdb.connect(**params)
+    try:
+        session.cursor().execute(
+            f"SELECT 1 FROM {DistributedLock._meta.db_table} WHERE resource = %s FOR UPDATE",  # noqa: S608
+            [resource],
+        )
+        yield
+    finally:
+        session.rollback()
+        session.close()
+
+
+@pytest.mark.skipif(
+    connection.vendor == "postgresql",
+    reason="PostgreSQL's take waits for the row within its one statement, ahead of later takes",
+)
 def test_a_writer_stuck_past_its_ticket_takes_no_lock() -> None:
     """The torture run's SQLite long profile: a reader was admitted past a
     queued writer (invariant 10). The writer, ``lock(timeout=0.216)``, waited
     for SQLite's write lock (another process held it) until its ticket lapsed,
     1 s past its deadline; the reader that came then was rightly admitted, and
     the writer's take still won the lock 3.7 s past its deadline, after the
-    reader. Here another connection holds the write lock from before the
-    writer's take until its ticket lapsed: the take is refused, the call
-    raises ``LockNotAcquired``, and the lock is free for a reader."""
+    reader. Here another session holds what the writer's take waits for (on
+    MariaDB the lock's row) until its ticket lapsed: the take is refused, the
+    call raises ``LockNotAcquired``, and the lock is free for a reader."""
     Locks.acquire("stuck", "holder", ttl=60)
     writer = run_in_thread(
         lambda _: run_in_processes(
@@ -259,21 +292,13 @@ def test_a_writer_stuck_past_its_ticket_takes_no_lock() -> None:
         )[0]
     )
     wait_for(lambda: LockWaiter.objects.filter(owner="writer").exists(), 30, "the writer's ticket")
-    # The holder's lock runs out in 0.3 s, while another process holds the
-    # write lock: the writer sees the lock free and waits in its take.
+    # The holder's lock runs out in 0.3 s, while another session blocks
+    # lock transactions: the writer sees the lock free and waits in its take.
     assert Locks.renew("stuck", "holder", ttl=0.3) is not None
-    other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
-    try:
-        other.execute("BEGIN IMMEDIATE")
-        lapsed = (
-            f"SELECT COUNT(*) = 0 FROM {LockWaiter._meta.db_table} "  # noqa: S608
-            "WHERE expires_at > STRFTIME('%Y-%m-%d %H:%M:%f000', 'NOW')"
-        )
-        wait_for(lambda: other.execute(lapsed).fetchone()[0], 5, "the ticket to lapse")
+    with _another_session_blocking_takes("stuck"):
+        live = LockWaiter.objects.filter(expires_at__gt=DatabaseNow())
+        wait_for(lambda: not live.exists(), 5, "the ticket to lapse")
         assert writer["thread"].is_alive()  # past its deadline, in its take
-    finally:
-        other.rollback()
-        other.close()
     writer["thread"].join(timeout=30)
 
     assert "error" not in writer
