@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sqlite3
 import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from django_dlock.kinds import LockKind
 from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.rules.claim import Claim, claim_for
+from django_dlock.rules.clock import DatabaseNow
 from tests import workers_torture
 from tests.utils import (
     database_settings,
@@ -238,3 +241,92 @@ def test_the_history_records_a_queuing_only_for_the_ticket(tmp_path: Path) -> No
     recorder.close()
     events = list(read_events(tmp_path / "history"))
     assert [event["op"] for event in events] == ["queued"]
+
+
+@contextlib.contextmanager
+def _another_session_blocking_takes(resource: str) -> Iterator[None]:
+    """Another session holds what a lock transaction on ``resource`` waits for:
+    SQLite's write lock; on MariaDB the lock's row (``FOR UPDATE``)."""
+    if ON_SQLITE:
+        other = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            other.rollback()
+            other.close()
+        return
+    import MySQLdb  # type: ignore[import-untyped]
+
+    params = connection.get_connection_params()
+    params.pop("conv", None)
+    session = MySQLdb.connect(**params)
+    try:
+        session.cursor().execute(
+            f"SELECT 1 FROM {DistributedLock._meta.db_table} WHERE resource = %s FOR UPDATE",  # noqa: S608
+            [resource],
+        )
+        yield
+    finally:
+        session.rollback()
+        session.close()
+
+
+@pytest.mark.skipif(
+    connection.vendor == "postgresql",
+    reason="PostgreSQL's take waits for the row within its one statement, ahead of later takes",
+)
+def test_a_writer_stuck_past_its_ticket_takes_no_lock() -> None:
+    """The torture run's SQLite long profile: a reader was admitted past a
+    queued writer (invariant 10). The writer, ``lock(timeout=0.216)``, waited
+    for SQLite's write lock (another process held it) until its ticket lapsed,
+    1 s past its deadline; the reader that came then was rightly admitted, and
+    the writer's take still won the lock 3.7 s past its deadline, after the
+    reader. Here another session holds what the writer's take waits for (on
+    MariaDB the lock's row) until its ticket lapsed: the take is refused, the
+    call raises ``LockNotAcquired``, and the lock is free for a reader."""
+    Locks.acquire("stuck", "holder", ttl=60)
+    writer = run_in_thread(
+        lambda _: run_in_processes(
+            workers_torture.wait_as_writer, [(database_settings(), "stuck", 0.8)]
+        )[0]
+    )
+    wait_for(lambda: LockWaiter.objects.filter(owner="writer").exists(), 30, "the writer's ticket")
+    # The holder's lock runs out in 0.3 s, while another session blocks
+    # lock transactions: the writer sees the lock free and waits in its take.
+    assert Locks.renew("stuck", "holder", ttl=0.3) is not None
+    with _another_session_blocking_takes("stuck"):
+        live = LockWaiter.objects.filter(expires_at__gt=DatabaseNow())
+        wait_for(lambda: not live.exists(), 5, "the ticket to lapse")
+        assert writer["thread"].is_alive()  # past its deadline, in its take
+    writer["thread"].join(timeout=30)
+
+    assert "error" not in writer
+    assert writer["result"].get("refused"), writer["result"]
+    assert not LockWaiter.objects.exists()
+    assert Locks.acquire("stuck", "reader", ttl=30, shared=True) is not None
+
+
+def test_a_writer_whose_ticket_lapsed_queues_again_at_the_back() -> None:
+    """The same finding, where time is left: a writer whose ticket lapsed (its
+    process paused longer than a ticket lives) was passed by the readers that
+    came meanwhile, and then kept its old place, so the next look could take
+    the lock as the queued writer. It queues again at the back, and holds off
+    later readers from then on."""
+    assert Locks.acquire("lapse", "reader-1", ttl=60, shared=True) is not None
+    wait = Wait(claim_for("lapse", "writer", 30), 10, "default")
+    try:
+        assert isinstance(wait.step(), float)  # queued behind the reader
+        first = wait.ticket
+        assert first is not None
+        assert Locks.acquire("lapse", "reader-2", ttl=60, shared=True) is None
+        LockWaiter.objects.filter(pk=first).update(expires_at=DatabaseNow())  # it lapsed
+        assert Locks.acquire("lapse", "reader-3", ttl=60, shared=True) is not None
+
+        assert isinstance(wait.step(), float)
+        assert wait.ticket is not None and wait.ticket > first
+        assert list(LockWaiter.objects.values_list("pk", flat=True)) == [wait.ticket]
+        assert Locks.acquire("lapse", "reader-4", ttl=60, shared=True) is None
+    finally:
+        wait.cancel()
+        wait.finish()

@@ -98,3 +98,17 @@ def read_or_purge(
             taken.append((hold.fencing_token, owner))
             manager.release("found:read", owner)
     return taken
+
+
+def wait_as_writer(db: dict[str, Any], resource: str, timeout: float) -> dict[str, Any]:
+    """``lock(resource, timeout=timeout)`` as the writer: its token and how
+    long the call took, or that it raised ``LockNotAcquired``."""
+    setup_worker(db)
+    from django_dlock import LockNotAcquired, lock
+
+    began = time.monotonic()
+    try:
+        with lock(resource, owner="writer", ttl=30, timeout=timeout) as held:
+            return {"token": held.fencing_token, "seconds": time.monotonic() - began}
+    except LockNotAcquired:
+        return {"refused": True, "seconds": time.monotonic() - began}

@@ -112,9 +112,10 @@ class LockBackend:
         token; reentrant, one hold more), or nothing. Without a row, the first
         one is inserted. Once admitted, the waiter ticket ``claim.ticket``
         leaves its queue in the same transaction (one commit, and no moment
-        where the next waiter sees the new holder still queued ahead of it).
-        The operation's one entry: a vendor's dispatches to its statements or
-        to ``take_portable``."""
+        where the next waiter sees the new holder still queued ahead of it);
+        a ticket that no longer counts (``WaiterQueue.ticket_counts_sql``) is
+        refused. The operation's one entry: a vendor's dispatches to its
+        statements or to ``take_portable``."""
         return self.take_portable(claim)
 
     def take_portable(self, claim: Claim) -> Taken:
@@ -125,6 +126,8 @@ class LockBackend:
     def _take(self, claim: Claim) -> Taken:
         header = self.rows.select_for_update(claim.resource)
         if header is None and claim.held_token is not None:  # purged: the grant is lost
+            return Taken(row=None, previous_owner=None, renewed=False)
+        if claim.ticket is not None and not self.queue.ticket_counts(claim.ticket):
             return Taken(row=None, previous_owner=None, renewed=False)
         if header is None:
             if claim.exclusive:

@@ -133,16 +133,35 @@ class WaiterQueue:
     @cached_property
     def ticket_state_sql(self) -> str:
         """The SELECT of ``queue_state`` for a queued waiter: also whether its
-        ticket is still there. A waiter whose ticket was dropped meanwhile
-        queues again (``Wait.step``). (One that only stopped counting for a
-        while, its listener reconnecting, is named again by the listener:
+        ticket is still queued: there, and not lapsed. A waiter whose ticket
+        was dropped or lapsed meanwhile queues again, at the back
+        (``Wait.step``). (One that only stopped counting for a while, its
+        listener reconnecting, keeps it: the listener names it again,
         ``listeners.postgresql``.) The first look, without a ticket, has the
         SELECT without it: there the check would only add to the planning
         (docs/performance.md, "Where the code's choices come from")."""
+        live = WaiterQueue.live_waiter_sql(self, "m.")
+        return self._queue_state_sql(ticket_queued=f", {self.ticket_counts_sql(live=live)}")
+
+    def ticket_counts_sql(self, ticket: str = "%s", *, live: str = "") -> str:
+        """SQL: whether the waiter of ``ticket`` (SQL: a placeholder) is still
+        queued and counts (``live_waiter_sql``; or ``live``, SQL of the table
+        alias ``m``). A ticket that lapsed (its waiter stopped refreshing it:
+        paused, or stuck in the database past its deadline) no longer counts,
+        even while its row is left: others passed it, so its waiter must not
+        take the lock on it."""
         waiters, pk = self.tables.waiters_table, self.tables.qn("id")
-        return self._queue_state_sql(
-            ticket_queued=f", EXISTS (SELECT 1 FROM {waiters} m WHERE m.{pk} = %s)"  # noqa: S608
+        return (
+            f"EXISTS (SELECT 1 FROM {waiters} m WHERE m.{pk} = {ticket} "  # noqa: S608
+            f"AND {live or self.live_waiter_sql('m.')})"
         )
+
+    def ticket_counts(self, ticket: int) -> bool:
+        """Whether the waiter of ``ticket`` is still queued (``ticket_counts_sql``):
+        asked in the acquisition's transaction, once the row is locked."""
+        with self.tables.connection.cursor() as cursor:
+            cursor.execute(f"SELECT {self.ticket_counts_sql()}", [ticket])
+            return bool(cursor.fetchone()[0])
 
     def _queue_state_sql(self, ticket_queued: str) -> str:
         # Waiters run this in a loop, so it is one hand-written SELECT rather than
@@ -288,13 +307,15 @@ class WaiterQueue:
         return [channel, ttl, mode, claim.kind.limit, claim.label, listener_pid]
 
     def refresh_waiters(self, tickets: Sequence[int], seconds: float) -> None:
-        """Keep the waiters of ``tickets`` queued for ``seconds`` more (one UPDATE)."""
+        """Keep the waiters of ``tickets`` queued for ``seconds`` more (one
+        UPDATE). A ticket that lapsed stays lapsed: the others passed it, and
+        its waiter queues again at the back (``Wait.step``)."""
         qn = self.tables.qn
         expires_sql, expires_params = self.tables.from_now(seconds)
         ids = ", ".join(["%s"] * len(tickets))
         sql = (
             f"UPDATE {self.tables.waiters_table} SET {qn('expires_at')} = {expires_sql} "  # noqa: S608
-            f"WHERE {qn('id')} IN ({ids})"
+            f"WHERE {qn('id')} IN ({ids}) AND {WaiterQueue.live_waiter_sql(self)}"
         )
         with self.tables.connection.cursor() as cursor:
             cursor.execute(sql, [*expires_params, *tickets])

@@ -156,6 +156,11 @@ class Wait:
             if acquired is not None:
                 return acquired
         if self.ticket is not None and not state.queued:
+            if self.timed_out():
+                # Its ticket lapsed (it was stuck past its deadline: in the
+                # database, or paused) or was dropped, and its time is up: it
+                # is no longer queued, and queuing again would take the lock late.
+                return 0.0
             state = self._enqueue_again()
         if state.free and state.ahead and self.ticket is not None:
             # Free, yet others ahead: dead waiters' tickets, where they can be
@@ -320,9 +325,13 @@ class Wait:
         expired) before it looked; or it was dropped as a dead waiter's (it
         expired while the process was paused, its listener's socket refused).
         Without a ticket the others pass it unseen (a queued writer would no
-        longer keep later readers out), and no release names it."""
-        self.ticket = None
+        longer keep later readers out), and no release names it. Or its ticket
+        lapsed (its process was stuck longer than the ticket lives): the
+        others passed it, so it does not keep its place; its row goes."""
+        lapsed, self.ticket = self.ticket, None
         local_queues.leave(self)
+        if lapsed is not None:
+            self.queue.leave(self.resource, lapsed)
         return self._enqueue()
 
     def _sleep(self, state: QueueState) -> float:

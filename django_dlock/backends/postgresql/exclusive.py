@@ -101,24 +101,31 @@ class ExclusiveStatements:
             f"NOT EXISTS (SELECT FROM locked) AND NOT EXISTS "  # noqa: S608
             f"(SELECT FROM {table} WHERE {c['resource']} = %(resource)s)"
         )
-        insert = (
-            f"INSERT INTO {table} ({c['resource']}, {c['owner']}, {c['acquired_at']}, "
-            f"{c['expires_at']}, {c['fencing_token']}, {c['hold_count']}, {c['label']}, "
-            f"{c['lock_delay']}) SELECT %(resource)s, %(owner)s, {now}, {now} + %(duration)s, "
-            f"COALESCE(({backend.rows.floor_sql()}), 0) + 1, "
-            "1, %(label)s, %(lock_delay)s::interval "
-            f"WHERE {no_row} AND %(held)s IS NULL ON CONFLICT ({c['resource']}) "
-            f"DO UPDATE SET {take} WHERE {free_for_owner(f'{table}.')} RETURNING {after}, {now}"
-        )
-        update = (
-            f"UPDATE {table} SET {take} FROM locked "  # noqa: S608
-            f"WHERE {table}.{tables.pk_column} = locked.{tables.pk_column} "
-            f"AND {free_for_owner('locked.')} RETURNING {after}, {now}"
-        )
-        taken = (
-            f"{locked}, updated AS ({update}), inserted AS ({insert}), "  # noqa: S608
-            "written AS (SELECT * FROM updated UNION ALL SELECT * FROM inserted)"
-        )
+
+        def taken_if(condition: str = "") -> str:
+            """The CTEs of an acquisition that writes only where ``condition``
+            (SQL, "AND ...") holds as well."""
+            insert = (
+                f"INSERT INTO {table} ({c['resource']}, {c['owner']}, {c['acquired_at']}, "
+                f"{c['expires_at']}, {c['fencing_token']}, {c['hold_count']}, {c['label']}, "
+                f"{c['lock_delay']}) SELECT %(resource)s, %(owner)s, {now}, {now} + %(duration)s, "
+                f"COALESCE(({backend.rows.floor_sql()}), 0) + 1, "
+                "1, %(label)s, %(lock_delay)s::interval "
+                f"WHERE {no_row} AND %(held)s IS NULL {condition} ON CONFLICT ({c['resource']}) "
+                f"DO UPDATE SET {take} WHERE {free_for_owner(f'{table}.')} {condition} "
+                f"RETURNING {after}, {now}"
+            )
+            update = (
+                f"UPDATE {table} SET {take} FROM locked "  # noqa: S608
+                f"WHERE {table}.{tables.pk_column} = locked.{tables.pk_column} "
+                f"AND {free_for_owner('locked.')} {condition} RETURNING {after}, {now}"
+            )
+            return (
+                f"{locked}, updated AS ({update}), inserted AS ({insert}), "  # noqa: S608
+                "written AS (SELECT * FROM updated UNION ALL SELECT * FROM inserted)"
+            )
+
+        taken = taken_if()
         self.take = Statement("take", f"{taken} {answer} LEFT JOIN written ON TRUE")
         # The common acquisition, of a released row (or a re-acquisition of
         # the owner's own), is an UPDATE without the lock CTE and the INSERT;
@@ -141,10 +148,12 @@ class ExclusiveStatements:
             f"FROM (SELECT) one LEFT JOIN {table} snapshot "
             f"ON snapshot.{c['resource']} = %(resource)s LEFT JOIN written ON TRUE",
         )
-        # lock()'s waiter that takes the lock leaves its queue in the same statement.
+        # lock()'s waiter that takes the lock leaves its queue in the same
+        # statement; one whose ticket lapsed (``ticket_counts_sql``) takes nothing.
+        queued = f"AND {backend.queue.ticket_counts_sql('%(ticket)s')}"
         self.take_leaving = Statement(
             "take_leaving",
-            f"{taken}, dequeued AS (DELETE FROM {tables.waiters_table} "  # noqa: S608
+            f"{taken_if(queued)}, dequeued AS (DELETE FROM {tables.waiters_table} "  # noqa: S608
             f"WHERE {tables.qn('id')} = %(ticket)s AND EXISTS (SELECT FROM written)) "
             f"{answer} LEFT JOIN written ON TRUE",
         )

@@ -55,8 +55,11 @@ class SharedTakeStatement:
             f"WHEN l.{c['hold_count']} + (SELECT n FROM queued) < %(limit)s THEN '{JOINED}' "
             f"ELSE '{PORTABLE}' END"
         )
+        # A waiter whose ticket lapsed is no longer queued (``ticket_counts_sql``).
+        lapsed = f"%(ticket)s < {NO_TICKET} AND NOT {queue.ticket_counts_sql('%(ticket)s')}"
         decided = (
             f"decided AS (SELECT l.*, {shared} AS was_shared, CASE "  # noqa: S608
+            f"WHEN {lapsed} THEN '{REFUSED}' "
             # A re-entry of a shared grant that was lost (a downgrade, of the
             # exclusive grant, is the portable operation's). The row, locked,
             # says so when nobody holds the resource: ``mine`` is read in the
