@@ -67,6 +67,14 @@ def deferring(key: str, held: LockHandle) -> list[Any]:
 
 @task(backend="db")
 @locked_task("tasks:{key}", ttl=10, timeout=0, on_locked="defer", max_attempts=200, min_delay=0.2)
+def deferring_patiently(key: str, held: LockHandle) -> list[Any]:
+    """``deferring`` with attempts enough for a loaded machine's slow release."""
+    record("deferring_patiently", key, began=time.time(), token=held.fencing_token)
+    return [held.resource, held.fencing_token]
+
+
+@task(backend="db")
+@locked_task("tasks:{key}", ttl=10, timeout=0, on_locked="defer", max_attempts=200, min_delay=0.2)
 def deferring_work(key: str, hold: float) -> str:
     began = time.time()
     time.sleep(hold)
