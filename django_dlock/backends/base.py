@@ -202,14 +202,22 @@ class LockBackend:
         )
 
     def give_up(
-        self, resource: str, owner: str | None, *, forced: bool = False, mode: str | None = None
+        self,
+        resource: str,
+        owner: str | None,
+        *,
+        forced: bool = False,
+        mode: str | None = None,
+        queued: bool = False,
     ) -> Released:
         """Release ``owner``'s hold (one of its holds, when it has several,
         unless ``forced``); ``owner=None`` (forced): every hold, whoever holds
         it. Marks the resource's row released once nobody holds it
         (``mark_released``). ``mode``: the hold's, where its holder knows it
         (``LockHandle.mode``), so that a vendor goes straight to the statement
-        that releases that kind of hold; the decision does not depend on it."""
+        that releases that kind of hold; ``queued``: the holder was handed the
+        lock by a release (waiters are likely queued still), likewise. The
+        decision depends on neither."""
         return self.give_up_portable(resource, owner, forced=forced)
 
     def give_up_portable(
