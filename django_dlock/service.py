@@ -207,21 +207,13 @@ class LockService(Generic[_Lock]):
         return self.announce(row, previous_owner="", renewed=False, instance=instance)
 
     def told_grant(self, claim: Claim, notice: GrantNotice) -> Hold:
-        """The hold a release granted ``claim``'s waiter and told it in its
-        wake-up (``rules.notice``): the row as the release wrote it, with no
-        statement of the waiter's own; announced as acquired."""
+        """The hold a release granted ``claim``'s waiter and told it of
+        (``rules.notice``), with no statement; announced as acquired."""
         row = LockRow(
-            pk=notice.pk,
-            resource=claim.resource,
-            owner=claim.owner,
-            acquired_at=notice.acquired_at,
-            expires_at=notice.expires_at,
-            fencing_token=notice.fencing_token,
-            hold_count=1,
-            label=claim.label,
-            limit=None,
-            now=notice.acquired_at,
-        )
+            pk=notice.pk, resource=claim.resource, owner=claim.owner, label=claim.label,
+            acquired_at=notice.acquired_at, expires_at=notice.expires_at, now=notice.acquired_at,
+            fencing_token=notice.fencing_token, hold_count=1, limit=None,
+        )  # fmt: skip
         return self.announce(row, previous_owner="", renewed=False, instance=False)
 
     def announce(
@@ -260,9 +252,8 @@ class LockService(Generic[_Lock]):
     def release(
         self, resource: str, owner: str, mode: str | None = None, *, queued: bool = False
     ) -> ReleaseResult:
-        """``owner``'s release of its hold on ``resource`` (both checked
-        already; ``mode``: the hold's, where the holder knows it; ``queued``:
-        a release handed it the hold), with its signal: what it did."""
+        """``owner``'s release of its hold on ``resource`` (both checked; ``mode``,
+        ``queued``: ``LockBackend.give_up``'s), with its signal: what it did."""
         released = self._backend().give_up(resource, owner, mode=mode, queued=queued)
         if released.result is ReleaseResult.RELEASED and released.row is not None:
             self.announce_released(released.row, owner, forced=False)

@@ -31,6 +31,7 @@ from django_dlock.backends.transactions import in_lock_transaction, refuse_calle
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED, SHARED_HOLDERS, ReleaseResult
 from django_dlock.rules.claim import Claim
+from django_dlock.rules.grant import GRANT_PARAMS
 
 _T = TypeVar("_T")
 
@@ -195,7 +196,7 @@ class PostgreSQLBackend(LockBackend):
     def _force_release(self, resource: str) -> Released | None:
         """An operator's release of whoever holds ``resource``, in one
         statement; None where shared holders hold it (the portable operation)."""
-        params = {"resource": resource}
+        params = {"resource": resource, **GRANT_PARAMS}
         held_by, held, _, row = self._alone(
             lambda: self._decided(self._exclusive.force_release, params)
         )

@@ -84,8 +84,10 @@ def granting(tables: LockTables, released: Mapping[str, str], row: str) -> str:
         "hold_count": "1",
         # Typed: a CASE of NULLs alone would be text.
         "limit": f"CAST(NULL AS {tables.fields['limit'].db_type(tables.connection)})",
-        # The release wrote none; the head writes its own as it takes the offer.
-        "lock_delay": "CAST(NULL AS interval)",
+        # The mark of a grant (``rules.grant.GRANT_MARK``, a zero delay): an
+        # operator's release of it before its head confirmed it revokes it.
+        # The head writes its own delay as it takes the offer.
+        "lock_delay": "make_interval()",
     }
     return ", ".join(
         f"{c[name]} = CASE WHEN {HANDED}.owner IS NOT NULL THEN {value} "

@@ -141,13 +141,16 @@ class SQLiteBackend(LockBackend):
         expires_sql, expires_params = compile_expression(tables.using, DatabaseNow() + ttl)
         assert not expires_params  # noqa: S101 - DatabaseNow() and a column are plain SQL
         # Only to a head that wants the lock exclusively: readers and permits
-        # are admitted by their own acquisitions.
+        # are admitted by their own acquisitions. Its lock-delay is the mark of
+        # a grant (``rules.grant.GRANT_MARK``, zero microseconds as SQLite
+        # keeps a duration): an operator's release before the head confirmed
+        # it revokes it.
         return (
             f"UPDATE {tables.table} SET {qn('owner')} = {self._of_waiter('owner')}, "  # noqa: S608
             f"{qn('label')} = {self._of_waiter('label')}, "
             f"{qn('acquired_at')} = {now_sql}, {qn('expires_at')} = {expires_sql}, "
             f"{qn('fencing_token')} = {qn('fencing_token')} + 1, {qn('hold_count')} = 1, "
-            f"{qn('limit')} = NULL, {qn('lock_delay')} = NULL WHERE {tables.pk_column} = %s "
+            f"{qn('limit')} = NULL, {qn('lock_delay')} = 0 WHERE {tables.pk_column} = %s "
             f"AND {self._of_waiter('ttl')} IS NOT NULL AND {self._of_waiter('mode')} = '{EXCLUSIVE}' "
             f"RETURNING {tables.pk_column}, {qn('fencing_token')}, {qn('acquired_at')}, "
             f"{qn('expires_at')}"
