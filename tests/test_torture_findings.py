@@ -193,9 +193,10 @@ def test_a_reentry_that_waited_for_a_force_release_takes_no_new_grant() -> None:
     assert locks.holders("doc") == []
 
 
-def _granted_then_force_released(resource: str) -> Wait:
+def _granted_then_force_released(resource: str, *, release_all: bool = False) -> Wait:
     """A waiter queued behind a holder whose release handed it ``resource``
-    and told it so; an operator force-released the grant before it looked."""
+    and told it so; an operator force-released the grant before it looked
+    (or ``release_all`` released it under the head's owner)."""
     Locks.acquire(resource, "holder", ttl=60)
     wait = Wait(claim_for(resource, "head", 30), 10, "default")
     assert isinstance(wait.step(), float)  # queued behind the holder
@@ -203,7 +204,10 @@ def _granted_then_force_released(resource: str) -> Wait:
     assert DistributedLock.objects.get(resource=resource).owner == "head"
     assert not LockWaiter.objects.exists()
     wait_for(lambda: wait.wakeup.as_head, 10, "the release's wake-up")
-    assert Locks.force_release(resource)
+    if release_all:
+        assert Locks.release_all([resource], "head") == [ReleaseResult.RELEASED]
+    else:
+        assert Locks.force_release(resource)
     return wait
 
 
@@ -232,7 +236,10 @@ def test_a_waiter_whose_handed_lock_was_force_released_queues_again() -> None:
         wait.finish()
 
 
-def test_a_head_that_starts_on_a_revoked_grant_started_before_any_next_holder() -> None:
+@pytest.mark.parametrize("release_all", [False, True], ids=["force_release", "release_all"])
+def test_a_head_that_starts_on_a_revoked_grant_started_before_any_next_holder(
+    release_all: bool,
+) -> None:
     """The told grant's finding (issue 46): the head starts on its wake-up
     alone, as late as it reads it. An operator's force-release between the
     release and the head's start left the lock free at once, another took it,
@@ -242,7 +249,7 @@ def test_a_head_that_starts_on_a_revoked_grant_started_before_any_next_holder() 
     loss as any revoked holder), and the next holder's token is larger."""
     if not backend_for("default").features.grants_on_release:
         pytest.skip("this database's releases do not hand the lock over")
-    wait = _granted_then_force_released("host:9")
+    wait = _granted_then_force_released("host:9", release_all=release_all)
     try:
         told = wait.step()
         assert not isinstance(told, float)  # started on the wake-up alone
