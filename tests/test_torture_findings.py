@@ -249,6 +249,9 @@ def test_a_head_that_starts_on_a_revoked_grant_started_before_any_next_holder(
     loss as any revoked holder), and the next holder's token is larger."""
     if not backend_for("default").features.grants_on_release:
         pytest.skip("this database's releases do not hand the lock over")
+    features = backend_for("default").features
+    if connection.vendor == "postgresql" and not features.one_statement:
+        pytest.skip("the portable release's wake-up names the ticket alone: the head takes it")
     wait = _granted_then_force_released("host:9", release_all=release_all)
     try:
         told = wait.step()
