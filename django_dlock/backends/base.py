@@ -231,6 +231,8 @@ class LockBackend:
     def _give_up(
         self, resource: str, owner: str | None, forced: bool, revoke: bool = False
     ) -> Released:
+        """``give_up_portable``'s decision; ``revoke`` (``give_up_all``'s):
+        revoke an unconfirmed grant as an operator's release does."""
         header = self.rows.select_for_update(resource)
         if header is None or not header.held:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
@@ -249,7 +251,7 @@ class LockBackend:
             # and kept from others until its offer lease ends (``rules.grant``).
             row = replace(header, owner="", expires_at=revoked_until)
             self.rows.update(row, ["owner", "expires_at"])
-        elif forced and header.lock_delay:
+        elif forced and header.lock_delay:  # (a zero delay, a grant's mark, is none)
             # An operator's, of a holder with a lock-delay: nobody takes it
             # until the delay ends, so neither does the head of the queue
             # (it looks again then).
