@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from django_dlock.backends.results import LockRow
 from django_dlock.rules import kind_of, same_owner
 from django_dlock.rules.claim import Claim
+from django_dlock.rules.predicates import may_join
 
 
 class Action(enum.Enum):
@@ -104,7 +105,5 @@ def _holds_still(hold: LockRow, claim: Claim) -> bool:
 
 
 def _join(claim: Claim, *, holders: int, queued: tuple[int, int]) -> Admission:
-    everyone, writers = queued
-    # A reader: no writer queued before it. A permit: one left after those queued.
-    admitted = writers == 0 if claim.kind.limit is None else holders + everyone < claim.kind.limit
+    admitted = may_join(claim.kind.limit, holders=holders, ahead=queued[0], writers_ahead=queued[1])
     return Admission(Action.JOIN if admitted else Action.REFUSE)

@@ -23,6 +23,7 @@ from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.predicates import first_in_line, head_ticket
 
 # The columns of a ticket that say what its waiter wants and how to reach it (``WaiterQueue.wants``).
 WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
@@ -163,13 +164,13 @@ class WaiterQueue:
 
     def queued_counts_sql(self, resource: str, ticket: str) -> str:
         """SQL: one row, how many live waiters of ``resource`` queue before
-        ``ticket`` (``n``), how many of those want the lock exclusively (``x``,
-        NULL for none), and the first one's ticket (``h``); both SQL (a
-        placeholder, a column)."""
+        ``ticket`` (``n``), how many of those want the lock exclusively (``x``),
+        and the head's ticket (``h``); both SQL (a placeholder, a column)."""
         qn = self.tables.qn
         return (
-            f"SELECT COUNT(*) AS n, SUM(CASE WHEN w.{qn('mode')} = '{EXCLUSIVE}' THEN 1 "
-            f"ELSE 0 END) AS x, MIN(w.{qn('id')}) AS h {self.queued_before_sql(resource, ticket)}"
+            f"SELECT COUNT(*) AS n, COALESCE(SUM(CASE WHEN w.{qn('mode')} = '{EXCLUSIVE}' "
+            f"THEN 1 ELSE 0 END), 0) AS x, {head_ticket('w.' + qn('id'))} AS h "
+            f"{self.queued_before_sql(resource, ticket)}"
         )
 
     def queued_before_sql(
@@ -210,7 +211,7 @@ class WaiterQueue:
         sql = (
             f"SELECT w.{qn('channel')} FROM {self.tables.waiters_table} w "  # noqa: S608
             f"WHERE w.{qn('resource')} = %s AND {self.live_waiter_sql('w.')} "
-            f"ORDER BY w.{qn('id')} LIMIT 1"
+            f"{first_in_line('w.' + qn('id'))}"
         )
         with self.tables.connection.cursor() as cursor:
             cursor.execute(sql, [resource])

@@ -157,7 +157,7 @@ class Wait:
                 return acquired
         if self.ticket is not None and not state.queued:
             state = self._enqueue_again()
-        if state.free and state.ahead and self.ticket is not None:
+        if state.free and not state.is_head and self.ticket is not None:
             # Free, yet others ahead: dead waiters' tickets, where they can be
             # told, or a head that stopped answering.
             self.queue.prune(self.resource, self.ticket)

@@ -1,6 +1,7 @@
 """The predicates of admission, each defined once: "held now", "held by this
-owner", "held by shared holders", "the lock-delay still runs" and "free for
-this owner's exclusive claim".
+owner", "held by shared holders", "the lock-delay still runs", "free for
+this owner's exclusive claim", "may join as a reader, or as a permit" and "is
+the head of the queue".
 
 A predicate is a small expression tree over the columns of a resource's row
 (``distributed_locks``), the database's now and the claim's parameters. The
@@ -26,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
-from django.db.models.lookups import Exact, GreaterThan, IsNull
+from django.db.models.lookups import Exact, GreaterThan, IsNull, LessThan
 
 from django_dlock.rules.clock import DatabaseNow
 from django_dlock.validators import RESERVED_OWNER
@@ -38,9 +39,15 @@ __all__ = [
     "HELD",
     "HELD_BY_OWNER",
     "HELD_BY_SHARED",
+    "IS_HEAD",
+    "MAY_JOIN",
     "SqlRow",
     "Term",
     "delay_end",
+    "first_in_line",
+    "head_ticket",
+    "is_head",
+    "may_join",
 ]
 
 
@@ -60,6 +67,10 @@ class SqlRow:
     def aliased(self, alias: str) -> SqlRow:
         """The same row under another alias (``"l."``, ``"locked."``, ``"table."``)."""
         return SqlRow(self.columns, self.now, self.plus, alias, self.placeholders)
+
+    def spelling(self, **values: str) -> SqlRow:
+        """The same row, with ``values`` (name: SQL) spelling those parameters."""
+        return SqlRow(self.columns, self.now, self.plus, self.alias, values)
 
 
 class Term:
@@ -123,6 +134,17 @@ class Literal(Term):
 
 
 @dataclass(frozen=True)
+class Number(Term):
+    number: int
+
+    def sql(self, row: SqlRow) -> str:
+        return str(self.number)
+
+    def value(self, row: Any, params: Mapping[str, Any]) -> Any:
+        return self.number
+
+
+@dataclass(frozen=True)
 class Param(Term):
     """A value of the claim's, sent as a parameter."""
 
@@ -157,9 +179,24 @@ class Plus(Term):
 
 
 @dataclass(frozen=True)
+class Sum(Term):
+    """Two counts added (None if either is)."""
+
+    left: Term
+    right: Term
+
+    def sql(self, row: SqlRow) -> str:
+        return f"({self.left.sql(row)} + {self.right.sql(row)})"
+
+    def value(self, row: Any, params: Mapping[str, Any]) -> Any:
+        left, right = self.left.value(row, params), self.right.value(row, params)
+        return None if left is None or right is None else left + right
+
+
+@dataclass(frozen=True)
 class Compare(Term):
     left: Term
-    operator: str  # "=", "<>" or ">"
+    operator: str  # "=", "<>", ">" or "<"
     right: Term
 
     def sql(self, row: SqlRow) -> str:
@@ -173,12 +210,12 @@ class Compare(Term):
             return bool(left == right)
         if self.operator == "<>":
             return bool(left != right)
-        return bool(left > right)
+        return bool(left > right) if self.operator == ">" else bool(left < right)
 
     def q(self) -> Q:
         left, right = self.left.expression(), self.right.expression()
-        if self.operator == ">":
-            return Q(GreaterThan(left, right))
+        if self.operator in (">", "<"):
+            return Q(GreaterThan(left, right) if self.operator == ">" else LessThan(left, right))
         equal = Q(Exact(left, right))
         return equal if self.operator == "=" else ~equal
 
@@ -296,6 +333,56 @@ FREE_FOR_OWNER = _all(
     ),
     Not(DELAY_RUNS),
 )
+
+
+#: The counts that admission reads beside the row, as the claim's look or lock
+#: transaction found them: the live waiters queued before the claim's ticket,
+#: those of them that want the lock exclusively, and the valid shared holds;
+#: and the claim's ``limit`` (None: a reader). A statement spells each as its
+#: SQL (``SqlRow.spelling``).
+AHEAD, WRITERS_AHEAD = Param("ahead"), Param("writers_ahead")
+HOLDERS, LIMIT = Param("holders"), Param("limit")
+
+#: Is the head of the queue: no live waiter of the resource is queued before
+#: its ticket. A statement that selects the head, rather than tests a ticket,
+#: reads the live waiters in ticket order and keeps the first (``first_in_line``,
+#: ``head_ticket``): the one of which this holds.
+IS_HEAD = Compare(AHEAD, "=", Number(0))
+
+#: May join the holders: as a reader (no ``limit``) while no writer is queued
+#: ahead (writer preference: a stream of readers cannot starve a writer); as
+#: a permit of a semaphore of ``limit`` while the holders and those queued
+#: ahead leave one. (That nobody holds the resource exclusively, and that its
+#: shared holds are of the claim's kind, is the decision's to say first.)
+MAY_JOIN = Any_(
+    (
+        _all(IsNullParam(LIMIT), Compare(WRITERS_AHEAD, "=", Number(0))),
+        _all(Not(IsNullParam(LIMIT)), Compare(Sum(HOLDERS, AHEAD), "<", LIMIT)),
+    )
+)
+
+
+def first_in_line(ticket: str) -> str:
+    """SQL: the clause that keeps the head (``IS_HEAD``) of the live waiters a
+    query reads, ``ticket`` (SQL) being their ticket."""
+    return f"ORDER BY {ticket} LIMIT 1"
+
+
+def head_ticket(ticket: str) -> str:
+    """SQL: the head's ticket (``IS_HEAD``), aggregated over the live waiters a
+    query reads, ``ticket`` (SQL) being their ticket."""
+    return f"MIN({ticket})"
+
+
+def is_head(ahead: int) -> bool:
+    """``IS_HEAD`` of a waiter that saw ``ahead`` live waiters before its ticket."""
+    return bool(IS_HEAD.value(None, {"ahead": ahead}))
+
+
+def may_join(limit: int | None, *, holders: int, ahead: int, writers_ahead: int) -> bool:
+    """``MAY_JOIN`` for a reader (``limit`` None) or a permit of ``limit``."""
+    params = {"limit": limit, "holders": holders, "ahead": ahead, "writers_ahead": writers_ahead}
+    return bool(MAY_JOIN.value(None, params))
 
 
 def delay_end(row: Any) -> datetime | None:

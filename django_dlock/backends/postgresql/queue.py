@@ -15,7 +15,7 @@ from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
-from django_dlock.rules.predicates import HELD
+from django_dlock.rules.predicates import HELD, head_ticket
 
 # A FROM item that makes the statement's own transaction (autocommit) commit
 # without waiting for its WAL to reach the disk. For the waiter queue only: a
@@ -59,7 +59,7 @@ class PostgreSQLQueue(WaiterQueue):
             "FROM (SELECT COUNT(*) FROM held) "
             f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id), "
             f"ahead AS (SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE w.{qn('mode')} = '{EXCLUSIVE}') "
-            f"AS x, MIN(w.{qn('id')}) AS h FROM {waiters} w, queued WHERE w.{qn('resource')} = %s "
+            f"AS x, {head_ticket('w.' + qn('id'))} AS h FROM {waiters} w, queued WHERE w.{qn('resource')} = %s "
             f"AND w.{qn('id')} < queued.id AND {self.live_waiter_sql('w.')}) "
             f"SELECT queued.id, held.owner, held.expires_at, held.lock_delay, {now_sql}, "
             "ahead.n, ahead.x, "

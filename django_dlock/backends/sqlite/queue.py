@@ -14,7 +14,7 @@ from django_dlock.django_private import atomic_depth, compile_expression
 from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
-from django_dlock.rules.predicates import HELD
+from django_dlock.rules.predicates import HELD, first_in_line
 
 _T = TypeVar("_T")
 
@@ -102,7 +102,7 @@ class SQLiteQueue(WaiterQueue):
         return (
             f"SELECT w.{qn('channel')} || ' ' || w.{qn('id')} FROM {self.tables.waiters_table} w "  # noqa: S608
             f"WHERE w.{qn('resource')} = %s AND w.{qn('expires_at')} > {now_sql} "
-            f"{held if unless_held else ''} ORDER BY w.{qn('id')} LIMIT 1"
+            f"{held if unless_held else ''} {first_in_line('w.' + qn('id'))}"
         )
 
     def wake_head(self, resource: str) -> None:
