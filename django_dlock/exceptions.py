@@ -16,6 +16,11 @@ class DlockError(Exception):
 class LockNotAcquired(DlockError):
     """The lock could not be acquired (held by another owner, or the wait timed out)."""
 
+    #: Seconds until the lock may come free (its holder's expiry, or the end of
+    #: a lock-delay), as the refusal or the wait's last look found it; None
+    #: where nobody held it, or nothing said (a retry's countdown reads it).
+    free_in: float | None = None
+
 
 class LockDeadlock(LockNotAcquired):
     """Waiting for the lock would never end: the waiter holds a lock that

@@ -90,10 +90,10 @@ def _admit_beside_shared(
         mine = None  # a grant of its own, but not the one it means
     if mine is None and claim.held_token is not None:
         return Admission(Action.REFUSE)
-    if claim.exclusive:
-        if mine is not None and len(holds) == 1:
-            return Admission(Action.UPGRADE, hold=mine)
-        return Admission(Action.REFUSE)
+    if claim.exclusive:  # refused beside others, its own hold stays (``Refusal.grant_held``)
+        return Admission(
+            Action.UPGRADE if mine is not None and len(holds) == 1 else Action.REFUSE, hold=mine
+        )
     if mine is not None:
         return Admission(Action.AGAIN_SHARED, hold=mine)
     return _join(claim, holders=len(holds), queued=queued)
