@@ -203,18 +203,33 @@ class WaiterQueue:
             f"WHERE h.{qn('resource')} = {resource} AND h.{qn('expires_at')} > {now_sql}"
         )
 
+    def head_sql(
+        self,
+        columns: str,
+        condition: str = "",
+        *,
+        resource: str = "%s",
+        ticket: str = "",
+        locked: bool = False,
+    ) -> str:
+        """SQL: ``columns`` (of the table alias ``w``) of the head of the queue
+        of ``resource`` (``IS_HEAD``), other than ``ticket`` (SQL; "" for none),
+        if ``condition`` (SQL, ``AND ...``) holds. ``locked``: read ``FOR
+        UPDATE``, which skips a waiter whose ticket went while the statement ran."""
+        qn = self.tables.qn
+        other = f"AND w.{qn('id')} <> {ticket} " if ticket else ""
+        return (
+            f"SELECT {columns} FROM {self.tables.waiters_table} w "  # noqa: S608
+            f"WHERE w.{qn('resource')} = {resource} {other}AND {self.live_waiter_sql('w.')} "
+            f"{condition} {first_in_line('w.' + qn('id'))}{' FOR UPDATE OF w' if locked else ''}"
+        )
+
     def head_channel(self, resource: str) -> str:
         """The channel of the live waiter first in line for ``resource``: the
         one a release wakes ("" for no waiter, or a head that polls). One
         SELECT: a leader's observer listens there too (``django_dlock.leaders``)."""
-        qn = self.tables.qn
-        sql = (
-            f"SELECT w.{qn('channel')} FROM {self.tables.waiters_table} w "  # noqa: S608
-            f"WHERE w.{qn('resource')} = %s AND {self.live_waiter_sql('w.')} "
-            f"{first_in_line('w.' + qn('id'))}"
-        )
         with self.tables.connection.cursor() as cursor:
-            cursor.execute(sql, [resource])
+            cursor.execute(self.head_sql(f"w.{self.tables.qn('channel')}"), [resource])
             row = cursor.fetchone()
         return "" if row is None else str(row[0])
 
@@ -234,14 +249,11 @@ class WaiterQueue:
         """How many live waiters of ``resource`` queued before ``ticket`` (all,
         without one), and how many of them want it exclusively (in the
         acquisition's lock transaction)."""
-        qn = self.tables.qn
-        sql = (
-            f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {qn('mode')} = %s THEN 1 ELSE 0 END), 0) "  # noqa: S608
-            f"FROM {self.tables.waiters_table} WHERE {qn('resource')} = %s AND {qn('id')} < %s "
-            f"AND {self.live_waiter_sql()}"
-        )
         with self.tables.connection.cursor() as cursor:
-            cursor.execute(sql, [EXCLUSIVE, resource, ticket or NO_TICKET])
+            cursor.execute(
+                f"SELECT n, x FROM ({self.queued_counts_sql('%s', '%s')}) q",  # noqa: S608
+                [resource, ticket or NO_TICKET],
+            )
             everyone, exclusive = cursor.fetchone()
         return int(everyone), int(exclusive)
 

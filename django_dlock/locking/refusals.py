@@ -14,18 +14,15 @@ __all__ = ["refusal", "wait_failure"]
 def refusal(resource: str, refused: Refusal) -> LockNotAcquired:
     """Why a non-blocking acquisition was refused, as its statement found the
     lock (``Refusal``)."""
-    left = None
-    if refused.until is not None and refused.now is not None:
-        left = max(time_left(refused.until, refused.now), 0.0)
+    until, now = refused.until, refused.now
+    left = None if until is None or now is None else max(time_left(until, now), 0.0)
     if refused.delayed and left is not None:
-        return _free_in(
-            LockNotAcquired(
-                f"The lock on {resource!r} is in its lock-delay for another {left:.1f} s: "
-                "its last holder lost it (it expired or was force-released)."
-            ),
-            left,
+        return LockNotAcquired(
+            f"The lock on {resource!r} is in its lock-delay for another {left:.1f} s: "
+            "its last holder lost it (it expired or was force-released).",
+            free_in=left,
         )
-    return _free_in(LockNotAcquired(f"The lock on {resource!r} is held by another owner."), left)
+    return LockNotAcquired(f"The lock on {resource!r} is held by another owner.", free_in=left)
 
 
 def wait_failure(
@@ -42,12 +39,5 @@ def wait_failure(
         if delayed
         else f"another owner held it {how}"
     )
-    return _free_in(
-        LockNotAcquired(f"Could not acquire the lock on {resource!r} within {timeout:g} s: {why}."),
-        free_in,
-    )
-
-
-def _free_in(error: LockNotAcquired, seconds: float | None) -> LockNotAcquired:
-    error.free_in = seconds
-    return error
+    message = f"Could not acquire the lock on {resource!r} within {timeout:g} s: {why}."
+    return LockNotAcquired(message, free_in=free_in)

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
-from django.db.models.lookups import Exact, GreaterThan, IsNull, LessThan
+from django.db.models.lookups import Exact, GreaterThan, IsNull
 
 from django_dlock.rules.clock import DatabaseNow
 from django_dlock.validators import RESERVED_OWNER
@@ -120,28 +120,18 @@ class Now(Term):
 
 @dataclass(frozen=True)
 class Literal(Term):
-    text: str
+    text: str | int
 
     def sql(self, row: SqlRow) -> str:
         # A constant of the package's own (no quote, no percent sign in it).
-        return "'{}'".format(self.text.replace("'", "''"))
+        text = self.text
+        return str(text) if isinstance(text, int) else "'{}'".format(text.replace("'", "''"))
 
     def value(self, row: Any, params: Mapping[str, Any]) -> Any:
         return self.text
 
     def expression(self) -> Any:
         return Value(self.text)
-
-
-@dataclass(frozen=True)
-class Number(Term):
-    number: int
-
-    def sql(self, row: SqlRow) -> str:
-        return str(self.number)
-
-    def value(self, row: Any, params: Mapping[str, Any]) -> Any:
-        return self.number
 
 
 @dataclass(frozen=True)
@@ -180,8 +170,6 @@ class Plus(Term):
 
 @dataclass(frozen=True)
 class Sum(Term):
-    """Two counts added (None if either is)."""
-
     left: Term
     right: Term
 
@@ -214,8 +202,8 @@ class Compare(Term):
 
     def q(self) -> Q:
         left, right = self.left.expression(), self.right.expression()
-        if self.operator in (">", "<"):
-            return Q(GreaterThan(left, right) if self.operator == ">" else LessThan(left, right))
+        if self.operator == ">":
+            return Q(GreaterThan(left, right))
         equal = Q(Exact(left, right))
         return equal if self.operator == "=" else ~equal
 
@@ -335,42 +323,36 @@ FREE_FOR_OWNER = _all(
 )
 
 
-#: The counts that admission reads beside the row, as the claim's look or lock
-#: transaction found them: the live waiters queued before the claim's ticket,
-#: those of them that want the lock exclusively, and the valid shared holds;
-#: and the claim's ``limit`` (None: a reader). A statement spells each as its
-#: SQL (``SqlRow.spelling``).
+#: What admission reads beside the row (a statement spells each: ``SqlRow.spelling``):
+#: the live waiters queued before the claim's ticket, those of them that want
+#: the lock exclusively, the valid shared holds, the claim's ``limit`` (None: a reader).
 AHEAD, WRITERS_AHEAD = Param("ahead"), Param("writers_ahead")
 HOLDERS, LIMIT = Param("holders"), Param("limit")
 
-#: Is the head of the queue: no live waiter of the resource is queued before
-#: its ticket. A statement that selects the head, rather than tests a ticket,
-#: reads the live waiters in ticket order and keeps the first (``first_in_line``,
-#: ``head_ticket``): the one of which this holds.
-IS_HEAD = Compare(AHEAD, "=", Number(0))
+#: Is the head of the queue: no live waiter is queued before its ticket. A
+#: statement that selects the head keeps the first live waiter in ticket order
+#: (``first_in_line``, ``head_ticket``): the one of which this holds.
+IS_HEAD = Compare(AHEAD, "=", Literal(0))
 
-#: May join the holders: as a reader (no ``limit``) while no writer is queued
-#: ahead (writer preference: a stream of readers cannot starve a writer); as
-#: a permit of a semaphore of ``limit`` while the holders and those queued
-#: ahead leave one. (That nobody holds the resource exclusively, and that its
-#: shared holds are of the claim's kind, is the decision's to say first.)
+#: May join the holders: a reader (no ``limit``) while no writer is queued
+#: ahead (so readers cannot starve a writer); a permit while the holders and
+#: those queued ahead leave one of ``limit``. (That no exclusive holder holds
+#: it, and the shared holds are of the claim's kind, the decision says first.)
 MAY_JOIN = Any_(
     (
-        _all(IsNullParam(LIMIT), Compare(WRITERS_AHEAD, "=", Number(0))),
+        _all(IsNullParam(LIMIT), Compare(WRITERS_AHEAD, "=", Literal(0))),
         _all(Not(IsNullParam(LIMIT)), Compare(Sum(HOLDERS, AHEAD), "<", LIMIT)),
     )
 )
 
 
 def first_in_line(ticket: str) -> str:
-    """SQL: the clause that keeps the head (``IS_HEAD``) of the live waiters a
-    query reads, ``ticket`` (SQL) being their ticket."""
+    """SQL: keep the head (``IS_HEAD``) of the live waiters read, whose ticket is ``ticket``."""
     return f"ORDER BY {ticket} LIMIT 1"
 
 
 def head_ticket(ticket: str) -> str:
-    """SQL: the head's ticket (``IS_HEAD``), aggregated over the live waiters a
-    query reads, ``ticket`` (SQL) being their ticket."""
+    """SQL: the head's ticket (``IS_HEAD``) of the live waiters read, whose ticket is ``ticket``."""
     return f"MIN({ticket})"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.rules import EXCLUSIVE, SHARED
-from django_dlock.rules.predicates import MAY_JOIN, first_in_line
+from django_dlock.rules.predicates import MAY_JOIN
 
 
 def head_sql(
@@ -17,18 +17,12 @@ def head_sql(
     ticket: str = "%s",
     locked: bool = False,
 ) -> str:
-    """The live waiter first in line for ``resource`` (a placeholder), other
-    than ``ticket`` (one), if ``condition`` (SQL) holds: its ticket, channel
-    and what it wants. ``locked``: read ``FOR UPDATE``, which skips a waiter
-    whose ticket went while the statement ran (``handover``)."""
+    """The head of the queue of ``resource`` (a placeholder), other than
+    ``ticket`` (one), if ``condition`` (SQL) holds (``WaiterQueue.head_sql``):
+    its ticket, channel and what it wants."""
     qn = queue.tables.qn
     columns = ", ".join(f"w.{qn(name)} AS {qn(name)}" for name in HEAD_COLUMNS)
-    return (
-        f"SELECT {columns} FROM {queue.tables.waiters_table} w "  # noqa: S608
-        f"WHERE w.{qn('resource')} = {resource} AND w.{qn('id')} <> {ticket} "
-        f"AND {queue.live_waiter_sql('w.')} {condition} {first_in_line('w.' + qn('id'))}"
-        f"{' FOR UPDATE OF w' if locked else ''}"
-    )
+    return queue.head_sql(columns, condition, resource=resource, ticket=ticket, locked=locked)
 
 
 # The columns of the CTE ``head``: who the head is, how to wake it, what it
