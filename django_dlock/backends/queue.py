@@ -23,7 +23,7 @@ from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
-from django_dlock.rules.predicates import first_in_line, head_ticket
+from django_dlock.rules.predicates import HELD, first_in_line, head_ticket
 
 # The columns of a ticket that say what its waiter wants and how to reach it (``WaiterQueue.wants``).
 WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
@@ -223,6 +223,12 @@ class WaiterQueue:
             f"WHERE w.{qn('resource')} = {resource} {other}AND {self.live_waiter_sql('w.')} "
             f"{condition} {first_in_line('w.' + qn('id'))}{' FOR UPDATE OF w' if locked else ''}"
         )
+
+    def unless_held_sql(self) -> str:
+        """SQL, a condition of ``head_sql``: the lock of the resource (a placeholder) is not ``HELD``."""
+        qn, held = self.tables.qn, HELD.sql(self.tables.sql_row.aliased("l."))
+        table = self.tables.table
+        return f"AND NOT EXISTS (SELECT 1 FROM {table} l WHERE l.{qn('resource')} = %s AND {held})"  # noqa: S608
 
     def head_channel(self, resource: str) -> str:
         """The channel of the live waiter first in line for ``resource``: the

@@ -14,7 +14,6 @@ from django_dlock.backends.queue import WANTS, QueueRow, WaiterQueue, record_tic
 from django_dlock.django_private import compile_expression
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
-from django_dlock.rules.predicates import HELD
 
 # A FROM item that makes the statement's own transaction (autocommit) commit
 # without waiting for its WAL to reach the disk. For the waiter queue only: a
@@ -113,16 +112,10 @@ class PostgreSQLQueue(WaiterQueue):
         # otherwise wait for a release that already happened. A ticket that is
         # gone was handed the lock by a release (``handover``).
         tables = self.tables
-        qn = tables.qn
-        now_sql, _ = compile_expression(tables.using, DatabaseNow())
-        held = (
-            f"SELECT 1 FROM {tables.table} l WHERE l.{qn('resource')} = %s "  # noqa: S608
-            f"AND {HELD.sql(tables.sql_row.aliased('l.'))}"
-        )
         sql = (
-            f"WITH gone AS (DELETE FROM {tables.waiters_table} WHERE {qn('id')} = %s "  # noqa: S608
+            f"WITH gone AS (DELETE FROM {tables.waiters_table} WHERE {tables.qn('id')} = %s "  # noqa: S608
             f"AND {ASYNC_COMMIT_CONDITION} RETURNING 1), "
-            f"head AS ({head_sql(self, f'AND NOT EXISTS ({held})')}), {fitting_sql(self)} "
+            f"head AS ({head_sql(self, self.unless_held_sql())}), {fitting_sql(self)} "
             f"SELECT (SELECT COUNT(*) FROM gone), ({wake_sql(readers=True)})"
         )
         with self.tables.connection.cursor() as cursor:

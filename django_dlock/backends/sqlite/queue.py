@@ -13,7 +13,6 @@ from django_dlock.backends.transactions import in_lock_transaction
 from django_dlock.django_private import atomic_depth
 from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.rules.claim import Claim
-from django_dlock.rules.predicates import HELD
 
 _T = TypeVar("_T")
 
@@ -78,9 +77,8 @@ class SQLiteQueue(WaiterQueue):
         qn = self.tables.qn
         with self.tables.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {qn('id')}, {qn('channel')} FROM {self.tables.waiters_table} "  # noqa: S608
-                f"WHERE {qn('resource')} = %s AND {qn('id')} < %s AND {qn('channel')} <> '' "
-                f"AND {self.live_waiter_sql()}",
+                f"SELECT w.{qn('id')}, w.{qn('channel')} {self.queued_before_sql('%s', '%s')} "
+                f"AND w.{qn('channel')} <> ''",
                 [resource, ticket],
             )
             ahead = cursor.fetchall()
@@ -93,13 +91,8 @@ class SQLiteQueue(WaiterQueue):
         placeholder). ``unless_held``: only while the lock (a second
         placeholder) is free."""
         qn = self.tables.qn
-        held = (
-            f"AND NOT EXISTS (SELECT 1 FROM {self.tables.table} l WHERE l.{qn('resource')} = %s "  # noqa: S608
-            f"AND {HELD.sql(self.tables.sql_row.aliased('l.'))})"
-        )
-        return self.head_sql(
-            f"w.{qn('channel')} || ' ' || w.{qn('id')}", held if unless_held else ""
-        )
+        held = self.unless_held_sql() if unless_held else ""
+        return self.head_sql(f"w.{qn('channel')} || ' ' || w.{qn('id')}", held)
 
     def wake_head(self, resource: str) -> None:
         head = self.head(resource)
