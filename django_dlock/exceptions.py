@@ -14,7 +14,14 @@ class DlockError(Exception):
 
 
 class LockNotAcquired(DlockError):
-    """The lock could not be acquired (held by another owner, or the wait timed out)."""
+    """The lock could not be acquired (held by another owner, or the wait timed
+    out). ``free_in``: seconds until it may come free (the holder's expiry, or
+    a lock-delay's end) as the refusal or the wait's last look found it; None
+    where nobody held it (a retry's countdown reads it)."""
+
+    def __init__(self, *args: object, free_in: float | None = None) -> None:
+        super().__init__(*args)
+        self.free_in = free_in
 
 
 class LockDeadlock(LockNotAcquired):

@@ -288,6 +288,16 @@ class LockService(Generic[_Lock]):
             )
         return bool(released.released)
 
+    def release_showing(self, resource: str, owner: str) -> tuple[ReleaseResult, Hold | None]:
+        """``release``, for a caller that shows what is left (the API): what it
+        did, and, decremented, the hold as the release left it (nothing reads
+        it again)."""
+        released = self._backend().give_up(resource, owner)
+        if released.result is ReleaseResult.RELEASED and released.row is not None:
+            self.announce_released(released.row, owner, forced=False)
+        left = released.row if released.result is ReleaseResult.DECREMENTED else None
+        return released.result, None if left is None else self.instance(left)
+
     def holders(self, resource: str) -> list[Hold]:
         """The valid holds of ``resource``, oldest first."""
         return [self.instance(row) for row in self._backend().holders(resource)]

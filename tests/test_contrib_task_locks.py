@@ -8,13 +8,15 @@ import pytest
 from django.test import override_settings
 
 from django_dlock.contrib.task_locks import backoff, owner_for_task
+from django_dlock.exceptions import LockNotAcquired
+from django_dlock.locking import lock
 from django_dlock.models import DistributedLock
 
 Locks = DistributedLock.objects
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "locks"])
-def test_the_retry_backoff_reads_the_dlock_database_and_stops_at_the_holders_expiry(
+def test_the_retry_backoff_stops_at_the_holders_expiry_as_the_refusal_found_it(
     settings: Any,
 ) -> None:
     from django.db import connections
@@ -22,17 +24,22 @@ def test_the_retry_backoff_reads_the_dlock_database_and_stops_at_the_holders_exp
 
     settings.DLOCK_DATABASE = "locks"  # a second connection to the same database
     Locks.db_manager("locks").acquire("report:db", "holder", ttl=60)
-    with (
-        CaptureQueriesContext(connections["default"]) as on_default,
-        CaptureQueriesContext(connections["locks"]) as on_locks,
-    ):
-        first = backoff(0, 1.0, "report:db")
-    assert (len(on_default), len(on_locks)) == (0, 1)
-    assert 0.5 <= first <= 1.0  # half to all of the base, never the holder's 60 s
-    assert 4 <= backoff(3, 1.0, "report:db") <= 8
-    assert 55 < backoff(10, 1.0, "report:db") <= 60.1  # capped just past the holder's expiry
-    Locks.db_manager("locks").release("report:db", "holder")
-    assert backoff(5, 1.0, "report:db") == 0.0  # free: at once
+    refusals = []
+    for timeout in (None, 0.05):  # one try, and a wait that timed out
+        with pytest.raises(LockNotAcquired) as refused, lock("report:db", timeout=timeout):
+            pass  # pragma: no cover - refused
+        refusals.append(refused.value)
+    for error in refusals:
+        with (
+            CaptureQueriesContext(connections["default"]) as on_default,
+            CaptureQueriesContext(connections["locks"]) as on_locks,
+        ):
+            first = backoff(0, 1.0, error)
+        assert (len(on_default), len(on_locks)) == (0, 0)  # nothing read again
+        assert 0.5 <= first <= 1.0  # half to all of the base, never the holder's 60 s
+        assert 4 <= backoff(3, 1.0, error) <= 8
+        assert 55 < backoff(10, 1.0, error) <= 60.1  # capped just past the holder's expiry
+    assert backoff(5, 1.0, LockNotAcquired("found free")) == 0.0  # free: at once
 
 
 def test_the_owner_of_a_task_is_the_same_for_one_task_id_and_secret() -> None:

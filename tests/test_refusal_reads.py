@@ -1,5 +1,6 @@
 """A refusal's reason comes with the refused acquisition (``Refusal``): neither
 the API's ``"acquired": false`` answer nor ``lock()``'s ``LockNotAcquired``
+(nor a refused upgrade, nor the API's answer to a release that left holds)
 reads the lock again to say why. Each sends the statements of its
 acquisition and nothing more (before: the API read the holders and the
 lock-delay, and the database's now, after its take; ``lock()`` read the
@@ -18,10 +19,10 @@ from django.test.utils import CaptureQueriesContext
 from django_dlock import LockNotAcquired, lock
 from django_dlock.backends import backend_for
 from django_dlock.models import DistributedLock
-from django_dlock.rules.claim import claim_for
+from django_dlock.rules.claim import EXCLUSIVE_KIND, claim_for
 from django_dlock.service import Refusal
 from django_dlock.signals import lock_refused
-from tests.api_utils import CheckedClient, client_for, post
+from tests.api_utils import CheckedClient, client_for, delete, post
 from tests.utils import make_delayed_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -130,3 +131,38 @@ def test_each_refusal_sends_lock_refused_once(api: CheckedClient) -> None:
         ("c", "exclusive"),
         ("d", "exclusive"),
     ]
+
+
+def test_a_refused_upgrade_sends_its_take_and_nothing_else() -> None:
+    """The refusal says the reader's own grant still holds (``Refusal.grant_held``):
+    refused beside another reader, not lost; no read of the holders after it."""
+    DistributedLock.objects.acquire("report", owner="other", ttl=30, shared=True)
+    with lock("report", shared=True) as held:
+        claim = claim_for(
+            "report", held.owner, 30, kind=EXCLUSIVE_KIND, held_token=held.fencing_token
+        )
+
+        def take() -> None:
+            assert backend_for("default").take(claim).refusal.grant_held
+
+        for _ in range(3):  # MariaDB prepares a statement on its third run
+            take()
+
+        def upgrade() -> None:
+            with pytest.raises(LockNotAcquired, match="other holders share it"):
+                held.upgrade()
+
+        assert len(statements(upgrade)) == len(statements(take))
+        assert not held.lost.is_set()
+
+
+def test_a_release_that_leaves_holds_answers_them_from_the_release(api: CheckedClient) -> None:
+    for _ in range(6):
+        DistributedLock.objects.acquire("report", owner="a", ttl=30, reentrant=True)
+    for _ in range(3):  # MariaDB prepares a statement on its third run
+        DistributedLock.objects.release("report", "a")
+    alone = statements(lambda: DistributedLock.objects.release("report", "a"))
+    answers = []
+    sent = statements(lambda: answers.append(delete(api, "/api/locks/report", {"owner": "a"})))
+    assert len(sent) == len(alone)
+    assert answers[0].status_code == 200 and answers[0].json()["hold_count"] == 1

@@ -25,7 +25,11 @@ from django_dlock.rules.predicates import (
     HELD,
     HELD_BY_OWNER,
     HELD_BY_SHARED,
+    IS_HEAD,
+    MAY_JOIN,
     Term,
+    is_head,
+    may_join,
 )
 
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -33,7 +37,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "django_dlock"
 PREDICATES = PACKAGE / "rules" / "predicates.py"
 
 # What each predicate looks like written out: "held now" in SQL and in Python,
-# and "the lock-delay still runs" (an expiry plus the delay) in either.
+# "the lock-delay still runs" (an expiry plus the delay) in either, "may join"
+# (no writer ahead; holders and those ahead below the limit) and "is the head"
+# (nobody ahead; the first ticket) in either.
 COPIES = {
     "held now (SQL)": re.compile(r"owner\W*\s*<>\s*''.*expires_at"),
     "held now (Python)": re.compile(
@@ -41,6 +47,18 @@ COPIES = {
         r"|expires_at\s*>\s*[\w.]*now\b"
     ),
     "the delay runs": re.compile(r"expires_at\W.*\+.*lock_delay|lock_delay\W.*\+.*expires_at"),
+    "may join (SQL)": re.compile(
+        r"queued\)\s*(>\s*0|<)|<\s*head\.\{?[\w(]*['\"]?limit|SELECT\s+\{between"
+    ),
+    "may join (Python)": re.compile(
+        r"writers\w*\s*==\s*0|ahead_exclusive\s*==\s*0|\+\s*[\w.]*ahead\s*<|holders\s*\+\s*\w"
+    ),
+    "is the head (SQL)": re.compile(
+        r"(ORDER BY|MIN\()\s*\w*\.?\{?(qn\(['\"])?id\b[^,]*(LIMIT 1|\))"
+    ),
+    "is the head (Python)": re.compile(
+        r"ahead\s*==\s*0|\.ahead\s+(and|or)\b|not\s+[\w.]*\.ahead\b"
+    ),
 }
 
 
@@ -66,6 +84,17 @@ def test_the_check_finds_a_copy() -> None:
         "f\"l.{c['owner']} <> '' AND l.{c['expires_at']} > {now}\"",
         'return self.owner != "" and self.now < self.expires_at',
         "f\"{c['expires_at']} + INTERVAL {c['lock_delay']} MICROSECOND > {now_sql}\"",
+        "admitted = writers == 0 if limit is None else holders + everyone < limit",
+        "admissible = (free or shared) and row.ahead_exclusive == 0",
+        "taken + row.ahead < claim.kind.limit",
+        '"CASE WHEN %(limit)s IS NULL THEN CASE WHEN (SELECT x FROM queued) > 0 "',
+        "f\"WHEN l.{c['hold_count']} + (SELECT n FROM queued) < %(limit)s THEN\"",
+        "f\"AND (SELECT COUNT(*) {between('x')}) < head.{qn('limit')} - 1 - ({holders})\"",
+        "f\"AND NOT EXISTS (SELECT {between('x')} AND x.{qn('mode')} = '{EXCLUSIVE}')\"",
+        "self.admissible = self.free and self.ahead == 0",
+        "if state.free and state.ahead and self.ticket is not None:",
+        "f\"AND {queue.live_waiter_sql('w.')} {condition} ORDER BY w.{qn('id')} LIMIT 1\"",
+        "f\"ELSE 0 END) AS x, MIN(w.{qn('id')}) AS h {self.queued_before_sql(resource, ticket)}\"",
     ]
     assert all(any(p.search(copy) for p in COPIES.values()) for copy in copies)
 
@@ -205,3 +234,36 @@ def test_an_unconfirmed_grant_and_its_revocation_agree_in_python_and_sql() -> No
         assert (state, in_sql) == (state, lock_row.now if until is None else until)
         found[state] = until is not None
     assert found == {state: state == "a grant, young" for state in GRANTS}
+
+
+# The counts "may join" and "is the head" read, in every combination that tells
+# their cases apart: (limit, holders, ahead, writers ahead).
+COUNTS: list[dict[str, Any]] = [
+    {"limit": limit, "holders": holders, "ahead": ahead, "writers_ahead": writers}
+    for limit in (None, 1, 3)
+    for holders in (0, 1, 2)
+    for ahead in (0, 1, 2)
+    for writers in (0, 1)
+    if writers <= ahead
+]
+
+
+@pytest.mark.django_db
+def test_queue_predicates_agree_in_python_and_sql() -> None:
+    integer = "SIGNED" if connection.vendor == "mysql" else "BIGINT"
+    row = backend_for("default").tables.sql_row.spelling(
+        **{name: f"CAST(%({name})s AS {integer})" for name in COUNTS[0]}
+    )
+    for name, term in {"MAY_JOIN": MAY_JOIN, "IS_HEAD": IS_HEAD}.items():
+        for counts in COUNTS:
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT CASE WHEN {term.sql(row)} THEN 1 ELSE 0 END", counts)
+                in_sql = bool(cursor.fetchone()[0])
+            in_python = may_join(**counts) if term is MAY_JOIN else is_head(counts["ahead"])
+            assert (name, counts, in_sql) == (name, counts, in_python)
+    # The decision as the contract words it (docs/locks.md, "Lock kinds").
+    assert may_join(None, holders=2, ahead=2, writers_ahead=0)
+    assert not may_join(None, holders=2, ahead=2, writers_ahead=1)
+    assert may_join(3, holders=1, ahead=1, writers_ahead=1)
+    assert not may_join(3, holders=2, ahead=1, writers_ahead=0)
+    assert is_head(0) and not is_head(1)

@@ -205,16 +205,13 @@ class LockViewSet(viewsets.ViewSet):
     def release(self, request: Request, resource: str) -> Response:
         resource = self._resource()
         body = self._body(ReleaseRequestSerializer)
-        result = DistributedLock.objects.release(resource, body["owner"])
+        result, left = service_for(conf.DATABASE).release_showing(resource, body["owner"])
         if result is ReleaseResult.NOT_FOUND:
             raise LockNotFound()
         if result is ReleaseResult.FORBIDDEN:
             raise LockOwnerMismatch()
-        if result is ReleaseResult.DECREMENTED:  # holds remain: the hold as it is now
-            holds = DistributedLock.objects.holders(resource)
-            mine = [hold for hold in holds if hold.owner == body["owner"]]
-            if mine:
-                return Response(OwnedLockSerializer(mine[0]).data)
+        if left is not None:  # decremented: the hold as the release left it
+            return Response(OwnedLockSerializer(left).data)
         return Response(status=204)
 
 

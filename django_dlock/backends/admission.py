@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from django_dlock.backends.results import LockRow
 from django_dlock.rules import kind_of, same_owner
 from django_dlock.rules.claim import Claim
+from django_dlock.rules.predicates import may_join
 
 
 class Action(enum.Enum):
@@ -89,10 +90,10 @@ def _admit_beside_shared(
         mine = None  # a grant of its own, but not the one it means
     if mine is None and claim.held_token is not None:
         return Admission(Action.REFUSE)
-    if claim.exclusive:
-        if mine is not None and len(holds) == 1:
-            return Admission(Action.UPGRADE, hold=mine)
-        return Admission(Action.REFUSE)
+    if claim.exclusive:  # refused beside others, its own hold stays (``Refusal.grant_held``)
+        return Admission(
+            Action.UPGRADE if mine is not None and len(holds) == 1 else Action.REFUSE, hold=mine
+        )
     if mine is not None:
         return Admission(Action.AGAIN_SHARED, hold=mine)
     return _join(claim, holders=len(holds), queued=queued)
@@ -104,7 +105,5 @@ def _holds_still(hold: LockRow, claim: Claim) -> bool:
 
 
 def _join(claim: Claim, *, holders: int, queued: tuple[int, int]) -> Admission:
-    everyone, writers = queued
-    # A reader: no writer queued before it. A permit: one left after those queued.
-    admitted = writers == 0 if claim.kind.limit is None else holders + everyone < claim.kind.limit
+    admitted = may_join(claim.kind.limit, holders=holders, ahead=queued[0], writers_ahead=queued[1])
     return Admission(Action.JOIN if admitted else Action.REFUSE)

@@ -37,7 +37,7 @@ class Grants:
         before = header.owner
         if action is Action.REFUSE:
             first_expiry = min((hold.expires_at for hold in holds), default=None)
-            refusal = Refusal.of(header, first_expiry)
+            refusal = Refusal.of(header, first_expiry, grant_held=admission.hold is not None)
             return Taken(row=None, previous_owner=before, renewed=False, refusal=refusal)
         if action is Action.MISMATCH:
             return Taken(row=None, previous_owner=before, renewed=False, mismatch=admission.kind)

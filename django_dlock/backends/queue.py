@@ -24,6 +24,7 @@ from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
 from django_dlock.rules.grant import OFFER_LEASE
+from django_dlock.rules.predicates import HELD, first_in_line, head_ticket
 
 # The columns of a ticket that say what its waiter wants and how to reach it (``WaiterQueue.wants``).
 WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
@@ -183,13 +184,13 @@ class WaiterQueue:
 
     def queued_counts_sql(self, resource: str, ticket: str) -> str:
         """SQL: one row, how many live waiters of ``resource`` queue before
-        ``ticket`` (``n``), how many of those want the lock exclusively (``x``,
-        NULL for none), and the first one's ticket (``h``); both SQL (a
-        placeholder, a column)."""
+        ``ticket`` (``n``), how many of those want the lock exclusively (``x``),
+        and the head's ticket (``h``); both SQL (a placeholder, a column)."""
         qn = self.tables.qn
         return (
-            f"SELECT COUNT(*) AS n, SUM(CASE WHEN w.{qn('mode')} = '{EXCLUSIVE}' THEN 1 "
-            f"ELSE 0 END) AS x, MIN(w.{qn('id')}) AS h {self.queued_before_sql(resource, ticket)}"
+            f"SELECT COUNT(*) AS n, COALESCE(SUM(CASE WHEN w.{qn('mode')} = '{EXCLUSIVE}' "
+            f"THEN 1 ELSE 0 END), 0) AS x, {head_ticket('w.' + qn('id'))} AS h "
+            f"{self.queued_before_sql(resource, ticket)}"
         )
 
     def queued_before_sql(
@@ -222,18 +223,39 @@ class WaiterQueue:
             f"WHERE h.{qn('resource')} = {resource} AND h.{qn('expires_at')} > {now_sql}"
         )
 
+    def head_sql(
+        self,
+        columns: str,
+        condition: str = "",
+        *,
+        resource: str = "%s",
+        ticket: str = "",
+        locked: bool = False,
+    ) -> str:
+        """SQL: ``columns`` (of the table alias ``w``) of the head of the queue
+        of ``resource`` (``IS_HEAD``), other than ``ticket`` (SQL; "" for none),
+        if ``condition`` (SQL, ``AND ...``) holds. ``locked``: read ``FOR
+        UPDATE``, which skips a waiter whose ticket went while the statement ran."""
+        qn = self.tables.qn
+        other = f"AND w.{qn('id')} <> {ticket} " if ticket else ""
+        return (
+            f"SELECT {columns} FROM {self.tables.waiters_table} w "  # noqa: S608
+            f"WHERE w.{qn('resource')} = {resource} {other}AND {self.live_waiter_sql('w.')} "
+            f"{condition} {first_in_line('w.' + qn('id'))}{' FOR UPDATE OF w' if locked else ''}"
+        )
+
+    def unless_held_sql(self) -> str:
+        """SQL, a condition of ``head_sql``: the lock of the resource (a placeholder) is not ``HELD``."""
+        qn, held = self.tables.qn, HELD.sql(self.tables.sql_row.aliased("l."))
+        table = self.tables.table
+        return f"AND NOT EXISTS (SELECT 1 FROM {table} l WHERE l.{qn('resource')} = %s AND {held})"  # noqa: S608
+
     def head_channel(self, resource: str) -> str:
         """The channel of the live waiter first in line for ``resource``: the
         one a release wakes ("" for no waiter, or a head that polls). One
         SELECT: a leader's observer listens there too (``django_dlock.leaders``)."""
-        qn = self.tables.qn
-        sql = (
-            f"SELECT w.{qn('channel')} FROM {self.tables.waiters_table} w "  # noqa: S608
-            f"WHERE w.{qn('resource')} = %s AND {self.live_waiter_sql('w.')} "
-            f"ORDER BY w.{qn('id')} LIMIT 1"
-        )
         with self.tables.connection.cursor() as cursor:
-            cursor.execute(sql, [resource])
+            cursor.execute(self.head_sql(f"w.{self.tables.qn('channel')}"), [resource])
             row = cursor.fetchone()
         return "" if row is None else str(row[0])
 
@@ -253,14 +275,11 @@ class WaiterQueue:
         """How many live waiters of ``resource`` queued before ``ticket`` (all,
         without one), and how many of them want it exclusively (in the
         acquisition's lock transaction)."""
-        qn = self.tables.qn
-        sql = (
-            f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN {qn('mode')} = %s THEN 1 ELSE 0 END), 0) "  # noqa: S608
-            f"FROM {self.tables.waiters_table} WHERE {qn('resource')} = %s AND {qn('id')} < %s "
-            f"AND {self.live_waiter_sql()}"
-        )
         with self.tables.connection.cursor() as cursor:
-            cursor.execute(sql, [EXCLUSIVE, resource, ticket or NO_TICKET])
+            cursor.execute(
+                f"SELECT n, x FROM ({self.queued_counts_sql('%s', '%s')}) q",  # noqa: S608
+                [resource, ticket or NO_TICKET],
+            )
             everyone, exclusive = cursor.fetchone()
         return int(everyone), int(exclusive)
 

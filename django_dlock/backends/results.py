@@ -101,19 +101,24 @@ class Refusal:
     # queued before the claim, or a re-entered grant that is gone).
     until: datetime | None
     delayed: bool = False  # ``until`` is the end of a lock-delay
+    # The claimant still holds a shared grant of its own (the one a re-entry,
+    # ``Claim.held_token``, meant): refused beside other holders (an upgrade).
+    grant_held: bool = False
 
     @classmethod
-    def of(cls, row: LockRow | None, first_expiry: datetime | None = None) -> Refusal:
+    def of(
+        cls, row: LockRow | None, first_expiry: datetime | None = None, *, grant_held: bool = False
+    ) -> Refusal:
         """The refusal by the resource's ``row`` as the statement read it;
         ``first_expiry``: the first of its valid shared holds to expire, where
-        shared holders hold it."""
+        shared holders hold it (``grant_held``: among them, the claimant's)."""
         if row is None:
             return cls(now=None, until=None)
         delay_ends = row.available_at
         if delay_ends is not None:
             return cls(now=row.now, until=delay_ends, delayed=True)
         if row.held_by_shared:
-            return cls(now=row.now, until=first_expiry)
+            return cls(now=row.now, until=first_expiry, grant_held=grant_held)
         return cls(now=row.now, until=row.expires_at if row.held else None)
 
 

@@ -266,7 +266,7 @@ def _on_locked(
         return announce_skip(resource, name, task.request.id if task else None, args, kwargs)
     if policy == "retry" and task is not None:
         retries = task.request.retries or 0
-        countdown = backoff(retries, min_countdown, resource)
+        countdown = backoff(retries, min_countdown, error)
         raise task.retry(countdown=countdown, exc=error)
     raise error
 

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.dispatch import Signal
 
 from django_dlock.contrib.stop_on_loss import StopOnLoss
+from django_dlock.exceptions import LockNotAcquired
 from django_dlock.kinds import LockKind
 from django_dlock.locking import LockHandle, lock
 from django_dlock.locking.names import ResourceName
@@ -168,11 +169,12 @@ def holds_own_lock(resource: str, owner: str) -> bool:
     return any(hold.owner == owner for hold in DistributedLock.objects.holders(resource))
 
 
-def backoff(attempt: int, base: float, resource: str) -> float:
+def backoff(attempt: int, base: float, refused: LockNotAcquired) -> float:
     """Seconds before retry ``attempt`` (0 for the first): exponential from ``base``
-    with jitter (between half and all of ``base * 2**attempt``), capped at the
-    holder's expiry on the database's clock, 0 when the lock is free now."""
-    left = DistributedLock.objects.expires_in(resource)
+    with jitter (between half and all of ``base * 2**attempt``), capped at when
+    the lock comes free as the refusal found it (``LockNotAcquired.free_in``: the
+    holder's expiry, or a lock-delay's end), 0 when it found it free."""
+    left = refused.free_in
     if left is None:
         return 0.0
     window = base * 2.0 ** min(attempt, 32)

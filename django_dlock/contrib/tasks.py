@@ -264,7 +264,7 @@ class _Policy:
                 f"{error} Cannot defer the task: its backend {task.backend!r} does not support "
                 "run_after (ImmediateBackend runs each task as it is enqueued)."
             )
-        delay = backoff(attempt - 1, self.min_delay, resource)
+        delay = backoff(attempt - 1, self.min_delay, error)
         run_after = timezone.now() + timedelta(seconds=delay)
         with requeueing(str(result.id)):  # the same call, queued again: never a duplicate
             again = task.using(run_after=run_after).enqueue(

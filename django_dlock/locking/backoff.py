@@ -62,7 +62,7 @@ class Backoff:
             self.moved_at = now
         if state.holder != self.holder:
             self.attempt = 0  # a new holder: its turn may be short
-        if state.ahead == 0 and self.head_since is None:
+        if state.is_head and self.head_since is None:
             self.head_since = now
         self.ahead, self.holder = state.ahead, state.holder
 
@@ -80,10 +80,10 @@ class Backoff:
         database's host, where a look costs microseconds; ``refresh_in``: seconds
         until the waiter's ticket needs refreshing."""
         now = time.monotonic() if now is None else now
-        if listening and (state.ahead == 0 or not state.free):
+        if listening and (state.is_head or not state.free):
             # A release wakes us; the timer covers an expiry and the ticket.
             sleep = min(LISTENING_LOOKS * conf.BACKOFF_MAX, max(refresh_in, 0.0))
-            if state.ahead == 0 and shares_host:
+            if state.is_head and shares_host:
                 # A datagram does not cross network namespaces (containers that
                 # share the SQLite file): the head still looks now and then.
                 sleep = min(sleep, SHARED_HOST_HEAD_LOOKS)
@@ -96,14 +96,14 @@ class Backoff:
                 # more soon after.
                 self.looked_again = True
                 sleep = min(sleep, NEW_WAITER_LOOKS_AGAIN)
-        elif state.ahead and self.turn is not None:
+        elif not state.is_head and self.turn is not None:
             # Nothing to do before those ahead have had their turns: sleep a
             # quarter to half of that, so that looking costs little while the
             # queue moves. (Longer feeds back: turns seem slower, waits grow.)
             sleep = self.rng.uniform(0.25, 0.5) * state.ahead * self.turn
             sleep = min(sleep, conf.BACKOFF_MAX)
             sleep = max(sleep, self.rng.uniform(0, conf.BACKOFF_BASE))
-        elif state.ahead == 0 and shares_host:
+        elif state.is_head and shares_host:
             # The head, where looking costs microseconds: look often, less so
             # the longer the holder keeps the lock.
             waited = now - (self.head_since or now)
@@ -115,6 +115,6 @@ class Backoff:
             window = min(conf.BACKOFF_MAX, conf.BACKOFF_BASE * 2**self.attempt)
             self.attempt = min(self.attempt + 1, 32)
             sleep = self.rng.uniform(0, window)
-        if state.holder_left is not None and state.ahead == 0:
+        if state.holder_left is not None and state.is_head:
             sleep = min(sleep, max(state.holder_left, 0.0))  # never past the holder's expiry
         return sleep

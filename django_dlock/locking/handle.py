@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from django_dlock import signals
 from django_dlock.exceptions import LockExpired, LockNotAcquired, LockNotOwned
@@ -20,9 +19,6 @@ from django_dlock.rules import SHARED, Hold, ReleaseResult
 from django_dlock.rules.claim import EXCLUSIVE_KIND, claim_for
 from django_dlock.service import Refusal, service_for
 from django_dlock.threads import run_in_lock_thread
-
-if TYPE_CHECKING:
-    from django_dlock.managers import DistributedLockManager
 
 __all__ = ["EXPIRED_LOCALLY", "LockHandle", "report_lost"]
 
@@ -218,16 +214,15 @@ class LockHandle:
         self.check()
         ttl = ttl or self.ttl
         started = time.monotonic()
-        service = service_for(self.using)
-        manager = DistributedLock.objects.db_manager(self.using)
         # Of this grant only: one that was lost is not replaced by a new one.
         kind = LockKind.shared_lock() if shared else EXCLUSIVE_KIND
         claim = claim_for(self.resource, self.owner, ttl, kind=kind, held_token=self.fencing_token)
-        taken = service.take(claim)
-        hold = None if isinstance(taken, Refusal) else taken
-        if hold is None and (shared or not self._holds_still(manager)):
+        hold = service_for(self.using).take(claim)
+        # Refused: the grant was lost, unless the refusal says it is still held
+        # (an upgrade beside other readers).
+        if isinstance(hold, Refusal) and (shared or not hold.grant_held):
             raise self.lost_before("its change of mode")
-        if hold is None or hold.mode != kind.mode:
+        if isinstance(hold, Refusal) or hold.mode != kind.mode:
             raise LockNotAcquired(
                 f"Cannot upgrade the lock on {self.resource!r}: other holders share it."
             )
@@ -235,12 +230,6 @@ class LockHandle:
         self.expires_at = hold.expires_at
         self.mode = hold.mode
         self.deadline = started + ttl
-
-    def _holds_still(self, manager: DistributedLockManager[DistributedLock]) -> bool:
-        return any(
-            (hold.owner, hold.fencing_token) == (self.owner, self.fencing_token)
-            for hold in manager.holders(self.resource)
-        )
 
     def lost_before(self, what: str) -> LockExpired:
         """The hold was found lost (expired, or force-released) by ``what``:

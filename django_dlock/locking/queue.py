@@ -19,7 +19,7 @@ from django_dlock.backends.queue import QueueRow, WaiterQueue
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import time_left
-from django_dlock.rules.predicates import HELD, HELD_BY_SHARED, delay_end
+from django_dlock.rules.predicates import HELD, HELD_BY_SHARED, delay_end, is_head, may_join
 from django_dlock.service import service_for
 
 __all__ = ["Queue", "QueueState", "state_of"]
@@ -43,7 +43,12 @@ class QueueState:
 
     def __post_init__(self) -> None:
         if self.admissible is None:  # an exclusive waiter's
-            self.admissible = self.free and self.ahead == 0
+            self.admissible = self.free and self.is_head
+
+    @property
+    def is_head(self) -> bool:
+        """Nobody live is queued ahead (``IS_HEAD``)."""
+        return is_head(self.ahead)
 
     @property
     def delayed(self) -> bool:
@@ -160,13 +165,11 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
         assert row.expires_at is not None  # noqa: S101 - held
         holder, left = row.owner, time_left(row.expires_at, row.now)
     if claim.exclusive:
-        admissible = free and row.ahead == 0
-    elif claim.kind.limit is None:
-        admissible = (free or (shared and row.limit is None)) and row.ahead_exclusive == 0
+        admissible = free and is_head(row.ahead)
     else:
-        taken = 0 if free else row.holders
-        admissible = (free or (shared and row.limit == claim.kind.limit)) and (
-            taken + row.ahead < claim.kind.limit
+        holders, ahead, writers = (0 if free else row.holders), row.ahead, row.ahead_exclusive
+        admissible = (free or (shared and row.limit == claim.kind.limit)) and may_join(
+            claim.kind.limit, holders=holders, ahead=ahead, writers_ahead=writers
         )
     mismatch = held and not free and (row.limit if shared else None) != claim.kind.limit
     return QueueState(

@@ -14,18 +14,23 @@ __all__ = ["refusal", "wait_failure"]
 def refusal(resource: str, refused: Refusal) -> LockNotAcquired:
     """Why a non-blocking acquisition was refused, as its statement found the
     lock (``Refusal``)."""
-    if refused.delayed and refused.until is not None and refused.now is not None:
-        delay_left = max(time_left(refused.until, refused.now), 0.0)
+    until, now = refused.until, refused.now
+    left = None if until is None or now is None else max(time_left(until, now), 0.0)
+    if refused.delayed and left is not None:
         return LockNotAcquired(
-            f"The lock on {resource!r} is in its lock-delay for another {delay_left:.1f} s: "
-            "its last holder lost it (it expired or was force-released)."
+            f"The lock on {resource!r} is in its lock-delay for another {left:.1f} s: "
+            "its last holder lost it (it expired or was force-released).",
+            free_in=left,
         )
-    return LockNotAcquired(f"The lock on {resource!r} is held by another owner.")
+    return LockNotAcquired(f"The lock on {resource!r} is held by another owner.", free_in=left)
 
 
-def wait_failure(resource: str, timeout: float, tries: int, *, delayed: bool) -> LockNotAcquired:
+def wait_failure(
+    resource: str, timeout: float, tries: int, *, delayed: bool, free_in: float | None = None
+) -> LockNotAcquired:
     """Why a wait of ``timeout`` seconds ended without the lock, after ``tries``
-    tries; ``delayed``: its last look found the lock in its lock-delay."""
+    tries; ``delayed``: its last look found the lock in its lock-delay;
+    ``free_in``: seconds until, by that look, it comes free."""
     # A waiter queued behind others may never get a turn to try: say so
     # rather than report "0 tries".
     how = f"(tried {tries} time{'s' if tries != 1 else ''})" if tries else "the whole time"
@@ -34,6 +39,5 @@ def wait_failure(resource: str, timeout: float, tries: int, *, delayed: bool) ->
         if delayed
         else f"another owner held it {how}"
     )
-    return LockNotAcquired(
-        f"Could not acquire the lock on {resource!r} within {timeout:g} s: {why}."
-    )
+    message = f"Could not acquire the lock on {resource!r} within {timeout:g} s: {why}."
+    return LockNotAcquired(message, free_in=free_in)

@@ -44,7 +44,7 @@ def holder_to_wait_for(wait: Wait, state: QueueState) -> str | None:
     it. None: it sleeps on its ``wakeup`` (and the backoff decides how long)."""
     if state.holder != wait.unannounced:
         wait.unannounced = None  # a new holder: its release may be announced
-    if state.free or state.ahead or state.holder is None or wait.unannounced is not None:
+    if state.free or not state.is_head or state.holder is None or wait.unannounced is not None:
         return None
     if not wait.queue.waits_for_release or conf.LISTEN is False:
         return None

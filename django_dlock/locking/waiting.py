@@ -98,6 +98,7 @@ class Wait:
     holding: tuple[tuple[str, str], ...] = ()
     next_cycle_look: float = 0.0  # monotonic time of the next look for a cycle
     delayed: bool = False  # the last look found the lock in its lock-delay
+    free_at: float | None = None  # when, by that look, it comes free (monotonic)
     # The head's wait for a holder's release in the database (``release_wait``).
     release_of: str | None = None
     unannounced: str | None = None
@@ -169,7 +170,7 @@ class Wait:
                 # is no longer queued, and queuing again would take the lock late.
                 return 0.0
             state = self._enqueue_again()
-        if state.free and state.ahead and self.ticket is not None:
+        if state.free and not state.is_head and self.ticket is not None:
             # Free, yet others ahead: dead waiters' tickets, where they can be
             # told, or a head that stopped answering.
             self.queue.prune(self.resource, self.ticket)
@@ -184,6 +185,8 @@ class Wait:
             self.backoff.restart()  # a non-waiting caller took it: look again soon
         self.backoff.learn(state)
         self.delayed = state.delayed
+        left = state.holder_left
+        self.free_at = None if left is None else time.monotonic() + left
         if self.holding and self.ticket is not None:
             self._look_for_a_cycle()
         return self._sleep(state)
@@ -225,7 +228,10 @@ class Wait:
         self.wakeup.set()
 
     def failure(self) -> LockNotAcquired:
-        return wait_failure(self.resource, self.timeout, self.tries, delayed=self.delayed)
+        free_in = None if self.free_at is None else max(self.free_at - time.monotonic(), 0.0)
+        return wait_failure(
+            self.resource, self.timeout, self.tries, delayed=self.delayed, free_in=free_in
+        )
 
     def finish(self) -> None:
         """Leave the queue (if still in it) and stop listening; wake the next

@@ -1,6 +1,7 @@
 """The predicates of admission, each defined once: "held now", "held by this
-owner", "held by shared holders", "the lock-delay still runs" and "free for
-this owner's exclusive claim".
+owner", "held by shared holders", "the lock-delay still runs", "free for
+this owner's exclusive claim", "may join as a reader, or as a permit" and "is
+the head of the queue".
 
 A predicate is a small expression tree over the columns of a resource's row
 (``distributed_locks``), the database's now and the claim's parameters. The
@@ -38,9 +39,15 @@ __all__ = [
     "HELD",
     "HELD_BY_OWNER",
     "HELD_BY_SHARED",
+    "IS_HEAD",
+    "MAY_JOIN",
     "SqlRow",
     "Term",
     "delay_end",
+    "first_in_line",
+    "head_ticket",
+    "is_head",
+    "may_join",
 ]
 
 
@@ -60,6 +67,10 @@ class SqlRow:
     def aliased(self, alias: str) -> SqlRow:
         """The same row under another alias (``"l."``, ``"locked."``, ``"table."``)."""
         return SqlRow(self.columns, self.now, self.plus, alias, self.placeholders)
+
+    def spelling(self, **values: str) -> SqlRow:
+        """The same row, with ``values`` (name: SQL) spelling those parameters."""
+        return SqlRow(self.columns, self.now, self.plus, self.alias, values)
 
 
 class Term:
@@ -109,11 +120,12 @@ class Now(Term):
 
 @dataclass(frozen=True)
 class Literal(Term):
-    text: str
+    text: str | int
 
     def sql(self, row: SqlRow) -> str:
         # A constant of the package's own (no quote, no percent sign in it).
-        return "'{}'".format(self.text.replace("'", "''"))
+        text = self.text
+        return str(text) if isinstance(text, int) else "'{}'".format(text.replace("'", "''"))
 
     def value(self, row: Any, params: Mapping[str, Any]) -> Any:
         return self.text
@@ -157,9 +169,22 @@ class Plus(Term):
 
 
 @dataclass(frozen=True)
+class Sum(Term):
+    left: Term
+    right: Term
+
+    def sql(self, row: SqlRow) -> str:
+        return f"({self.left.sql(row)} + {self.right.sql(row)})"
+
+    def value(self, row: Any, params: Mapping[str, Any]) -> Any:
+        left, right = self.left.value(row, params), self.right.value(row, params)
+        return None if left is None or right is None else left + right
+
+
+@dataclass(frozen=True)
 class Compare(Term):
     left: Term
-    operator: str  # "=", "<>" or ">"
+    operator: str  # "=", "<>", ">" or "<"
     right: Term
 
     def sql(self, row: SqlRow) -> str:
@@ -173,7 +198,7 @@ class Compare(Term):
             return bool(left == right)
         if self.operator == "<>":
             return bool(left != right)
-        return bool(left > right)
+        return bool(left > right) if self.operator == ">" else bool(left < right)
 
     def q(self) -> Q:
         left, right = self.left.expression(), self.right.expression()
@@ -296,6 +321,50 @@ FREE_FOR_OWNER = _all(
     ),
     Not(DELAY_RUNS),
 )
+
+
+#: What admission reads beside the row (a statement spells each: ``SqlRow.spelling``):
+#: the live waiters queued before the claim's ticket, those of them that want
+#: the lock exclusively, the valid shared holds, the claim's ``limit`` (None: a reader).
+AHEAD, WRITERS_AHEAD = Param("ahead"), Param("writers_ahead")
+HOLDERS, LIMIT = Param("holders"), Param("limit")
+
+#: Is the head of the queue: no live waiter is queued before its ticket. A
+#: statement that selects the head keeps the first live waiter in ticket order
+#: (``first_in_line``, ``head_ticket``): the one of which this holds.
+IS_HEAD = Compare(AHEAD, "=", Literal(0))
+
+#: May join the holders: a reader (no ``limit``) while no writer is queued
+#: ahead (so readers cannot starve a writer); a permit while the holders and
+#: those queued ahead leave one of ``limit``. (That no exclusive holder holds
+#: it, and the shared holds are of the claim's kind, the decision says first.)
+MAY_JOIN = Any_(
+    (
+        _all(IsNullParam(LIMIT), Compare(WRITERS_AHEAD, "=", Literal(0))),
+        _all(Not(IsNullParam(LIMIT)), Compare(Sum(HOLDERS, AHEAD), "<", LIMIT)),
+    )
+)
+
+
+def first_in_line(ticket: str) -> str:
+    """SQL: keep the head (``IS_HEAD``) of the live waiters read, whose ticket is ``ticket``."""
+    return f"ORDER BY {ticket} LIMIT 1"
+
+
+def head_ticket(ticket: str) -> str:
+    """SQL: the head's ticket (``IS_HEAD``) of the live waiters read, whose ticket is ``ticket``."""
+    return f"MIN({ticket})"
+
+
+def is_head(ahead: int) -> bool:
+    """``IS_HEAD`` of a waiter that saw ``ahead`` live waiters before its ticket."""
+    return bool(IS_HEAD.value(None, {"ahead": ahead}))
+
+
+def may_join(limit: int | None, *, holders: int, ahead: int, writers_ahead: int) -> bool:
+    """``MAY_JOIN`` for a reader (``limit`` None) or a permit of ``limit``."""
+    params = {"limit": limit, "holders": holders, "ahead": ahead, "writers_ahead": writers_ahead}
+    return bool(MAY_JOIN.value(None, params))
 
 
 def delay_end(row: Any) -> datetime | None:

@@ -12,10 +12,8 @@ from django_dlock.backends.postgresql.wake import (
 )
 from django_dlock.backends.queue import WANTS, QueueRow, WaiterQueue, record_ticket
 from django_dlock.django_private import compile_expression
-from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
-from django_dlock.rules.predicates import HELD
 
 # A FROM item that makes the statement's own transaction (autocommit) commit
 # without waiting for its WAL to reach the disk. For the waiter queue only: a
@@ -58,9 +56,7 @@ class PostgreSQLQueue(WaiterQueue):
             "%s, %s::integer "
             "FROM (SELECT COUNT(*) FROM held) "
             f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id), "
-            f"ahead AS (SELECT COUNT(*) AS n, COUNT(*) FILTER (WHERE w.{qn('mode')} = '{EXCLUSIVE}') "
-            f"AS x, MIN(w.{qn('id')}) AS h FROM {waiters} w, queued WHERE w.{qn('resource')} = %s "
-            f"AND w.{qn('id')} < queued.id AND {self.live_waiter_sql('w.')}) "
+            f"ahead AS ({self.queued_counts_sql('%s', '(SELECT id FROM queued)')}) "
             f"SELECT queued.id, held.owner, held.expires_at, held.lock_delay, {now_sql}, "
             "ahead.n, ahead.x, "
             f"held.lim, ({self.holders_sql()}), ahead.h FROM queued CROSS JOIN ahead LEFT JOIN held ON TRUE"
@@ -116,16 +112,10 @@ class PostgreSQLQueue(WaiterQueue):
         # otherwise wait for a release that already happened. A ticket that is
         # gone was handed the lock by a release (``handover``).
         tables = self.tables
-        qn = tables.qn
-        now_sql, _ = compile_expression(tables.using, DatabaseNow())
-        held = (
-            f"SELECT 1 FROM {tables.table} l WHERE l.{qn('resource')} = %s "  # noqa: S608
-            f"AND {HELD.sql(tables.sql_row.aliased('l.'))}"
-        )
         sql = (
-            f"WITH gone AS (DELETE FROM {tables.waiters_table} WHERE {qn('id')} = %s "  # noqa: S608
+            f"WITH gone AS (DELETE FROM {tables.waiters_table} WHERE {tables.qn('id')} = %s "  # noqa: S608
             f"AND {ASYNC_COMMIT_CONDITION} RETURNING 1), "
-            f"head AS ({head_sql(self, f'AND NOT EXISTS ({held})')}), {fitting_sql(self)} "
+            f"head AS ({head_sql(self, self.unless_held_sql())}), {fitting_sql(self)} "
             f"SELECT (SELECT COUNT(*) FROM gone), ({wake_sql(readers=True)})"
         )
         with self.tables.connection.cursor() as cursor:

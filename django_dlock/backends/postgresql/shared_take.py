@@ -11,7 +11,7 @@ from django_dlock.backends.postgresql.prepared import Statement
 from django_dlock.backends.postgresql.wake import head_sql, wake_sql
 from django_dlock.backends.queue import NO_TICKET
 from django_dlock.rules import SHARED_HOLDERS
-from django_dlock.rules.predicates import DELAY_RUNS
+from django_dlock.rules.predicates import DELAY_RUNS, MAY_JOIN
 
 # The answers' first column (or ``PORTABLE``).
 REFUSED = "refused"
@@ -41,19 +41,18 @@ class SharedTakeStatement:
             f"AND {holds}.{h['expires_at']} > {now} "
             f"AND (%(held)s IS NULL OR {holds}.{h['fencing_token']} = %(held)s))"
         )
-        # A reader: refused while a writer holds it or queues before it. A
-        # permit: admitted while the holds counted and those queued before it
-        # leave one.
-        join_free = (
-            "CASE WHEN %(limit)s IS NULL THEN CASE WHEN (SELECT x FROM queued) > 0 "  # noqa: S608
-            f"THEN '{REFUSED}' ELSE '{JOINED}' END "
-            f"WHEN (SELECT n FROM queued) < %(limit)s THEN '{JOINED}' ELSE '{REFUSED}' END"
-        )
+
+        # ``MAY_JOIN``, with the holds the row counts. A permit the count
+        # refuses is the portable operation's: the count may include holds
+        # that expired unreleased.
+        def may_join(holders: str) -> str:
+            counted = {"ahead": "(SELECT n FROM queued)", "writers_ahead": "(SELECT x FROM queued)"}
+            return MAY_JOIN.sql(tables.sql_row.spelling(holders=holders, **counted))
+
+        join_free = f"CASE WHEN {may_join('0')} THEN '{JOINED}' ELSE '{REFUSED}' END"
         join_shared = (
-            "CASE WHEN %(limit)s IS NULL THEN CASE WHEN (SELECT x FROM queued) > 0 "  # noqa: S608
-            f"THEN '{REFUSED}' ELSE '{JOINED}' END "
-            f"WHEN l.{c['hold_count']} + (SELECT n FROM queued) < %(limit)s THEN '{JOINED}' "
-            f"ELSE '{PORTABLE}' END"
+            f"CASE WHEN {may_join('l.' + c['hold_count'])} THEN '{JOINED}' "
+            f"WHEN %(limit)s IS NULL THEN '{REFUSED}' ELSE '{PORTABLE}' END"
         )
         # A waiter whose ticket lapsed is no longer queued (``ticket_counts_sql``).
         lapsed = f"%(ticket)s < {NO_TICKET} AND NOT {queue.ticket_counts_sql('%(ticket)s')}"

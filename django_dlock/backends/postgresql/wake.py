@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.rules import EXCLUSIVE, SHARED
+from django_dlock.rules.predicates import MAY_JOIN
 
 
 def head_sql(
@@ -16,18 +17,12 @@ def head_sql(
     ticket: str = "%s",
     locked: bool = False,
 ) -> str:
-    """The live waiter first in line for ``resource`` (a placeholder), other
-    than ``ticket`` (one), if ``condition`` (SQL) holds: its ticket, channel
-    and what it wants. ``locked``: read ``FOR UPDATE``, which skips a waiter
-    whose ticket went while the statement ran (``handover``)."""
+    """The head of the queue of ``resource`` (a placeholder), other than
+    ``ticket`` (one), if ``condition`` (SQL) holds (``WaiterQueue.head_sql``):
+    its ticket, channel and what it wants."""
     qn = queue.tables.qn
     columns = ", ".join(f"w.{qn(name)} AS {qn(name)}" for name in HEAD_COLUMNS)
-    return (
-        f"SELECT {columns} FROM {queue.tables.waiters_table} w "  # noqa: S608
-        f"WHERE w.{qn('resource')} = {resource} AND w.{qn('id')} <> {ticket} "
-        f"AND {queue.live_waiter_sql('w.')} {condition} ORDER BY w.{qn('id')} LIMIT 1"
-        f"{' FOR UPDATE OF w' if locked else ''}"
-    )
+    return queue.head_sql(columns, condition, resource=resource, ticket=ticket, locked=locked)
 
 
 # The columns of the CTE ``head``: who the head is, how to wake it, what it
@@ -70,29 +65,22 @@ def fitting_sql(queue: WaiterQueue, *, leaving: str = "0") -> str:
     the statement's snapshot sees less ``leaving``, SQL for how many of them the
     statement itself deletes.)"""
     qn = queue.tables.qn
-
-    def reader(alias: str) -> str:
-        return f"{alias}{qn('mode')} = '{SHARED}' AND {alias}{qn('limit')} IS NULL"
-
-    def between(alias: str) -> str:
-        return queue.queued_before_sql(
-            "head.resource", f"w.{qn('id')}", after="head.id", alias=alias
+    between = queue.queued_before_sql("head.resource", f"w.{qn('id')}", after="head.id", alias="x")
+    # The waiter ``w`` may join (``MAY_JOIN``) beside the head, whose hold counts.
+    joins = MAY_JOIN.sql(
+        queue.tables.sql_row.spelling(
+            limit=f"w.{qn('limit')}",
+            writers_ahead=f"(SELECT COUNT(*) {between} AND x.{qn('mode')} = '{EXCLUSIVE}')",
+            ahead=f"(SELECT COUNT(*) {between})",
+            holders=f"(({queue.holders_sql('head.resource')}) - {leaving} + 1)",
         )
-
-    holders = queue.holders_sql("head.resource")
-    readers = (
-        f"{reader('head.')} AND {reader('w.')} "
-        f"AND NOT EXISTS (SELECT {between('x')} AND x.{qn('mode')} = '{EXCLUSIVE}')"
     )
-    permits = (
-        f"head.{qn('limit')} IS NOT NULL AND w.{qn('limit')} = head.{qn('limit')} "
-        f"AND w.{qn('mode')} = '{SHARED}' "
-        f"AND (SELECT COUNT(*) {between('x')}) < head.{qn('limit')} - 1 - ({holders}) + {leaving}"
-    )
+    shared = f"head.{qn('mode')} = '{SHARED}' AND w.{qn('mode')} = '{SHARED}'"
     return (
         f"fitting AS (SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel "  # noqa: S608
         f"FROM head JOIN {queue.tables.waiters_table} w ON w.{qn('resource')} = head.resource "
-        f"AND w.{qn('id')} > head.id WHERE (({readers}) OR ({permits})) "
+        f"AND w.{qn('id')} > head.id WHERE {shared} "
+        f"AND w.{qn('limit')} IS NOT DISTINCT FROM head.{qn('limit')} AND {joins} "
         f"AND w.{qn('channel')} <> '' AND {queue.live_waiter_sql('w.')})"
     )
 

@@ -124,7 +124,7 @@ class SQLiteBackend(LockBackend):
         return (
             f"UPDATE {tables.table} SET {qn('owner')} = %s, {qn('expires_at')} = %s, "  # noqa: S608
             f"{qn('limit')} = NULL, {qn('lock_delay')} = NULL WHERE {tables.pk_column} = %s "
-            f"RETURNING ({self.queue.head_sql()})"
+            f"RETURNING ({self.queue.channel_sql()})"
         )
 
     @cached_property

@@ -10,11 +10,9 @@ from django.db import transaction
 
 from django_dlock.backends.queue import QueueRow, WaiterQueue
 from django_dlock.backends.transactions import in_lock_transaction
-from django_dlock.django_private import atomic_depth, compile_expression
+from django_dlock.django_private import atomic_depth
 from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.rules.claim import Claim
-from django_dlock.rules.clock import DatabaseNow
-from django_dlock.rules.predicates import HELD
 
 _T = TypeVar("_T")
 
@@ -65,7 +63,7 @@ class SQLiteQueue(WaiterQueue):
         dropped on the way: it never gets the lock, nor holds up the queue."""
         while True:
             with self.tables.connection.cursor() as cursor:
-                sql = self.head_sql(unless_held=unless_held)
+                sql = self.channel_sql(unless_held=unless_held)
                 cursor.execute(sql, [resource, resource] if unless_held else [resource])
                 row = cursor.fetchone()
             head = None if row is None else listening(row[0])
@@ -79,9 +77,8 @@ class SQLiteQueue(WaiterQueue):
         qn = self.tables.qn
         with self.tables.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {qn('id')}, {qn('channel')} FROM {self.tables.waiters_table} "  # noqa: S608
-                f"WHERE {qn('resource')} = %s AND {qn('id')} < %s AND {qn('channel')} <> '' "
-                f"AND {self.live_waiter_sql()}",
+                f"SELECT w.{qn('id')}, w.{qn('channel')} {self.queued_before_sql('%s', '%s')} "
+                f"AND w.{qn('channel')} <> ''",
                 [resource, ticket],
             )
             ahead = cursor.fetchall()
@@ -89,21 +86,13 @@ class SQLiteQueue(WaiterQueue):
         if dead:
             self.write(lambda: [self.leave_queue(ticket_ahead) for ticket_ahead in dead])
 
-    def head_sql(self, *, unless_held: bool = False) -> str:
-        """SQL: "channel ticket" of the first live waiter of a resource (a
+    def channel_sql(self, *, unless_held: bool = False) -> str:
+        """SQL: "channel ticket" of the head of a resource's queue (a
         placeholder). ``unless_held``: only while the lock (a second
         placeholder) is free."""
         qn = self.tables.qn
-        now_sql, _ = compile_expression(self.tables.using, DatabaseNow())
-        held = (
-            f"AND NOT EXISTS (SELECT 1 FROM {self.tables.table} l WHERE l.{qn('resource')} = %s "  # noqa: S608
-            f"AND {HELD.sql(self.tables.sql_row.aliased('l.'))})"
-        )
-        return (
-            f"SELECT w.{qn('channel')} || ' ' || w.{qn('id')} FROM {self.tables.waiters_table} w "  # noqa: S608
-            f"WHERE w.{qn('resource')} = %s AND w.{qn('expires_at')} > {now_sql} "
-            f"{held if unless_held else ''} ORDER BY w.{qn('id')} LIMIT 1"
-        )
+        held = self.unless_held_sql() if unless_held else ""
+        return self.head_sql(f"w.{qn('channel')} || ' ' || w.{qn('id')}", held)
 
     def wake_head(self, resource: str) -> None:
         head = self.head(resource)
