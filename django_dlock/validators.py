@@ -313,7 +313,7 @@ def validate_lock_delay(value: object, *, exclusive: bool = True) -> float:
     return float(value)
 
 
-# A waiter's priority, in steps of a minute of waiting (``backends.queue.PRIORITY_STEP``).
+# A waiter's priority, in steps of a minute of waiting (``backends.tickets.PRIORITY_STEP``).
 MAX_PRIORITY = 1000
 
 

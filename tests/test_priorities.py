@@ -1,6 +1,6 @@
 """``lock(..., priority=N)``: higher first in the wait queue, first come first
 served within a priority, and a step of priority worth a minute of waiting,
-so that no waiter starves (``backends.queue.PRIORITY_STEP``)."""
+so that no waiter starves (``backends.tickets.PRIORITY_STEP``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from django_dlock import InvalidArgument, lock
 from django_dlock.backends import backend_for
-from django_dlock.backends.queue import PRIORITY_STEP, TICKET_SPREAD
+from django_dlock.backends.tickets import PRIORITY_STEP, TICKET_SPREAD
 from django_dlock.conf import conf
 from django_dlock.models import DistributedLock, LockWaiter
 from django_dlock.rules.claim import Claim

@@ -9,8 +9,6 @@ overrides the ones it answers with fewer statements or uses to wake the head.
 
 from __future__ import annotations
 
-import itertools
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,6 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from django_dlock.backends.tables import LockTables
+from django_dlock.backends.tickets import NO_TICKET, new_ticket_sql, record_ticket
 from django_dlock.backends.transactions import TransactionHooks
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
@@ -28,43 +27,6 @@ from django_dlock.rules.predicates import HELD, first_in_line, head_ticket
 
 # The columns of a ticket that say what its waiter wants and how to reach it (``WaiterQueue.wants``).
 WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
-
-# "No ticket yet" for queue_state(): every queued waiter is ahead.
-NO_TICKET = 2**62
-
-# A ticket is its place in the queue (every statement orders waiters by it): the
-# database's time of queuing in microseconds, less a minute per step of the
-# waiter's priority (``PRIORITY_STEP``), times ``TICKET_SPREAD``, plus this
-# process's next number below that (``_spread``), so that two processes'
-# tickets of one tick of the clock (a millisecond on SQLite) rarely meet (one
-# that does is queued again: ``locking.queue.Queue.join``); and never below
-# this process's last ticket of the same priority (``record_ticket``), so that
-# the waiters one process queues within a tick keep their order. A waiter of priority N goes ahead of those of priority M < N that
-# queued less than (N - M) minutes before it, and behind those that queued
-# earlier: FIFO within a priority, and nobody is passed by newcomers for more
-# than the priorities' spread in minutes (ageing, so no waiter starves). Far
-# below NO_TICKET for centuries.
-PRIORITY_STEP = timedelta(minutes=1)
-TICKET_SPREAD = 1024
-# This process's numbers of its tickets within a tick, from a random start.
-_spread = itertools.count(secrets.randbelow(TICKET_SPREAD))
-# This process's last ticket of each priority.
-_last_ticket: dict[int, int] = {}
-# The larger of two numbers, by vendor.
-_GREATEST = {"postgresql": "GREATEST", "mysql": "GREATEST", "sqlite": "MAX"}
-
-
-def record_ticket(priority: int, ticket: int) -> None:
-    """Note ``ticket``, this process's newest of ``priority`` (see ``PRIORITY_STEP``)."""
-    _last_ticket[priority] = max(ticket, _last_ticket.get(priority, 0))
-
-
-# The database's clock in microseconds since the epoch, by vendor.
-EPOCH_MICROSECONDS = {
-    "postgresql": "CAST(EXTRACT(EPOCH FROM STATEMENT_TIMESTAMP()) * 1000000 AS BIGINT)",
-    "mysql": "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)",
-    "sqlite": "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)",
-}
 
 # A release that hands the lock to the head of the queue (``grants_on_release``)
 # offers it for this long (seconds, or the head's ttl where shorter); the head
@@ -309,16 +271,8 @@ class WaiterQueue:
         return ticket, self.queue_state(claim.resource, ticket)
 
     def ticket_sql(self, priority: int) -> tuple[str, list[Any]]:
-        """SQL and parameters of a new ticket of ``priority`` (see ``PRIORITY_STEP``)."""
-        epoch = EPOCH_MICROSECONDS[self.tables.connection.vendor]
-        step = priority * (PRIORITY_STEP // timedelta(microseconds=1))
-        spread = next(_spread) % TICKET_SPREAD
-        after = _last_ticket.get(priority, 0) + 1
-        greatest = _GREATEST[self.tables.connection.vendor]
-        return (
-            f"{greatest}((({epoch}) - %s) * {TICKET_SPREAD} + %s, %s)",
-            [step, spread, after],
-        )
+        """SQL and parameters of a new ticket of ``priority`` (``backends.tickets``)."""
+        return new_ticket_sql(self.tables.connection.vendor, priority)
 
     def wants(self, claim: Claim, channel: str, listener_pid: int | None) -> list[Any]:
         """A ticket's ``WANTS``, as parameters."""

@@ -116,7 +116,7 @@ class Queue:
                 )
             except IntegrityError:
                 # Another process's ticket of the same tick and number: the
-                # next number (``backends.queue.TICKET_SPREAD``).
+                # next number (``backends.tickets.TICKET_SPREAD``).
                 if attempt == TICKET_ATTEMPTS - 1:
                     raise
                 continue

@@ -35,7 +35,7 @@ class Claim:
     # The holder's lock-delay (exclusive only): how long the resource stays
     # refused to everyone after this grant is lost rather than released.
     lock_delay: timedelta | None = None
-    # lock()'s place in the wait queue: higher first (see ``backends.queue.PRIORITY_STEP``).
+    # lock()'s place in the wait queue: higher first (see ``backends.tickets.PRIORITY_STEP``).
     priority: int = 0
 
     @property

@@ -51,7 +51,7 @@ from tools.torture.history import Event
 from tools.torture.sections import Acquisition, History, when
 from tools.torture.violations import Violation
 
-# A step of priority is worth a minute of waiting (``backends.queue.PRIORITY_STEP``).
+# A step of priority is worth a minute of waiting (``backends.tickets.PRIORITY_STEP``).
 STEP = timedelta(minutes=1)
 # How far apart two keys must be to tell them apart: SQLite's clock ticks in
 # milliseconds, and its ticket's time passes through a float of julianday.

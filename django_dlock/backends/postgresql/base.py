@@ -25,8 +25,8 @@ from django_dlock.backends.postgresql.wake import (
     head_sql,
     wake_sql,
 )
-from django_dlock.backends.queue import NO_TICKET
 from django_dlock.backends.results import LockRow, Refusal, Released, Renewed, Taken
+from django_dlock.backends.tickets import NO_TICKET
 from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED, SHARED_HOLDERS, ReleaseResult

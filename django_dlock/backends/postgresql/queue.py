@@ -10,7 +10,8 @@ from django_dlock.backends.postgresql.wake import (
     head_sql,
     wake_sql,
 )
-from django_dlock.backends.queue import WANTS, QueueRow, WaiterQueue, record_ticket
+from django_dlock.backends.queue import WANTS, QueueRow, WaiterQueue
+from django_dlock.backends.tickets import record_ticket
 from django_dlock.django_private import compile_expression
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow

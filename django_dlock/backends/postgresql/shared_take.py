@@ -9,7 +9,7 @@ from django_dlock.backends.base import LockBackend
 from django_dlock.backends.postgresql.locked import PORTABLE, LockedRow
 from django_dlock.backends.postgresql.prepared import Statement
 from django_dlock.backends.postgresql.wake import head_sql, wake_sql
-from django_dlock.backends.queue import NO_TICKET
+from django_dlock.backends.tickets import NO_TICKET
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.predicates import DELAY_RUNS, MAY_JOIN
 
