@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models import Model
 from django.db.models.signals import post_init
 
 from django_dlock.instances import attnames, from_db, plain
@@ -20,7 +21,8 @@ Locks = DistributedLock.objects
 
 
 def values_of(instance: Any) -> dict[str, object]:
-    return {name: getattr(instance, name) for name in attnames(type(instance))}
+    model: type[Model] = type(instance)
+    return {name: getattr(instance, name) for name in attnames(model)}
 
 
 @pytest.mark.parametrize("model", [DistributedLock, LockHold])
