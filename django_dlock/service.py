@@ -32,6 +32,7 @@ from django_dlock.backends.throttles import ThrottleAnswer
 from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.conf import conf
 from django_dlock.exceptions import InvalidArgument, LockKindMismatch
+from django_dlock.instances import from_db
 from django_dlock.kinds import LockKind
 from django_dlock.rules import (
     EXCLUSIVE,
@@ -360,11 +361,10 @@ class LockService(Generic[_Lock]):
         return self._backend().throttles.use(key, limit, period_us, rate)
 
     def instance(self, row: LockRow) -> Hold:
-        """The model instance of ``row``: a ``DistributedLock``, or a ``LockHold``."""
+        """The model instance of ``row``: a ``DistributedLock``, or a ``LockHold``
+        (``instances.from_db``)."""
         model = apps.get_model("django_dlock", "LockHold") if row.shared else self.model
-        names = _attnames(model)
-        values = row.field_values()
-        return cast(Hold, model.from_db(self.using, names, [values[name] for name in names]))
+        return cast(Hold, from_db(model, self.using, row.field_values()))
 
 
 def service_of(model: type[_Lock], using: str) -> LockService[_Lock]:
@@ -389,12 +389,6 @@ def service_for(using: str | None = None) -> LockService[models.Model]:
 @functools.cache
 def _distributed_lock() -> type[models.Model]:
     return apps.get_model("django_dlock", "DistributedLock")
-
-
-@functools.cache
-def _attnames(model: type[models.Model]) -> list[str]:
-    """The model's concrete fields' attnames, in the order ``from_db()`` takes values."""
-    return [field.attname for field in model._meta.concrete_fields]
 
 
 def mismatch(claim: Claim, kind: str) -> LockKindMismatch:

@@ -29,6 +29,8 @@ class LockRows:
 
     def __init__(self, tables: LockTables) -> None:
         self.tables = tables
+        # The UPDATE of ``update()`` for each tuple of columns it was asked to write.
+        self._update_sql: dict[tuple[str, ...], str] = {}
 
     @cached_property
     def select_sql(self) -> str:
@@ -129,12 +131,14 @@ class LockRows:
         """Write ``row``'s values of ``attnames`` to it."""
         tables = self.tables
         connection = tables.connection
-        assignments = ", ".join(f"{tables.column_sql[name]} = %s" for name in attnames)
-        sql = f"UPDATE {tables.table} SET {assignments} WHERE {tables.pk_column} = %s"  # noqa: S608
-        values = [
-            tables.fields[name].get_db_prep_save(getattr(row, name), connection)
-            for name in attnames
-        ]
+        key = tuple(attnames)
+        sql = self._update_sql.get(key)
+        if sql is None:  # written once per set of columns: a few in all
+            assignments = ", ".join(f"{tables.column_sql[name]} = %s" for name in attnames)
+            sql = f"UPDATE {tables.table} SET {assignments} WHERE {tables.pk_column} = %s"  # noqa: S608
+            self._update_sql[key] = sql
+        fields = tables.fields
+        values = [fields[name].get_db_prep_save(getattr(row, name), connection) for name in key]
         with connection.cursor() as cursor:
             cursor.execute(sql, [*values, row.pk])
 

@@ -129,7 +129,9 @@ class LockTables:
     def row(self, values: Sequence[Any]) -> LockRow:
         """A ``LockRow`` of the model's columns followed by the database's now,
         converted as Django converts them, each value named by its column."""
-        return row_of(self.attnames, self.convert(values, self.converters))
+        converters = self.converters
+        # PostgreSQL's driver answers Python values: no converters.
+        return row_of(self.attnames, self.convert(values, converters) if converters else values)
 
     def convert(self, values: Sequence[Any], converters: Converters) -> list[Any]:
         """``values`` of a SELECT, converted by its ``converters``."""

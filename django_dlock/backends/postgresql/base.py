@@ -18,6 +18,7 @@ from django_dlock.backends.postgresql.locked import PORTABLE
 from django_dlock.backends.postgresql.prepared import PreparedStatements, Statement
 from django_dlock.backends.postgresql.purge import PostgreSQLPurge
 from django_dlock.backends.postgresql.queue import PostgreSQLQueue
+from django_dlock.backends.postgresql.raw_cursor import kept_cursor
 from django_dlock.backends.postgresql.throttles import PostgreSQLThrottleUses
 from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
@@ -222,9 +223,9 @@ class PostgreSQLBackend(LockBackend):
         row = self.tables.row(alone)
         if row.owner:  # one hold of several went
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
+        # The row comes back as released (no owner); the hold, as it was held.
         held = replace(row, owner=params["owner"])
-        gone = replace(held, owner="")
-        return Released(row=gone, owner=held.owner, result=ReleaseResult.RELEASED, released=(held,))
+        return Released(row=row, owner=held.owner, result=ReleaseResult.RELEASED, released=(held,))
 
     def _released(self, answer: Sequence[Any]) -> Released | None:
         """``Released`` from the answer of ``release.ReleaseStatement``; None where the
@@ -307,7 +308,8 @@ class PostgreSQLBackend(LockBackend):
         # as Django's cursor would mark it.
         connection.ensure_connection()
         raw = connection.connection
-        with connection.wrap_database_errors, raw.cursor() as cursor:
+        with connection.wrap_database_errors:
+            cursor = kept_cursor(connection, raw)
             self._prepared.execute(cursor, raw, statement, params)
             return cast(Sequence[Any] | None, cursor.fetchone())
 
