@@ -16,9 +16,8 @@ import socket
 
 from django_dlock.listeners.base import IDLE_TICK, Listener
 
-# A ticket and the grant it may carry (``rules.notice``), in decimal digits:
-# the largest datagram worth reading.
-DATAGRAM_SIZE = 128
+# A ticket, in decimal digits: the largest datagram worth reading.
+DATAGRAM_SIZE = 64
 
 
 def host_address(channel: str) -> str:
@@ -41,13 +40,12 @@ def alive(channel: str) -> bool:
     return True
 
 
-def wake(channel: str, ticket: int, payload: str = "") -> None:
+def wake(channel: str, ticket: int) -> None:
     """Tell the listener of ``channel`` that ``ticket`` heads its queue and the
-    lock is free (or, ``payload``, that the release granted it: ``rules.notice``).
-    A listener that is gone (its process ended) is not there to
+    lock is free. A listener that is gone (its process ended) is not there to
     tell: its waiter's ticket lapses, and the next waiter looks by itself."""
     with _sender() as sender, contextlib.suppress(OSError):
-        sender.sendto((payload or str(ticket)).encode(), host_address(channel))
+        sender.sendto(str(ticket).encode(), host_address(channel))
 
 
 def _sender() -> socket.socket:
