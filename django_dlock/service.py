@@ -44,6 +44,7 @@ from django_dlock.rules import (
     new_owner_token,
 )
 from django_dlock.rules.claim import EXCLUSIVE_KIND, Claim, claim_for
+from django_dlock.rules.notice import GrantNotice
 from django_dlock.validators import validate_owner, validate_resource
 
 __all__ = ["LockService", "Refusal", "Renewed", "mismatch", "service_for", "service_of"]
@@ -206,6 +207,16 @@ class LockService(Generic[_Lock]):
             return None
         return self.announce(row, previous_owner="", renewed=False, instance=instance)
 
+    def told_grant(self, claim: Claim, notice: GrantNotice) -> Hold:
+        """The hold a release granted ``claim``'s waiter and told it of
+        (``rules.notice``), with no statement; announced as acquired."""
+        row = LockRow(
+            pk=notice.pk, resource=claim.resource, owner=claim.owner, label=claim.label,
+            acquired_at=notice.acquired_at, expires_at=notice.expires_at, now=notice.acquired_at,
+            fencing_token=notice.fencing_token, hold_count=1, limit=None,
+        )  # fmt: skip
+        return self.announce(row, previous_owner="", renewed=False, instance=False)
+
     def announce(
         self, row: LockRow, previous_owner: str | None, renewed: bool, *, instance: bool = True
     ) -> Hold:
@@ -239,11 +250,12 @@ class LockService(Generic[_Lock]):
             )
         return hold
 
-    def release(self, resource: str, owner: str, mode: str | None = None) -> ReleaseResult:
-        """``owner``'s release of its hold on ``resource`` (both checked
-        already; ``mode``: the hold's, where the holder knows it), with its
-        signal: what it did."""
-        released = self._backend().give_up(resource, owner, mode=mode)
+    def release(
+        self, resource: str, owner: str, mode: str | None = None, *, queued: bool = False
+    ) -> ReleaseResult:
+        """``owner``'s release of its hold on ``resource`` (both checked; ``mode``,
+        ``queued``: ``LockBackend.give_up``'s), with its signal: what it did."""
+        released = self._backend().give_up(resource, owner, mode=mode, queued=queued)
         if released.result is ReleaseResult.RELEASED and released.row is not None:
             self.announce_released(released.row, owner, forced=False)
         return released.result

@@ -76,6 +76,9 @@ class LockHandle:
         # Read once the acquisition returned (so after the database's acquired_at):
         # ``min_hold`` counts from here, on the monotonic clock (see ``min_hold``).
         self.held_since = time.monotonic()
+        # Handed over by a release that told it (``locking.told``): the queue it
+        # came through likely has waiters still, which its release skips a look for.
+        self.handed_over = False
 
     def __repr__(self) -> str:
         state = "lost" if self.is_lost else "held"
