@@ -27,7 +27,7 @@ from django_dlock.backends.base import LockBackend
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.guard import same_database
 from django_dlock.backends.queue import WaiterQueue
-from django_dlock.backends.results import LockRow, Refusal, Renewed
+from django_dlock.backends.results import LockRow, Refusal, Released, Renewed
 from django_dlock.backends.throttles import ThrottleAnswer
 from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.conf import conf
@@ -44,6 +44,7 @@ from django_dlock.rules import (
     new_owner_token,
 )
 from django_dlock.rules.claim import EXCLUSIVE_KIND, Claim, claim_for
+from django_dlock.rules.notice import GrantNotice
 from django_dlock.validators import validate_owner, validate_resource
 
 __all__ = ["LockService", "Refusal", "Renewed", "mismatch", "service_for", "service_of"]
@@ -206,6 +207,16 @@ class LockService(Generic[_Lock]):
             return None
         return self.announce(row, previous_owner="", renewed=False, instance=instance)
 
+    def told_grant(self, claim: Claim, notice: GrantNotice) -> Hold:
+        """The hold a release granted ``claim``'s waiter and told it of
+        (``rules.notice``), with no statement; announced as acquired."""
+        row = LockRow(
+            pk=notice.pk, resource=claim.resource, owner=claim.owner, label=claim.label,
+            acquired_at=notice.acquired_at, expires_at=notice.expires_at, now=notice.acquired_at,
+            fencing_token=notice.fencing_token, hold_count=1, limit=None,
+        )  # fmt: skip
+        return self.announce(row, previous_owner="", renewed=False, instance=False)
+
     def announce(
         self, row: LockRow, previous_owner: str | None, renewed: bool, *, instance: bool = True
     ) -> Hold:
@@ -239,14 +250,19 @@ class LockService(Generic[_Lock]):
             )
         return hold
 
-    def release(self, resource: str, owner: str, mode: str | None = None) -> ReleaseResult:
-        """``owner``'s release of its hold on ``resource`` (both checked
-        already; ``mode``: the hold's, where the holder knows it), with its
-        signal: what it did."""
-        released = self._backend().give_up(resource, owner, mode=mode)
+    def release(
+        self, resource: str, owner: str, mode: str | None = None, *, queued: bool = False
+    ) -> ReleaseResult:
+        """``owner``'s release of its hold on ``resource`` (both checked; ``mode``,
+        ``queued``: ``LockBackend.give_up``'s), with its signal: what it did."""
+        released = self._backend().give_up(resource, owner, mode=mode, queued=queued)
+        self._announce(released, owner)
+        return released.result
+
+    def _announce(self, released: Released, owner: str) -> None:
+        """``lock_released`` for ``owner``'s release, where it released."""
         if released.result is ReleaseResult.RELEASED and released.row is not None:
             self.announce_released(released.row, owner, forced=False)
-        return released.result
 
     def announce_released(self, row: LockRow, owner: str, *, forced: bool) -> None:
         """``lock_released`` for the hold ``owner`` had (``row``, as released).
@@ -282,8 +298,7 @@ class LockService(Generic[_Lock]):
         did, and, decremented, the hold as the release left it (nothing reads
         it again)."""
         released = self._backend().give_up(resource, owner)
-        if released.result is ReleaseResult.RELEASED and released.row is not None:
-            self.announce_released(released.row, owner, forced=False)
+        self._announce(released, owner)
         left = released.row if released.result is ReleaseResult.DECREMENTED else None
         return released.result, None if left is None else self.instance(left)
 
@@ -296,8 +311,7 @@ class LockService(Generic[_Lock]):
         signals: what each did, in the order asked."""
         outcomes = self._backend().give_up_all(resources, owner)
         for released in outcomes:
-            if released.result is ReleaseResult.RELEASED and released.row is not None:
-                self.announce_released(released.row, owner, forced=False)
+            self._announce(released, owner)
         return [released.result for released in outcomes]
 
     def purge_expired(

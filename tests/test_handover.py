@@ -17,6 +17,7 @@ from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.kinds import LockKind
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.rules.claim import claim_for
+from django_dlock.rules.notice import read_payload
 from tests.utils import postgres_dsn, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.requires_postgres]
@@ -74,13 +75,21 @@ def test_a_release_hands_the_lock_to_the_listening_head(spy: psycopg.Connection)
     head, behind = queue("hand:1", "head"), queue("hand:1", "behind")
 
     assert Locks.release("hand:1", "holder") is ReleaseResult.RELEASED
-    assert notified(spy) == [str(head)]  # told once the hand-over committed
+    [payload] = notified(spy)  # told once the hand-over committed
+    ticket, notice = read_payload(payload)
 
     # The head holds it, offered for the hand-over's lease, with the next
     # token, before it did anything; its ticket is gone, the one behind it still queued.
     lock = DistributedLock.objects.get(resource="hand:1")
     assert (lock.owner, lock.fencing_token) == ("head", held.fencing_token + 1)
     assert lock.expires_at - lock.acquired_at == timedelta(seconds=HANDOVER_LEASE)
+    # The NOTIFY told the head all of it: the grant as written, to start on it
+    # alone (the one-statement release's; the portable one names the ticket).
+    assert ticket == head
+    if backend_for("default").features.one_statement:
+        assert notice is not None
+        assert (notice.pk, notice.fencing_token) == (lock.pk, lock.fencing_token)
+        assert (notice.acquired_at, notice.expires_at) == (lock.acquired_at, lock.expires_at)
     assert (lock.hold_count, lock.label) == (1, "")
     assert list(LockWaiter.objects.values_list("pk", flat=True)) == [behind]
     backend = backend_for("default")
@@ -193,7 +202,7 @@ def test_a_reader_at_the_head_wakes_no_reader_behind_a_writer(spy: psycopg.Conne
     queue("hand:8", "writer", channel="")  # polling: not woken, but it still queues first
     queue("hand:8", "r2", shared=True)
     assert Locks.release("hand:8", "holder") is ReleaseResult.RELEASED
-    assert notified(spy, every=True) == [str(head)]
+    assert [read_payload(note)[0] for note in notified(spy, every=True)] == [head]
 
 
 def test_a_head_whose_process_is_gone_is_passed_over() -> None:

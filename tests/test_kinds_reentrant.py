@@ -132,7 +132,7 @@ def test_a_release_that_fails_leaves_the_thread_free_to_lock_again(
     thread is not taken for a nested one (found by the torture run)."""
     from django.db import OperationalError
 
-    def down(*args: object) -> None:
+    def down(*args: object, **kwargs: object) -> None:
         raise OperationalError("the database is down")
 
     with pytest.raises(OperationalError), lock("re:30"):

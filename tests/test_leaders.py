@@ -358,12 +358,12 @@ def test_the_listener_wakes_the_observers_of_a_channel_and_keeps_no_ticket_for_t
     listener._dispatch("7", "dlock_head")  # a release woke that head, in another process
     assert observing.wait(0) and not other.wait(0)
     listener._dispatch("8", listener.channel)  # a ticket of this process's, unknown here
-    assert listener._unclaimed == set()  # only observers watch: nobody will claim it
+    assert set(listener._unclaimed) == set()  # only observers watch: nobody will claim it
 
     waiter = Watch(listener, waiting)  # a waiter between queuing and claiming its ticket
     listener._watches.append(waiter)
     listener._dispatch("9", listener.channel)
-    assert listener._unclaimed == {9}
+    assert set(listener._unclaimed) == {9}
     waiter.claim(9)
     assert waiting.wait(0) and waiting.as_head
     os.close(listener._wake_read)  # (its thread never started)

@@ -18,6 +18,7 @@ from django_dlock.backends.results import LockRow
 from django_dlock.models import DistributedLock
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.grant import GRANT_MARK, GRANT_PARAMS, revoked, revoked_sql
 from django_dlock.rules.predicates import (
     DELAY_RUNS,
     FREE_FOR_OWNER,
@@ -187,6 +188,52 @@ def test_python_sql_and_queryset_forms_agree(rows: dict[str, int], params: dict[
                 )
                 lock_row = tables.row(cursor.fetchone())
             assert (name, state, pk in matched) == (name, state, bool(term.value(lock_row, {})))
+
+
+# A hand-over's grant (``rules.grant``): (owner, started s ago, expires in s, lock_delay s).
+GRANTS = {
+    "a grant, young": ("head", 0.2, 0.8, 0),
+    "a grant, older than the offer lease": ("head", 5, 25, 0),
+    "a hold, young": ("head", 0.2, 30, None),
+    "a hold with a delay, young": ("head", 0.2, 30, 60),
+    "a revoked grant": ("", 0.2, 0.8, 0),
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unconfirmed_grant_and_its_revocation_agree_in_python_and_sql() -> None:
+    backend = backend_for("default")
+    tables, rows = backend.tables, backend.rows
+    row = replace(tables.sql_row, placeholders={"grant_mark": "%s", "offer_lease": "%s"})
+    lease = rows.duration_value(GRANT_PARAMS["offer_lease"])
+    params = [rows.duration_value(GRANT_MARK), lease, lease]  # as revoked_sql reads them
+    columns = ", ".join(tables.columns)
+    found = {}
+    for index, (state, (owner, age, left, delay)) in enumerate(GRANTS.items()):
+        clock = DistributedLock.objects.annotate(db_now=DatabaseNow())
+        lock = DistributedLock.objects.create(
+            resource=f"grant:{index}", owner=owner, acquired_at=EPOCH, expires_at=EPOCH,
+            fencing_token=1, lock_delay=None if delay is None else timedelta(seconds=delay),
+        )  # fmt: skip
+        db_now = clock.values_list("db_now", flat=True).get(pk=lock.pk)
+        clock.filter(pk=lock.pk).update(
+            acquired_at=db_now - timedelta(seconds=age),
+            expires_at=db_now + timedelta(seconds=left),
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {columns}, {row.now}, {revoked_sql(row)} "  # noqa: S608
+                f"FROM {tables.table} WHERE {tables.column_sql['id']} = %s",
+                [*params, lock.pk],
+            )
+            values = cursor.fetchone()
+        lock_row: LockRow = tables.row(values[:-1])
+        # (Read as a row's now, which converts a timestamp as the database returns it.)
+        in_sql = tables.row([*values[: len(tables.columns)], values[-1]]).now
+        until = revoked(lock_row)
+        assert (state, in_sql) == (state, lock_row.now if until is None else until)
+        found[state] = until is not None
+    assert found == {state: state == "a grant, young" for state in GRANTS}
 
 
 # The counts "may join" and "is the head" read, in every combination that tells

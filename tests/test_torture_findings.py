@@ -196,30 +196,78 @@ def test_a_reentry_that_waited_for_a_force_release_takes_no_new_grant() -> None:
     assert locks.holders("doc") == []
 
 
+def _granted_then_force_released(resource: str, *, release_all: bool = False) -> Wait:
+    """A waiter queued behind a holder whose release handed it ``resource``
+    and told it so; an operator force-released the grant before it looked
+    (or ``release_all`` released it under the head's owner)."""
+    Locks.acquire(resource, "holder", ttl=60)
+    wait = Wait(claim_for(resource, "head", 30), 10, "default")
+    assert isinstance(wait.step(), float)  # queued behind the holder
+    Locks.release(resource, "holder")
+    assert DistributedLock.objects.get(resource=resource).owner == "head"
+    assert not LockWaiter.objects.exists()
+    wait_for(lambda: wait.wakeup.as_head, 10, "the release's wake-up")
+    if release_all:
+        assert Locks.release_all([resource], "head") == [ReleaseResult.RELEASED]
+    else:
+        assert Locks.force_release(resource)
+    return wait
+
+
 def test_a_waiter_whose_handed_lock_was_force_released_queues_again() -> None:
     """The torture run's PostgreSQL long profile: a reader was admitted past a
     queued writer (invariant 10). A release had handed the lock to the writer,
     an operator force-released it before the writer looked, and another took
     it: the writer's ticket had gone with the hand-over, and it waited on
     unqueued, so no release named it and readers passed it unseen. It queues
-    again now."""
+    again now. (The revoked grant is nobody's until its offer lease ends:
+    ``rules.grant``; the taker comes after that.)"""
     if not backend_for("default").features.grants_on_release:
         pytest.skip("this database's releases do not hand the lock over")
-    Locks.acquire("host:8", "holder", ttl=60)
-    wait = Wait(claim_for("host:8", "head", 30), 10, "default")
+    wait = _granted_then_force_released("host:8")
     try:
-        assert isinstance(wait.step(), float)  # queued behind the holder
-        Locks.release("host:8", "holder")
-        assert DistributedLock.objects.get(resource="host:8").owner == "head"
-        assert not LockWaiter.objects.exists()
-        assert Locks.force_release("host:8")
-        assert Locks.acquire("host:8", "taker", ttl=60) is not None
+        assert Locks.acquire("host:8", "taker", ttl=60) is None  # revoked, not free yet
+        wait_for(lambda: Locks.acquire("host:8", "taker", ttl=60) is not None, 5, "taken")
 
         assert isinstance(wait.step(), float)  # the taker holds it: the head waits on
         assert list(LockWaiter.objects.values_list("owner", flat=True)) == ["head"]
         assert Locks.acquire("host:8", "reader", ttl=60, shared=True) is None
         Locks.release("host:8", "taker")
         assert DistributedLock.objects.get(resource="host:8").owner == "head"
+    finally:
+        wait.cancel()
+        wait.finish()
+
+
+@pytest.mark.parametrize("release_all", [False, True], ids=["force_release", "release_all"])
+def test_a_head_that_starts_on_a_revoked_grant_started_before_any_next_holder(
+    release_all: bool,
+) -> None:
+    """The told grant's finding (issue 46): the head starts on its wake-up
+    alone, as late as it reads it. An operator's force-release between the
+    release and the head's start left the lock free at once, another took it,
+    and the head began its section after the taker's, beside it. Now the
+    revoked grant is kept from everyone until its offer lease ends: the head
+    that starts on it starts first, and its extension fails (it learns of the
+    loss as any revoked holder), and the next holder's token is larger."""
+    if not backend_for("default").features.grants_on_release:
+        pytest.skip("this database's releases do not hand the lock over")
+    features = backend_for("default").features
+    if connection.vendor == "postgresql" and not features.one_statement:
+        pytest.skip("the portable release's wake-up names the ticket alone: the head takes it")
+    wait = _granted_then_force_released("host:9", release_all=release_all)
+    try:
+        told = wait.step()
+        assert not isinstance(told, float)  # started on the wake-up alone
+        assert Locks.acquire("host:9", "taker", ttl=60) is None  # nobody's meanwhile
+        with pytest.raises(DistributedLock.DoesNotExist):  # revoked: released, no extension
+            Locks.renew("host:9", "head", 30)
+        row = DistributedLock.objects.get(resource="host:9")
+        assert row.owner == ""
+        # Nobody's until the offer lease from the grant's start has ended.
+        assert row.expires_at == row.acquired_at + timedelta(seconds=1)
+        wait_for(lambda: Locks.acquire("host:9", "taker", ttl=60) is not None, 5, "taken")
+        assert DistributedLock.objects.get(resource="host:9").fencing_token > told.fencing_token
     finally:
         wait.cancel()
         wait.finish()

@@ -35,6 +35,7 @@ from django_dlock.locking.queue import QueueState
 from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.rules.claim import claim_for
+from django_dlock.rules.notice import read_payload
 from django_dlock.signals import lock_acquired, lock_released, lock_renewed
 from tests.pgbouncer import pgbouncer
 from tests.utils import database_settings, run_in_processes, spawn, wait_for
@@ -48,7 +49,7 @@ Locks = DistributedLock.objects
 def ticket_from(spy: socket.socket) -> bytes:
     """The next wake-up the spy socket receives (past the liveness probes of
     releases that look whether its listener is there)."""
-    while (datagram := spy.recv(64)) == b"?":
+    while (datagram := spy.recv(128)) == b"?":
         pass
     return datagram
 
@@ -423,13 +424,17 @@ def test_on_sqlite_a_release_hands_the_lock_to_a_listening_head() -> None:
         spy.settimeout(2)
         head, behind = queue("head"), queue("behind")
         assert Locks.release("host:4", "holder") is ReleaseResult.RELEASED
-        assert ticket_from(spy) == str(head).encode()  # told once the hand-over committed
+        # Told once the hand-over committed, with the grant: the head starts on it alone.
+        ticket, notice = read_payload(ticket_from(spy).decode())
 
     # The head holds it, offered for the hand-over's lease and with a larger
     # token, before it did anything; its ticket is gone, the one behind it still queued.
     lock = DistributedLock.objects.get(resource="host:4")
     assert (lock.owner, lock.fencing_token) == ("head", held.fencing_token + 1)
     assert lock.expires_at - lock.acquired_at == timedelta(seconds=HANDOVER_LEASE)
+    assert ticket == head and notice is not None
+    assert (notice.pk, notice.fencing_token) == (lock.pk, lock.fencing_token)
+    assert (notice.acquired_at, notice.expires_at) == (lock.acquired_at, lock.expires_at)
     assert list(LockWaiter.objects.values_list("pk", flat=True)) == [behind]
     # Taking the offer makes it the head's for its ttl.
     granted = backend.granted("host:4", "head", head, timedelta(seconds=30))

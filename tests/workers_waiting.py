@@ -52,3 +52,14 @@ def wait_and_record(db: dict[str, Any], resource: str, priority: int, name: str)
             name=f"{resource}:{name}", value=Counter.objects.get(name=resource).value
         )
         time.sleep(0.1)
+
+
+def wait_and_report(db: dict[str, Any], resource: str, tokens: Any) -> None:
+    """Wait for ``resource`` (ttl 30, timeout 60); holding it, put the fencing
+    token it works with on ``tokens``, hold it a moment, and release it."""
+    setup_worker(db)
+    from django_dlock import lock
+
+    with lock(resource, ttl=30, timeout=60) as held:
+        tokens.put(held.fencing_token)
+        time.sleep(0.2)

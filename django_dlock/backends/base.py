@@ -47,11 +47,13 @@ from django_dlock.backends.purge import Purge, PurgedBatch
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.renewals import RENEW_CHUNK, Renewals
 from django_dlock.backends.results import LockRow, Released, Renewed, Taken
+from django_dlock.backends.shared_release import give_up_shared
 from django_dlock.backends.tables import LockTables
 from django_dlock.backends.throttles import ThrottleUses
 from django_dlock.backends.transactions import in_lock_transaction
-from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner
+from django_dlock.rules import ReleaseResult, same_owner
 from django_dlock.rules.claim import Claim
+from django_dlock.rules.grant import revoked
 
 __all__ = ["LockBackend"]
 
@@ -205,14 +207,22 @@ class LockBackend:
         )
 
     def give_up(
-        self, resource: str, owner: str | None, *, forced: bool = False, mode: str | None = None
+        self,
+        resource: str,
+        owner: str | None,
+        *,
+        forced: bool = False,
+        mode: str | None = None,
+        queued: bool = False,
     ) -> Released:
         """Release ``owner``'s hold (one of its holds, when it has several,
         unless ``forced``); ``owner=None`` (forced): every hold, whoever holds
         it. Marks the resource's row released once nobody holds it
         (``mark_released``). ``mode``: the hold's, where its holder knows it
         (``LockHandle.mode``), so that a vendor goes straight to the statement
-        that releases that kind of hold; the decision does not depend on it."""
+        that releases that kind of hold; ``queued``: the holder was handed the
+        lock by a release (waiters are likely queued still), likewise. The
+        decision depends on neither."""
         return self.give_up_portable(resource, owner, forced=forced)
 
     def give_up_portable(
@@ -221,12 +231,16 @@ class LockBackend:
         """``give_up`` as every database can, in a lock transaction."""
         return in_lock_transaction(self, lambda: self._give_up(resource, owner, forced))
 
-    def _give_up(self, resource: str, owner: str | None, forced: bool) -> Released:
+    def _give_up(
+        self, resource: str, owner: str | None, forced: bool, revoke: bool = False
+    ) -> Released:
+        """``give_up_portable``'s decision; ``revoke`` (``give_up_all``'s):
+        revoke an unconfirmed grant as an operator's release does."""
         header = self.rows.select_for_update(resource)
         if header is None or not header.held:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
         if header.held_by_shared:
-            return self._give_up_shared(header, owner, forced)
+            return give_up_shared(self, header, owner, forced)
         if owner is not None and not same_owner(header.owner, owner):
             return Released(row=None, owner=header.owner, result=ReleaseResult.FORBIDDEN)
         if not forced and header.hold_count > 1:
@@ -234,7 +248,13 @@ class LockBackend:
             self.rows.update(row, ["hold_count"])
             return Released(row=row, owner=header.owner, result=ReleaseResult.DECREMENTED)
         # The row stays, expired and ownerless, to keep the fencing token counting.
-        if forced and header.lock_delay is not None:
+        revoked_until = revoked(header) if forced or revoke else None
+        if revoked_until is not None:
+            # A hand-over's grant its head may not have started on: revoked,
+            # and kept from others until its offer lease ends (``rules.grant``).
+            row = replace(header, owner="", expires_at=revoked_until)
+            self.rows.update(row, ["owner", "expires_at"])
+        elif forced and header.lock_delay:  # (a zero delay, a grant's mark, is none)
             # An operator's, of a holder with a lock-delay: nobody takes it
             # until the delay ends, so neither does the head of the queue
             # (it looks again then).
@@ -245,47 +265,6 @@ class LockBackend:
             self.mark_released(row)
         return Released(
             row=row, owner=header.owner, result=ReleaseResult.RELEASED, released=(header,)
-        )
-
-    def _give_up_shared(self, header: LockRow, owner: str | None, forced: bool) -> Released:
-        holds = self.holds.valid_holds(header.resource, header.now)
-        if not holds:  # they all expired (or were purged) since the row last covered them
-            return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
-        if owner is None:  # an operator's: every hold goes
-            self.holds.delete_holds(header.resource)
-            self.mark_released(replace(header, owner="", expires_at=header.now, limit=None))
-            first = holds[0] if holds else None
-            return Released(
-                row=first,
-                owner=SHARED_HOLDERS,
-                result=ReleaseResult.RELEASED,
-                released=tuple(holds),
-            )
-        mine = next((hold for hold in holds if same_owner(hold.owner, owner)), None)
-        if mine is None:
-            return Released(row=None, owner=SHARED_HOLDERS, result=ReleaseResult.FORBIDDEN)
-        if not forced and mine.hold_count > 1:
-            hold = replace(mine, hold_count=mine.hold_count - 1)
-            self.holds.update_hold(hold, ["hold_count"])
-            return Released(row=hold, owner=mine.owner, result=ReleaseResult.DECREMENTED)
-        self.holds.delete_holds(header.resource, mine.owner)
-        others = [hold for hold in holds if hold is not mine]
-        released = replace(mine, expires_at=header.now)
-        if others:
-            # The row stays held until the last of the others expires; a
-            # semaphore's freed permit goes to the head of the queue.
-            row = replace(
-                header,
-                expires_at=max(hold.expires_at for hold in others),
-                hold_count=len(others),
-            )
-            self.rows.update(row, ["expires_at", "hold_count"])
-            if header.limit is not None:
-                self.queue.wake_head(header.resource)
-        else:
-            self.mark_released(replace(header, owner="", expires_at=header.now, limit=None))
-        return Released(
-            row=released, owner=mine.owner, result=ReleaseResult.RELEASED, released=(mine,)
         )
 
     def holders(self, resource: str) -> list[LockRow]:
@@ -320,7 +299,7 @@ class LockBackend:
         transaction (in the order of their names); the answers in the order asked."""
         released = in_lock_transaction(
             self,
-            lambda: {name: self._give_up(name, owner, False) for name in sorted(resources)},
+            lambda: {name: self._give_up(name, owner, False, True) for name in sorted(resources)},
         )
         return [released[name] for name in resources]
 

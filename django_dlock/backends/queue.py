@@ -22,6 +22,7 @@ from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.grant import OFFER_LEASE
 from django_dlock.rules.predicates import HELD, first_in_line, head_ticket
 
 # The columns of a ticket that say what its waiter wants and how to reach it (``WaiterQueue.wants``).
@@ -31,7 +32,7 @@ WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
 # offers it for this long (seconds, or the head's ttl where shorter); the head
 # takes the offer (``LockBackend.granted``) for its ttl. So a head that stopped
 # answering (a paused process) holds the lock up for this long, not for its ttl.
-HANDOVER_LEASE = 1.0
+HANDOVER_LEASE = OFFER_LEASE
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from django_dlock.rules.notice import GrantNotice, read_payload
+
 if TYPE_CHECKING:
     from django_dlock.locking.wakeup import Wakeup
 
@@ -55,6 +57,8 @@ class Watch:
         self.channel = listener.channel
         self.wakeup = wakeup
         self.ticket: int | None = None
+        # The grant the last wake-up naming the ticket carried (``rules.notice``).
+        self.notice: GrantNotice | None = None
         self.observer = observer  # never has a ticket
         self.overhears = ""  # the other process's channel an observer listens to
 
@@ -72,6 +76,10 @@ class Watch:
     def claim(self, ticket: int) -> None:
         """Name the waiter's ticket: the payload that wakes it."""
         self.listener._claim(self, ticket)
+
+    def take_notice(self, ticket: int) -> GrantNotice | None:
+        """The grant the wake-up naming ``ticket`` carried, once; None without one."""
+        return self.listener._take_notice(self, ticket)
 
     def close(self) -> None:
         self.listener._unwatch(self)
@@ -92,7 +100,8 @@ class Listener(Generic[_C]):
         self._watches: list[Watch] = []
         self._last_used = 0.0  # when the last waiter left
         self._listening = False  # the live connection receives on the channel
-        self._unclaimed: set[int] = set()  # tickets woken before their claim
+        # Tickets woken before their claim, with the grant their wake-up carried.
+        self._unclaimed: dict[int, GrantNotice | None] = {}
         self._overheard: set[str] = set()  # other processes' channels listened to
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -120,8 +129,13 @@ class Listener(Generic[_C]):
         with self._lock:
             watch.ticket = ticket
             if ticket in self._unclaimed:
-                self._unclaimed.discard(ticket)
+                watch.notice = self._unclaimed.pop(ticket)
                 watch.wakeup.set(as_head=True)
+
+    def _take_notice(self, watch: Watch, ticket: int) -> GrantNotice | None:
+        with self._lock:
+            notice, watch.notice = watch.notice, None
+            return notice if watch.ticket == ticket else None
 
     def _overhear(self, watch: Watch, channel: str, timeout: float) -> bool:
         with self._lock:
@@ -249,17 +263,18 @@ class Listener(Generic[_C]):
             if channel != self.channel:
                 return
         try:
-            ticket = int(payload)
-        except ValueError:
+            ticket, notice = read_payload(payload)
+        except (ValueError, IndexError):
             return
         with self._lock:
             for watch in self._watches:
                 if watch.ticket == ticket:
+                    watch.notice = notice
                     watch.wakeup.set(as_head=True)
                     return
             if any(watch.ticket is None and not watch.observer for watch in self._watches):
                 # A waiter between queuing and claiming its ticket: keep it.
-                self._unclaimed.add(ticket)
+                self._unclaimed[ticket] = notice
 
     def _lost(self, connection: _C | None) -> None:
         """The connection is gone: waiters poll, and all look once (a release may

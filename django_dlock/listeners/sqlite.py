@@ -16,8 +16,9 @@ import socket
 
 from django_dlock.listeners.base import IDLE_TICK, Listener
 
-# A ticket, in decimal digits: the largest datagram worth reading.
-DATAGRAM_SIZE = 64
+# A ticket and the grant it may carry (``rules.notice``), in decimal digits:
+# the largest datagram worth reading.
+DATAGRAM_SIZE = 128
 
 
 def host_address(channel: str) -> str:
@@ -40,12 +41,13 @@ def alive(channel: str) -> bool:
     return True
 
 
-def wake(channel: str, ticket: int) -> None:
+def wake(channel: str, ticket: int, payload: str = "") -> None:
     """Tell the listener of ``channel`` that ``ticket`` heads its queue and the
-    lock is free. A listener that is gone (its process ended) is not there to
+    lock is free (or, ``payload``, that the release granted it: ``rules.notice``).
+    A listener that is gone (its process ended) is not there to
     tell: its waiter's ticket lapses, and the next waiter looks by itself."""
     with _sender() as sender, contextlib.suppress(OSError):
-        sender.sendto(str(ticket).encode(), host_address(channel))
+        sender.sendto((payload or str(ticket)).encode(), host_address(channel))
 
 
 def _sender() -> socket.socket:

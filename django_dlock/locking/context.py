@@ -28,8 +28,9 @@ from django_dlock.locking.min_hold import release_or_keep, validate_min_hold
 from django_dlock.locking.names import ResourceName
 from django_dlock.locking.reentry import Entered, check_reentry, current_holder, held_here
 from django_dlock.locking.refusals import refusal
-from django_dlock.locking.renewer import Renewer
+from django_dlock.locking.renewer import start_renewer
 from django_dlock.locking.several import HeldLocks, LockItems, hold_several
+from django_dlock.locking.told import Lease, Taken
 from django_dlock.locking.until_commit import (
     COMMIT,
     EXIT,
@@ -210,19 +211,19 @@ class lock:
             held_here.leave(self.using, self.resource, entered)  # also after a database error
         report_release(entered.handle, result, last=entered.depth == 0, failed=failed)
 
-    def _acquire(self, holding: tuple[tuple[str, str], ...] | None = None) -> tuple[Hold, float]:
-        """The hold, and the monotonic time before its acquire was sent; a wait
-        names ``holding`` (by default the calling thread's holds) on its ticket."""
+    def _acquire(self, holding: tuple[tuple[str, str], ...] | None = None) -> Taken:
+        """The hold, when it was asked for, its lease (``Taken``); a wait names
+        ``holding`` (by default the calling thread's holds) on its ticket."""
         owner = self.owner or new_owner_token()
         if not self.timeout:
             started = time.monotonic()
             acquired = self._take(owner)
             if isinstance(acquired, Refusal):
                 raise refusal(self.resource, acquired)
-            return acquired, started
+            return acquired, started, None
         holding = self._holding() if holding is None else holding
         wait = Wait(self._claim(owner), self.timeout, self.using, holding=holding)
-        return wait_here(wait), wait.started
+        return wait_here(wait), wait.started, wait.lease
 
     # -- async --------------------------------------------------------------------
 
@@ -262,7 +263,7 @@ class lock:
             held_here.leave(self.using, self.resource, entered)  # also after a database error
         report_release(entered.handle, result, last=entered.depth == 0, failed=exc_type is not None)
 
-    async def _aacquire(self) -> tuple[Hold, float]:
+    async def _aacquire(self) -> Taken:
         owner = self.owner or new_owner_token()
         manager = DistributedLock.objects.db_manager(self.using)
         started = time.monotonic()
@@ -270,7 +271,7 @@ class lock:
             acquired = await self._atake(owner)
             if isinstance(acquired, Refusal):
                 raise refusal(self.resource, acquired)
-            return acquired, started
+            return acquired, started, None
         wait = Wait(
             self._claim(owner), self.timeout, self.using, Wakeup.on_loop(), holding=self._holding()
         )
@@ -280,7 +281,7 @@ class lock:
             lambda: manager.release(self.resource, owner),
             stop=wait.cancel,
         )
-        return acquired, wait.started
+        return acquired, wait.started, wait.lease
 
     async def _atake(self, owner: str, held_token: int | None = None) -> Hold | Refusal:
         manager = DistributedLock.objects.db_manager(self.using)
@@ -366,11 +367,9 @@ class lock:
         which a waiter writes on its ticket (``locking.deadlock``)."""
         return tuple(held_here.held_by(self.using, current_holder()))
 
-    def _hold(self, holder: object, acquired: Hold, started: float) -> Entered:
+    def _hold(self, holder: object, acquired: Hold, started: float, lease: Lease = None) -> Entered:
         handle = LockHandle(acquired, self.ttl, self.using, started, on_lost=self.on_lost)
-        renewer = Renewer(handle) if self.auto_renew else None
-        if renewer is not None:
-            renewer.start()
+        renewer = start_renewer(handle, auto_renew=self.auto_renew, lease=lease, started=started)
         entered = Entered(holder, handle, renewer, reentrant=self.reentrant)
         held_here.add(self.using, self.resource, entered)
         self._entered.append(entered)

@@ -40,6 +40,7 @@ class LockHandle:
         resource: The lock's name.
         owner: The holder's secret token.
         fencing_token: The grant's token, larger than every earlier grant's on ``resource``.
+        acquired_at: When the grant began, by the database's clock (a re-entry's: the first's).
         expires_at: The expiry as of the last acquire or renewal, by the database's clock.
         mode: ``"exclusive"`` or ``"shared"`` (a reader, or a semaphore's permit).
         limit: The semaphore's number of permits, else ``None``.
@@ -58,6 +59,7 @@ class LockHandle:
         self.resource: str = lock.resource
         self.owner: str = lock.owner
         self.fencing_token: int = lock.fencing_token
+        self.acquired_at: datetime = lock.acquired_at
         self.expires_at: datetime = lock.expires_at
         self.mode: str = lock.mode
         self.limit: int | None = lock.limit
@@ -76,6 +78,9 @@ class LockHandle:
         # Read once the acquisition returned (so after the database's acquired_at):
         # ``min_hold`` counts from here, on the monotonic clock (see ``min_hold``).
         self.held_since = time.monotonic()
+        # Handed over by a release that told it (``locking.told``): the queue it
+        # came through likely has waiters still, which its release skips a look for.
+        self.handed_over = False
 
     def __repr__(self) -> str:
         state = "lost" if self.is_lost else "held"
@@ -224,6 +229,7 @@ class LockHandle:
                 f"Cannot upgrade the lock on {self.resource!r}: other holders share it."
             )
         self.fencing_token = hold.fencing_token
+        self.acquired_at = hold.acquired_at
         self.expires_at = hold.expires_at
         self.mode = hold.mode
         self.deadline = started + ttl

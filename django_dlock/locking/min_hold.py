@@ -78,7 +78,10 @@ def release_or_keep(using: str, handle: LockHandle, min_hold: float | None) -> R
     left = math.inf if min_hold is None else min_hold - (time.monotonic() - handle.held_since)
     if not 0 < left < math.inf:
         # The resource and owner were checked when the lock was entered.
-        return service_for(using).release(handle.resource, handle.owner, handle.mode)
+        service = service_for(using)
+        if handle.handed_over:  # (``locking.told``: the queue it came through is likely there)
+            return service.release(handle.resource, handle.owner, handle.mode, queued=True)
+        return service.release(handle.resource, handle.owner, handle.mode)
     outcome = renew_lock(using, handle.resource, handle.owner, min(left + CLOCK_STEP, conf.MAX_TTL))
     if outcome is RenewalFailure.TAKEN_OVER:
         return ReleaseResult.FORBIDDEN

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import IntegrityError
 
@@ -38,6 +39,7 @@ class QueueState:
     admissible: bool | None = None  # whether an acquisition would be admitted now
     queued: bool = True  # the waiter's ticket is still in the queue (True without one)
     head: int | None = None  # the ticket of the first live waiter ahead, where known
+    now: datetime | None = None  # the database's time of the look
 
     def __post_init__(self) -> None:
         if self.admissible is None:  # an exclusive waiter's
@@ -178,4 +180,5 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
         admissible=admissible or mismatch,
         queued=row.queued,
         head=row.head,
+        now=row.now,
     )

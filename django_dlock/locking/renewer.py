@@ -42,16 +42,51 @@ class Renewed(Protocol):
 
 class Renewer:
     """The renewals of one held lock: ``start()`` after acquiring, ``stop()``
-    before releasing (a renewal in flight then no longer touches the handle)."""
+    before releasing (a renewal in flight then no longer touches the handle).
 
-    def __init__(self, handle: LockHandle) -> None:
+    A hold granted for a short ``lease`` (``locking.told``) from ``started``
+    is extended to its ttl a quarter of the lease in; ``once``: only then (a
+    lock without ``auto_renew``)."""
+
+    def __init__(
+        self,
+        handle: LockHandle,
+        *,
+        lease: float | None = None,
+        started: float = 0.0,
+        once: bool = False,
+    ) -> None:
         self.handle = handle
+        self.due = None if lease is None else started + lease / 4
+        self.once = once
 
     def start(self) -> None:
-        renewal_thread(self.handle.using).add(self.handle)
+        renewal_thread(self.handle.using).add(self.handle, due=self.due, once=self.once)
 
     def stop(self) -> None:
         renewal_thread(self.handle.using).remove(self.handle)
+
+
+def start_renewer(
+    handle: LockHandle, *, auto_renew: bool, lease: float | None, started: float
+) -> Renewer | None:
+    """The renewer of a hold just taken, started: ``auto_renew``'s, and that of
+    a hold granted for a short ``lease`` from ``started`` (``locking.told``),
+    whose handle counts that lease until the renewer extends it to the ttl."""
+    renewer = None
+    if lease is not None:
+        handle.deadline = started + lease
+        handle.handed_over = True
+        renewer = Renewer(handle, lease=lease, started=started, once=not auto_renew)
+    elif auto_renew:
+        renewer = Renewer(handle)
+    if renewer is not None:
+        renewer.start()
+    return renewer
+
+
+# Seconds the thread stays after a told grant's hold left (``locking.told``).
+LINGER = 1.0
 
 
 class RenewalThread:
@@ -64,10 +99,17 @@ class RenewalThread:
         self._condition = threading.Condition()
         self._thread: threading.Thread | None = None
         self._in_flight: set[Renewed] = set()  # the handles of the batch being renewed
+        self._once: set[Renewed] = set()  # renewed once, then no longer
+        self._linger_until = 0.0  # monotonic time until which the thread waits for more
 
-    def add(self, handle: Renewed) -> None:
+    def add(self, handle: Renewed, *, due: float | None = None, once: bool = False) -> None:
+        """Renew ``handle`` every third of its ttl (the first at ``due``, where
+        earlier); ``once``: only the first time."""
         with self._condition:
-            self._due[handle] = time.monotonic() + handle.ttl / 3
+            every = time.monotonic() + handle.ttl / 3
+            self._due[handle] = every if due is None else min(due, every)
+            if once:
+                self._once.add(handle)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name=f"django-dlock renewer {self.using}", daemon=True
@@ -81,6 +123,11 @@ class RenewalThread:
         touches the handle any more."""
         with self._condition:
             self._due.pop(handle, None)
+            if handle in self._once:
+                # Turns on a contended lock follow each other: the thread
+                # stays a moment for the next rather than start again.
+                self._once.discard(handle)
+                self._linger_until = time.monotonic() + LINGER
             self._condition.notify_all()
             if threading.current_thread() is not self._thread:
                 self._condition.wait_for(lambda: handle not in self._in_flight)
@@ -103,6 +150,9 @@ class RenewalThread:
                             lost.append((handle, outcome))
                         else:
                             handle.record_renewal(outcome, started, handle.ttl)
+                            if handle in self._once:
+                                self._once.discard(handle)
+                                del self._due[handle]
                 for handle, reason in lost:  # signals go out without the lock held
                     handle.mark_lost(reason)
                 with self._condition:
@@ -116,6 +166,10 @@ class RenewalThread:
         with self._condition:
             while True:
                 if not self._due:
+                    idle = self._linger_until - time.monotonic()
+                    if idle > 0:  # a told grant's turn just ended: another may come
+                        self._condition.wait(idle)
+                        continue
                     self._thread = None
                     return None
                 now = time.monotonic()

@@ -92,8 +92,8 @@ def not_in_async_code() -> LockTransactionError:
 def bind_to_transaction(
     using: str,
     *,
-    acquire: Callable[[], tuple[Hold, float]],
-    hold: Callable[[Hold, float], Entered],
+    acquire: Callable[[], tuple[Hold, float, float | None]],
+    hold: Callable[[Hold, float, float | None], Entered],
     end: Callable[[Entered], None],
 ) -> LockHandle:
     """Take a lock (``lock(..., until="commit")``) for the transaction open on
@@ -115,8 +115,8 @@ def bind_to_transaction(
             f"lock(..., until='commit') holds the lock until the transaction open on database "
             f"{using!r} ends, and none is open: call it inside transaction.atomic()."
         )
-    acquired, started = _in_own_connection(using, acquire)
-    binding = CommitBinding(using, hold(acquired, started), end, connection)
+    acquired, started, lease = _in_own_connection(using, acquire)
+    binding = CommitBinding(using, hold(acquired, started, lease), end, connection)
     transaction.on_commit(binding.callback, using=using, robust=True)
     _watcher.add(binding)
     return binding.entered.handle

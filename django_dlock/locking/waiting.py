@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from django_dlock import signals
 from django_dlock.conf import conf
@@ -45,6 +46,7 @@ from django_dlock.locking.deadlock import LOOK_EVERY, check_for_deadlock, declar
 from django_dlock.locking.local_queues import local_queues
 from django_dlock.locking.queue import Queue, QueueState, state_of
 from django_dlock.locking.refusals import wait_failure
+from django_dlock.locking.told import told_grant
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold
@@ -100,6 +102,11 @@ class Wait:
     # The head's wait for a holder's release in the database (``release_wait``).
     release_of: str | None = None
     unannounced: str | None = None
+    # (``locking.told``) The lease a told grant gave where shorter than the ttl;
+    # when the last step began (monotonic), and its look's (start, database now).
+    lease: float | None = None
+    looked: float = 0.0
+    clock: tuple[float, datetime] | None = None
     queue: Queue = field(init=False)
 
     @property
@@ -119,7 +126,7 @@ class Wait:
         service_for(self.using).refuse_callers_transaction()
 
     def step(self) -> Hold | float:
-        as_head = self.wakeup.clear()
+        self.looked, as_head = time.monotonic(), self.wakeup.clear()
         if self.ticket is None and local_queues.busy(self):
             # Another waiter of this process is queued for it: queue behind it
             # without looking, and sleep until it leaves (unless it left already).
@@ -142,7 +149,7 @@ class Wait:
         elif as_head and self._listening():
             # A release named this ticket the head: it handed the lock over,
             # or the lock is free: take it at once, without looking.
-            acquired = self._granted() or self._try(queued=True)
+            acquired = told_grant(self) or self._granted() or self._try(queued=True)
             if acquired is not None:
                 return acquired
             state = queue_state(self.using, self.claim, self.ticket)
@@ -346,6 +353,7 @@ class Wait:
         look when they would fall due before the next: a wake-up of its own for
         the refresh would add a look as well."""
         self.release_of = release_wait.holder_to_wait_for(self, state)
+        self.clock = (self.looked, state.now) if state.now else self.clock  # (``locking.told``)
         sleep = self.backoff.sleep(
             state,
             listening=self._listening() or self.release_of is not None,

@@ -217,10 +217,15 @@ class Operations:
         return handle, cs, t0
 
     def handle_fields(self, handle: Any) -> dict[str, Any]:
-        """A ``lock()`` handle's hold as the history keeps it (``acquired_at``
-        null: the handle does not say)."""
-        fields = {"owner": handle.owner, "token": handle.fencing_token, "acquired_at": None}
-        return fields | {"expires_at": iso(handle.expires_at), "mode": handle.mode}
+        """A ``lock()`` handle's hold as the history keeps it. Its ``acquired_at``
+        is the grant's: not its expiry less the ttl, which a hand-over's short
+        offer lease (``locking.told``) would put up to a second early."""
+        fields = {"owner": handle.owner, "token": handle.fencing_token}
+        return fields | {
+            "acquired_at": iso(handle.acquired_at),
+            "expires_at": iso(handle.expires_at),
+            "mode": handle.mode,
+        }
 
     @contextlib.contextmanager
     def queue_watch(
@@ -375,7 +380,9 @@ class Operations:
 
 
 def fresh(lock_event: dict[str, Any], ttl: float) -> dict[str, Any]:
-    """A ``lock()`` hold's fields with the ``acquired_at`` of a fresh grant
-    (its expiry less the ttl), which the handle does not say."""
+    """A hold's fields with an ``acquired_at``: the one it has, else that of a
+    fresh grant (its expiry less the ttl)."""
+    if lock_event.get("acquired_at"):
+        return lock_event
     expires_at = datetime.fromisoformat(lock_event["expires_at"])
     return lock_event | {"acquired_at": iso(expires_at - timedelta(seconds=ttl))}

@@ -155,7 +155,13 @@ class MySQLBackend(LockBackend):
         return Taken(row=row, previous_owner=before, renewed=action == one_row.AGAIN)
 
     def give_up(
-        self, resource: str, owner: str | None, *, forced: bool = False, mode: str | None = None
+        self,
+        resource: str,
+        owner: str | None,
+        *,
+        forced: bool = False,
+        mode: str | None = None,
+        queued: bool = False,
     ) -> Released:
         # A hold its holder knows is shared: the one-row UPDATE would only say so.
         connection = None if owner is None or forced or mode == SHARED else self._alone()

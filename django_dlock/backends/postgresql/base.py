@@ -32,6 +32,7 @@ from django_dlock.backends.transactions import in_lock_transaction, refuse_calle
 from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED, SHARED_HOLDERS, ReleaseResult
 from django_dlock.rules.claim import Claim
+from django_dlock.rules.grant import GRANT_PARAMS
 
 _T = TypeVar("_T")
 
@@ -174,7 +175,13 @@ class PostgreSQLBackend(LockBackend):
         return Renewed(row=row, exists=held_by not in (None, ""), holder=held_by)
 
     def give_up(
-        self, resource: str, owner: str | None, *, forced: bool = False, mode: str | None = None
+        self,
+        resource: str,
+        owner: str | None,
+        *,
+        forced: bool = False,
+        mode: str | None = None,
+        queued: bool = False,
     ) -> Released:
         # An operator's release of one holder's every hold: the portable operation.
         released = None
@@ -182,7 +189,7 @@ class PostgreSQLBackend(LockBackend):
             released = self._force_release(resource)
         elif self.features.one_statement and not forced:
             params = {"resource": resource, "owner": owner}
-            released = self._alone(lambda: self._owners_release(params, mode))
+            released = self._alone(lambda: self._owners_release(params, mode, queued))
         if released is None:
             return self.give_up_portable(resource, owner, forced=forced)
         return released
@@ -190,7 +197,7 @@ class PostgreSQLBackend(LockBackend):
     def _force_release(self, resource: str) -> Released | None:
         """An operator's release of whoever holds ``resource``, in one
         statement; None where shared holders hold it (the portable operation)."""
-        params = {"resource": resource}
+        params = {"resource": resource, **GRANT_PARAMS}
         held_by, held, _, row = self._alone(
             lambda: self._decided(self._exclusive.force_release, params)
         )
@@ -201,13 +208,16 @@ class PostgreSQLBackend(LockBackend):
         held_row = replace(row, owner=held_by, expires_at=row.now)  # as it was held
         return Released(row=row, owner=held_by, result=ReleaseResult.RELEASED, released=(held_row,))
 
-    def _owners_release(self, params: dict[str, Any], mode: str | None) -> Released | None:
+    def _owners_release(
+        self, params: dict[str, Any], mode: str | None, queued: bool = False
+    ) -> Released | None:
         """The owner's release: the short statement where the row allows it (an
         exclusive hold, no queue: ``release.AloneReleaseStatement``), else the
         full one, at once for a hold its holder knows is shared (``mode``); None
         where the portable operation decides. Each statement is a transaction of
-        its own."""
-        alone = None if mode == SHARED else self._run(self._release_alone, params)
+        its own. A hold handed over by a release (``queued``) goes straight to
+        the full one too: the short one would write nothing while waiters queue."""
+        alone = None if mode == SHARED or queued else self._run(self._release_alone, params)
         if alone is None:
             return self._released(self._answer(self._release, params))
         row = self.tables.row(alone)

@@ -26,6 +26,7 @@ from django_dlock.backends.postgresql.wake import (
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.grant import revoked_sql
 from django_dlock.rules.predicates import FREE_FOR_OWNER, HELD, HELD_BY_OWNER
 
 
@@ -169,10 +170,12 @@ class ExclusiveStatements:
         self.extend = Statement(
             "extend", decide_and_write(f"{c['expires_at']} = {now} + %(duration)s", owned)
         )
+        # A hand-over's grant its head may not have started on yet is revoked,
+        # kept from others until its offer lease ends (``rules.grant``).
         self.force_release = Statement(
             "force_release",
             decide_and_write(
-                f"{c['owner']} = '', {c['expires_at']} = {now}",
+                f"{c['owner']} = '', {c['expires_at']} = {revoked_sql(rule_row.aliased(table + '.'))}",
                 f"{held} AND {not_shared}",
                 ctes=f", head AS ({head}), {fitting_sql(backend.queue)}",
                 woken=f", ({wake_sql(readers=True)})",

@@ -46,6 +46,28 @@ def handed_sql(tables: LockTables, frees: str) -> str:
     )
 
 
+def _lease_end(now: str) -> str:
+    """SQL: the offer's expiry: ``HANDOVER_LEASE`` from ``now``, or the head's ttl where shorter."""
+    return f"{now} + LEAST({HANDED}.ttl, make_interval(secs => {HANDOVER_LEASE}))"
+
+
+def grant_notice_sql(tables: LockTables) -> str:
+    """SQL: the grant that ``granting`` writes, as the text its ``NOTIFY``
+    appends to the head's ticket (``rules.notice``), so that the head starts
+    on the notification alone; NULL where the release handed nothing over.
+    (``STATEMENT_TIMESTAMP()``, the database's now, is one value in a statement.)"""
+    c, pk = tables.column_sql, tables.pk_column
+    now, _ = compile_expression(tables.using, DatabaseNow())
+
+    def micros(moment: str) -> str:
+        return f"CAST(EXTRACT(EPOCH FROM {moment}) * 1000000 AS BIGINT)"
+
+    return (
+        f"(SELECT ' ' || l.{pk} || ' ' || (l.{c['fencing_token']} + 1) || ' ' || "  # noqa: S608
+        f"{micros(now)} || ' ' || {micros(_lease_end(now))} FROM locked l, handed {HANDED})"
+    )
+
+
 def granting(tables: LockTables, released: Mapping[str, str], row: str) -> str:
     """SQL: the assignments of a header's UPDATE that joins ``handed`` as
     ``g``: the head's grant where there is one, else ``released`` (attname:
@@ -57,13 +79,15 @@ def granting(tables: LockTables, released: Mapping[str, str], row: str) -> str:
         "owner": f"{HANDED}.owner",
         "label": f"{HANDED}.label",
         "acquired_at": now,
-        "expires_at": f"{now} + LEAST({HANDED}.ttl, make_interval(secs => {HANDOVER_LEASE}))",
+        "expires_at": _lease_end(now),
         "fencing_token": f"{row}{c['fencing_token']} + 1",
         "hold_count": "1",
         # Typed: a CASE of NULLs alone would be text.
         "limit": f"CAST(NULL AS {tables.fields['limit'].db_type(tables.connection)})",
-        # The release wrote none; the head writes its own as it takes the offer.
-        "lock_delay": "CAST(NULL AS interval)",
+        # The mark of a grant (``rules.grant.GRANT_MARK``, a zero delay): an
+        # operator's release of it before its head confirmed it revokes it.
+        # The head writes its own delay as it takes the offer.
+        "lock_delay": "make_interval()",
     }
     return ", ".join(
         f"{c[name]} = CASE WHEN {HANDED}.owner IS NOT NULL THEN {value} "

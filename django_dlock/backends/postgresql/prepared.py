@@ -36,6 +36,8 @@ PARAMETER_TYPES = {
     "label": "text",
     "limit": "integer",
     "lock_delay": "interval",
+    "offer_lease": "interval",  # rules.grant's
+    "grant_mark": "interval",
     "key": "text",  # a throttle's
     "rate": "text",
 }

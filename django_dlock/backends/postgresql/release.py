@@ -9,7 +9,12 @@ portable operation: ``locked``."""
 from __future__ import annotations
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.postgresql.handover import HANDED, granting, handed_sql
+from django_dlock.backends.postgresql.handover import (
+    HANDED,
+    grant_notice_sql,
+    granting,
+    handed_sql,
+)
 from django_dlock.backends.postgresql.locked import PORTABLE, LockedRow
 from django_dlock.backends.postgresql.prepared import Statement
 from django_dlock.backends.postgresql.wake import (
@@ -153,6 +158,7 @@ class ReleaseStatement:
             "AND (EXISTS (SELECT FROM handed) OR EXISTS (SELECT FROM "  # noqa: S608
             f"{freed} f WHERE f.left_owner = '' OR f.left_limit IS NOT NULL))",
             readers=True,
+            grant=grant_notice_sql(tables),
         )
         outcome = (
             f"CASE WHEN NOT {held} OR l.{c['owner']} IS NULL THEN '{NOT_FOUND}' "  # noqa: S608

@@ -30,20 +30,23 @@ def head_sql(
 HEAD_COLUMNS = ("id", "channel", "owner", "ttl", "label", "mode", "resource", "limit")
 
 
-def wake_sql(condition: str = "", *, readers: bool = False) -> str:
+def wake_sql(condition: str = "", *, readers: bool = False, grant: str = "") -> str:
     """SQL: NOTIFY the head of the queue (the CTE ``head``) on its process's
-    channel, with its ticket, if ``condition`` (SQL, ``AND ...``) holds; with
+    channel, with its ticket (and ``grant``, SQL: the text of the grant the
+    statement made it, or NULL: ``handover.grant_notice_sql``), if
+    ``condition`` (SQL, ``AND ...``) holds; with
     ``readers``, also the readers that fit beside a head that reads (the CTE
     ``fitting``, ``fitting_sql``). A waiter that polls (no channel) is not
     notified. Its value: how many were woken."""
     # (OFFSET 0 keeps the filter in its subquery, ahead of the call: pg_notify()
     # refuses an empty channel.)
-    woken = f"SELECT id, channel FROM head WHERE channel <> '' {condition}"  # noqa: S608
+    told = f"id::text || COALESCE({grant}, '')" if grant else "id::text"
+    woken = f"SELECT {told} AS payload, channel FROM head WHERE channel <> '' {condition}"  # noqa: S608
     if readers:
-        woken += f" UNION ALL SELECT id, channel FROM fitting WHERE TRUE {condition}"  # noqa: S608
+        woken += f" UNION ALL SELECT id::text, channel FROM fitting WHERE TRUE {condition}"  # noqa: S608
     return (
         f"SELECT COUNT(*) FROM ({woken} OFFSET 0) h, "  # noqa: S608
-        "LATERAL pg_notify(h.channel, h.id::text)"
+        "LATERAL pg_notify(h.channel, h.payload)"
     )
 
 

@@ -4,10 +4,11 @@ hand-over of a released lock to the head of its queue."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
+from typing import Any
 
 from django.db import transaction
 from django.db.models import DurationField
@@ -25,6 +26,7 @@ from django_dlock.django_private import atomic_depth, compile_expression, sqlite
 from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.notice import GrantNotice
 
 # SQLite's primary result code for "database is locked".
 SQLITE_BUSY = 5
@@ -103,13 +105,17 @@ class SQLiteBackend(LockBackend):
             head = listening(cursor.fetchone()[0])
             if head is not None and not alive(head[0]):
                 head = self.queue.head(row.resource)  # the first that lives
+            payload = ""
             if head is not None:
                 ticket = head[1]
                 cursor.execute(self._grant_sql, [ticket, ticket, ticket, row.pk, ticket, ticket])
-                if cursor.rowcount == 1:  # the head had a ttl: it holds the lock now
+                grant = cursor.fetchone()
+                if grant is not None:  # the head had a ttl: it holds the lock now
                     cursor.execute(self.queue.leave_sql, [ticket])
+                    # The datagram tells it so: it starts without a write of its own.
+                    payload = _notice(grant).payload(ticket)
         if head is not None:
-            transaction.on_commit(lambda: wake(*head), using=self.using)
+            transaction.on_commit(lambda: wake(*head, payload), using=self.using)
 
     @cached_property
     def _release_sql(self) -> str:
@@ -135,14 +141,19 @@ class SQLiteBackend(LockBackend):
         expires_sql, expires_params = compile_expression(tables.using, DatabaseNow() + ttl)
         assert not expires_params  # noqa: S101 - DatabaseNow() and a column are plain SQL
         # Only to a head that wants the lock exclusively: readers and permits
-        # are admitted by their own acquisitions.
+        # are admitted by their own acquisitions. Its lock-delay is the mark of
+        # a grant (``rules.grant.GRANT_MARK``, zero microseconds as SQLite
+        # keeps a duration): an operator's release before the head confirmed
+        # it revokes it.
         return (
             f"UPDATE {tables.table} SET {qn('owner')} = {self._of_waiter('owner')}, "  # noqa: S608
             f"{qn('label')} = {self._of_waiter('label')}, "
             f"{qn('acquired_at')} = {now_sql}, {qn('expires_at')} = {expires_sql}, "
             f"{qn('fencing_token')} = {qn('fencing_token')} + 1, {qn('hold_count')} = 1, "
-            f"{qn('limit')} = NULL, {qn('lock_delay')} = NULL WHERE {tables.pk_column} = %s "
-            f"AND {self._of_waiter('ttl')} IS NOT NULL AND {self._of_waiter('mode')} = '{EXCLUSIVE}'"
+            f"{qn('limit')} = NULL, {qn('lock_delay')} = 0 WHERE {tables.pk_column} = %s "
+            f"AND {self._of_waiter('ttl')} IS NOT NULL AND {self._of_waiter('mode')} = '{EXCLUSIVE}' "
+            f"RETURNING {tables.pk_column}, {qn('fencing_token')}, {qn('acquired_at')}, "
+            f"{qn('expires_at')}"
         )
 
     def _of_waiter(self, column: str) -> str:
@@ -164,3 +175,16 @@ class SQLiteBackend(LockBackend):
                 resource, owner, ticket, duration, lock_delay
             )
         )
+
+
+def _notice(grant: Sequence[Any]) -> GrantNotice:
+    """The grant ``_grant_sql`` wrote (its row: pk, token, and the two times
+    in UTC), as its wake-up tells it."""
+    pk, token, acquired, expires = grant
+
+    def moment(value: str | datetime) -> datetime:
+        # (Text, or a datetime where the connection converts timestamps.)
+        parsed = datetime.fromisoformat(value) if isinstance(value, str) else value
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+
+    return GrantNotice(int(pk), int(token), moment(acquired), moment(expires))

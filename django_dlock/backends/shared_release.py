@@ -1,0 +1,72 @@
+"""The portable release of a lock held by shared holders (readers, or a
+semaphore's permits): ``LockBackend.give_up``'s, inside its lock transaction.
+Each holder has a row in ``distributed_lock_holds``; the resource's row stays
+held until the last of them goes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Protocol
+
+from django_dlock.backends.holds import Holds
+from django_dlock.backends.lock_rows import LockRows
+from django_dlock.backends.queue import WaiterQueue
+from django_dlock.backends.results import LockRow, Released
+from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner
+
+__all__ = ["give_up_shared"]
+
+
+class Releasing(Protocol):
+    """What the release reads of its backend (``LockBackend``: no import cycle)."""
+
+    rows: LockRows
+    holds: Holds
+    queue: WaiterQueue
+
+    def mark_released(self, row: LockRow) -> None: ...
+
+
+def give_up_shared(
+    backend: Releasing, header: LockRow, owner: str | None, forced: bool
+) -> Released:
+    """``LockBackend.give_up``'s portable release of ``header``'s resource,
+    held by shared holders: ``owner``'s hold (one of its holds, unless
+    ``forced``), or every hold (``owner=None``)."""
+    holds = backend.holds.valid_holds(header.resource, header.now)
+    if not holds:  # they all expired (or were purged) since the row last covered them
+        return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
+    if owner is None:  # an operator's: every hold goes
+        backend.holds.delete_holds(header.resource)
+        backend.mark_released(replace(header, owner="", expires_at=header.now, limit=None))
+        first = holds[0] if holds else None
+        return Released(
+            row=first,
+            owner=SHARED_HOLDERS,
+            result=ReleaseResult.RELEASED,
+            released=tuple(holds),
+        )
+    mine = next((hold for hold in holds if same_owner(hold.owner, owner)), None)
+    if mine is None:
+        return Released(row=None, owner=SHARED_HOLDERS, result=ReleaseResult.FORBIDDEN)
+    if not forced and mine.hold_count > 1:
+        hold = replace(mine, hold_count=mine.hold_count - 1)
+        backend.holds.update_hold(hold, ["hold_count"])
+        return Released(row=hold, owner=mine.owner, result=ReleaseResult.DECREMENTED)
+    backend.holds.delete_holds(header.resource, mine.owner)
+    others = [hold for hold in holds if hold is not mine]
+    released = replace(mine, expires_at=header.now)
+    if others:
+        # The row stays held until the last of the others expires; a
+        # semaphore's freed permit goes to the head of the queue.
+        row = replace(
+            header,
+            expires_at=max(hold.expires_at for hold in others),
+            hold_count=len(others),
+        )
+        backend.rows.update(row, ["expires_at", "hold_count"])
+        if header.limit is not None:
+            backend.queue.wake_head(header.resource)
+    else:
+        backend.mark_released(replace(header, owner="", expires_at=header.now, limit=None))
+    return Released(row=released, owner=mine.owner, result=ReleaseResult.RELEASED, released=(mine,))
