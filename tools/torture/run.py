@@ -66,6 +66,8 @@ class Run:
         self.options: dict[str, dict[str, Any]] = {}  # each victim's options
         self._spawned: dict[str, int] = {}
         self._ready: dict[str, tuple[str, subprocess.Popen[str]]] = {}
+        self.head_faults: dict[str, Any] | None = None
+        self._replaced: set[str] = set()
 
     def prepare(self) -> None:
         """Create the lock table (migrate) and the guarded store; start the
@@ -186,9 +188,21 @@ class Run:
             process.kill()
             process.wait()
 
-    def start_workers(self, count: int) -> None:
+    def start_workers(self, count: int, head_faults: dict[str, Any] | None = None) -> None:
+        """Start ``count`` mix workers; all but ``w0`` (whose session the
+        terminate scenario ends) strike themselves as heads (``head_faults``)."""
+        self.head_faults = head_faults
         for n in range(count):
-            self.spawn(f"w{n}", "mix")
+            self.spawn(f"w{n}", "mix", head_faults=head_faults if n else None)
+
+    def replace_killed(self) -> None:
+        """Start a mix worker in the place of each that killed itself as a
+        head (``head_faults``), so that the load goes on."""
+        for name, process in list(self.processes.items()):
+            if name.startswith("w") and process.poll() == -9 and name not in self._replaced:
+                self._replaced.add(name)
+                base, _, n = name.partition("-")
+                self.spawn(f"{base}-{int(n or 1) + 1}", "mix", head_faults=self.head_faults)
 
     def stop_workers(self) -> None:
         self.stop_file.touch()
