@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import select
 import signal
 import subprocess
@@ -199,10 +200,11 @@ class Run:
         """Start a mix worker in the place of each that killed itself as a
         head (``head_faults``), so that the load goes on."""
         for name, process in list(self.processes.items()):
-            if name.startswith("w") and process.poll() == -9 and name not in self._replaced:
+            worker = re.fullmatch(r"(w\d+)(?:-(\d+))?", name)  # w3, then w3-2, w3-3...
+            if worker and process.poll() == -9 and name not in self._replaced:
                 self._replaced.add(name)
-                base, _, n = name.partition("-")
-                self.spawn(f"{base}-{int(n or 1) + 1}", "mix", head_faults=self.head_faults)
+                base, n = worker[1], int(worker[2] or 1) + 1
+                self.spawn(f"{base}-{n}", "mix", head_faults=self.head_faults)
 
     def stop_workers(self) -> None:
         self.stop_file.touch()
