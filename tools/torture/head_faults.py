@@ -1,6 +1,6 @@
 """A fault of a waiter woken as the head of the queue, struck between the
 release that woke it and its work (issue 46): on PostgreSQL and SQLite that
-release granted it the lock for the short offer lease (``HANDOVER_LEASE``)
+release granted it the lock for the short offer lease (``HANDOVER_LEASE``, 1 s)
 and said so in the wake-up; on MariaDB it takes the lock itself once woken.
 
 The window is milliseconds wide, too narrow for the runner to aim a signal
@@ -37,9 +37,9 @@ KINDS = (SHORT, LONG, KILLED)
 # The spans of a stop (seconds): well within the lease, or well past it.
 SHORT_SPAN = (0.1, 0.7)
 LONG_SPAN = (1.4, 3.0)
-# The share of strikes that stop for long, and that kill (the rest stop briefly).
-LONG_SHARE = 0.4
-KILL_SHARE = 0.2
+# What a worker's strikes do in turn: a turn rather than a draw, so that even
+# a short run has each (a kill costs a worker's start).
+TURNS = (KILLED, SHORT, LONG, SHORT)
 
 
 class HeadFaults:
@@ -54,6 +54,9 @@ class HeadFaults:
         self.kill = bool(config.get("kill", True))
         self.rng = random.Random()
         self.next = 0.0
+        # Where in ``TURNS`` it starts: the runner gives its workers each a
+        # place (so that a short run kills one), a replacement a random one.
+        self.turn = int(config.get("turn", self.rng.randrange(len(TURNS))))
 
     def install(self) -> None:
         from django_dlock.locking import waiting
@@ -80,13 +83,14 @@ class HeadFaults:
         too old, a lock-delay)."""
         fields = {"scope": self.recorder.process, "only_scope": True, "moment": moment}
         fields |= {"resource": wait.claim.resource, "owner": wait.claim.owner}
-        draw = self.rng.random()
+        what = TURNS[self.turn % len(TURNS)]
+        self.turn += 1
         t0 = now()
-        if self.kill and draw < KILL_SHARE:
+        if self.kill and what == KILLED:
             self.recorder.write("fault", kind=KILLED, t0=t0, t1=t0, **fields)
             self.recorder.write("killed", target=self.recorder.process, t=t0)
             os.kill(os.getpid(), signal.SIGKILL)
-        span = self.rng.uniform(*(LONG_SPAN if draw < KILL_SHARE + LONG_SHARE else SHORT_SPAN))
+        span = self.rng.uniform(*(LONG_SPAN if what == LONG else SHORT_SPAN))
         waker = subprocess.Popen(["sh", "-c", f"sleep {span:.3f}; kill -CONT {os.getpid()}"])
         os.kill(os.getpid(), signal.SIGSTOP)
         t1 = now()

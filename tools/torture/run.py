@@ -194,7 +194,8 @@ class Run:
         terminate scenario ends) strike themselves as heads (``head_faults``)."""
         self.head_faults = head_faults
         for n in range(count):
-            self.spawn(f"w{n}", "mix", head_faults=head_faults if n else None)
+            faults = head_faults and n and head_faults | {"turn": n}  # w4 kills first
+            self.spawn(f"w{n}", "mix", head_faults=faults or None)
 
     def replace_killed(self) -> None:
         """Start a mix worker in the place of each that killed itself as a

@@ -47,7 +47,7 @@ PROFILES: dict[str, dict[str, Any]] = {
         "rounds": 1_000_000,
         "seconds": 1800,
         "leave_out": {},
-        "head_faults": {"chance": 0.03, "every": 5.0},
+        "head_faults": {"chance": 0.02, "every": 5.0},
     },
 }
 # head_faults: the mix workers' own strikes when woken as the head of a queue
