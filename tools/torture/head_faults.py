@@ -5,7 +5,8 @@ and said so in the wake-up; on MariaDB it takes the lock itself once woken.
 
 The window is milliseconds wide, too narrow for the runner to aim a signal
 at, so a ``mix`` worker strikes itself there: its ``lock()`` wait reads the
-wake-up in ``told_grant`` (``locking.waiting``), which this module wraps in
+wake-up in ``told_grant`` (``locking.waiting``; MariaDB's head returns from
+``release_wait.pause`` at the holder's release), which this module wraps in
 the worker's process only (no hook in the library). On a wake-up, with
 ``chance``, before or after the told grant is read, the process stops itself
 (SIGSTOP, with a child that sends SIGCONT after a span shorter or longer
@@ -59,13 +60,14 @@ class HeadFaults:
         self.turn = int(config.get("turn", self.rng.randrange(len(TURNS))))
 
     def install(self) -> None:
-        from django_dlock.locking import waiting
+        from django_dlock.locking import release_wait, waiting
 
         # The name ``Wait`` calls, which that module imports from ``locking.told``.
         told_grant = getattr(waiting, "told_grant")  # noqa: B009
+        pause = release_wait.pause
 
         def struck_told_grant(wait: Any) -> Any:
-            if now() < self.next or self.rng.random() >= self.chance:
+            if not self.due():
                 return told_grant(wait)
             if self.rng.random() < 0.5:
                 self.strike(wait, "before")
@@ -74,7 +76,21 @@ class HeadFaults:
             self.strike(wait, "after" if hold is not None else "untold")
             return hold
 
+        def struck_pause(wait: Any, seconds: float) -> None:
+            # MariaDB's head blocks at the holder's gate until its release,
+            # then looks and takes the lock itself: strike before that look.
+            gate, ends = wait.release_of is not None, now() + seconds
+            pause(wait, seconds)
+            released = gate and now() < ends and wait.unannounced is None
+            if released and not wait.cancelled and self.due():
+                self.strike(wait, "gate")
+
         setattr(waiting, "told_grant", struck_told_grant)  # noqa: B010
+        release_wait.pause = struck_pause
+
+    def due(self) -> bool:
+        """Whether to strike at this wake-up."""
+        return now() >= self.next and self.rng.random() < self.chance
 
     def strike(self, wait: Any, moment: str) -> None:
         """Stop or kill this process, after writing down what and when.
