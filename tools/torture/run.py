@@ -194,7 +194,7 @@ class Run:
         terminate scenario ends) strike themselves as heads (``head_faults``)."""
         self.head_faults = head_faults
         for n in range(count):
-            faults = head_faults and n and head_faults | {"turn": n}  # w4 kills first
+            faults = head_faults and n and head_faults | {"turn": n + 3}  # w1, w5 kill first
             self.spawn(f"w{n}", "mix", head_faults=faults or None)
 
     def replace_killed(self) -> None:

@@ -39,7 +39,7 @@ PROFILES: dict[str, dict[str, Any]] = {
             "postgresql": {"skew"},
             "mariadb": {"skew", "skew probe", "restart fast"},
         },
-        "head_faults": {"chance": 0.2, "every": 1.0},
+        "head_faults": {"chance": 0.3, "every": 1.0},
     },
     "long": {
         "processes": 10,
