@@ -35,7 +35,9 @@ Events (``op``):
   leader), its guarded-store writes (a writer's) and reads (a reader's), the
   moments its holder was told that the lock was lost, its end and (for
   ``lock()``) the release on leaving it.
-- ``fault``, ``killed``, ``snapshot``, ``store_final``: written by the runner.
+- ``fault``, ``killed``, ``snapshot``, ``store_final``: written by the runner;
+  a worker writes the ``fault`` (and ``killed``) of its own strikes as the
+  head of a queue (``head_faults.py``).
 """
 
 from __future__ import annotations

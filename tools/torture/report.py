@@ -50,7 +50,7 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
         for e in events
         if e["op"] in LOCK_OPS
         and e.get("error", {}).get("db")
-        and not any(f["t0"] - 0.5 <= e["t1"] and e["t0"] <= f["t1"] + SETTLE for f in faults)
+        and not any(_explains(f, e) for f in faults)
     ]
     writes = _answers(events, "cs_write")
     reads = _answers(events, "cs_read")
@@ -102,6 +102,15 @@ def summarize(kind: str, events: list[Event], run: Any, seconds: float) -> dict[
         "crashed": crashed,
         "failed_scenarios": run.failed_scenarios,
     }
+
+
+def _explains(fault: Event, error: Event) -> bool:
+    """Whether ``fault`` may explain the database ``error`` of a call: the
+    call overlaps it (or the ``SETTLE`` after); a fault struck by a worker
+    on itself (``only_scope``) explains its own errors only."""
+    if fault.get("only_scope") and fault.get("scope") != error["p"]:
+        return False
+    return bool(fault["t0"] - 0.5 <= error["t1"] and error["t0"] <= fault["t1"] + SETTLE)
 
 
 def _lock_delays(history: History) -> dict[str, int]:

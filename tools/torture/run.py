@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import select
 import signal
 import subprocess
@@ -66,6 +67,8 @@ class Run:
         self.options: dict[str, dict[str, Any]] = {}  # each victim's options
         self._spawned: dict[str, int] = {}
         self._ready: dict[str, tuple[str, subprocess.Popen[str]]] = {}
+        self.head_faults: dict[str, Any] | None = None
+        self._replaced: set[str] = set()
 
     def prepare(self) -> None:
         """Create the lock table (migrate) and the guarded store; start the
@@ -186,9 +189,23 @@ class Run:
             process.kill()
             process.wait()
 
-    def start_workers(self, count: int) -> None:
+    def start_workers(self, count: int, head_faults: dict[str, Any] | None = None) -> None:
+        """Start ``count`` mix workers; all but ``w0`` (whose session the
+        terminate scenario ends) strike themselves as heads (``head_faults``)."""
+        self.head_faults = head_faults
         for n in range(count):
-            self.spawn(f"w{n}", "mix")
+            faults = head_faults and n and head_faults | {"turn": n + 3}  # w1, w5 kill first
+            self.spawn(f"w{n}", "mix", head_faults=faults or None)
+
+    def replace_killed(self) -> None:
+        """Start a mix worker in the place of each that killed itself as a
+        head (``head_faults``), so that the load goes on."""
+        for name, process in list(self.processes.items()):
+            worker = re.fullmatch(r"(w\d+)(?:-(\d+))?", name)  # w3, then w3-2, w3-3...
+            if worker and process.poll() == -9 and name not in self._replaced:
+                self._replaced.add(name)
+                base, n = worker[1], int(worker[2] or 1) + 1
+                self.spawn(f"{base}-{n}", "mix", head_faults=self.head_faults)
 
     def stop_workers(self) -> None:
         self.stop_file.touch()

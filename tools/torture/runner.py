@@ -39,9 +39,20 @@ PROFILES: dict[str, dict[str, Any]] = {
             "postgresql": {"skew"},
             "mariadb": {"skew", "skew probe", "restart fast"},
         },
+        "head_faults": {"chance": 0.3, "every": 1.0},
     },
-    "long": {"processes": 10, "gap": 3.0, "rounds": 1_000_000, "seconds": 1800, "leave_out": {}},
+    "long": {
+        "processes": 10,
+        "gap": 3.0,
+        "rounds": 1_000_000,
+        "seconds": 1800,
+        "leave_out": {},
+        "head_faults": {"chance": 0.02, "every": 5.0},
+    },
 }
+# head_faults: the mix workers' own strikes when woken as the head of a queue
+# (``head_faults.py``): the chance per wake-up, and the fewest seconds between
+# two strikes of one worker.
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,13 +162,20 @@ def torture(
     run.spares = profile["rounds"] > 1
     faults.prespawn(run, {name for name, _ in scenarios})
     started = time.monotonic()
-    run.start_workers(profile["processes"])
+    run.start_workers(profile["processes"], profile.get("head_faults"))
     try:
         rounds(run, scenarios, profile, started, min_sections)
     except BaseException:
         run.stop_workers()  # never leave them running
         raise
     events = run.close()
+    if profile.get("head_faults"):  # shown even where none struck
+        from tools.torture.head_faults import KINDS
+
+        run.faults |= {kind: run.faults.get(kind, 0) for kind in KINDS}
+    for event in events:
+        if event["op"] == "fault" and event["p"] != "runner":  # a worker's own (head_faults)
+            run.faults[event["kind"]] = run.faults.get(event["kind"], 0) + 1
     summary = summarize(kind, events, run, time.monotonic() - started)
     summary["skipped"] = skipped
     if kind == "sqlite":
@@ -184,6 +202,7 @@ def rounds(
                 # A scenario that could not be staged (a victim that never got
                 # ready) is counted and shown; the run goes on.
                 run.failed_scenarios.append(f"{name}: {error}")
+            run.replace_killed()
             time.sleep(profile["gap"])
         done += 1
         if time.monotonic() - started >= profile["seconds"] or (

@@ -34,6 +34,10 @@ def main() -> None:
     recorder = Recorder(config["history"], name)
     store = open_store(config["store"], f"torture/{name}/store")
     operations = KindOperations(recorder, store, random.Random())
+    if config.get("head_faults"):
+        from tools.torture.head_faults import HeadFaults
+
+        HeadFaults(recorder, config["head_faults"]).install()
     if config["wait_for_go"]:
         _connect()  # connected before the scenario starts
         if sys.stdin.readline().strip() != "go":
