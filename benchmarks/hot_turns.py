@@ -6,7 +6,8 @@
 For PostgreSQL (durable, as the server is configured) and SQLite (WAL): the
 acquisitions/s of 8 blocking processes, Jain's index, their share of one
 process alone doing the same, and the wake-up p50 (the holder's release call
-to the waiter's block starting). Beside them, on the same server: PostgreSQL
+to the waiter's block starting; "after return": from the release call's
+return; "release": the release call's own time, its commit included). Beside them, on the same server: PostgreSQL
 advisory locks and redis-py's Lock (python-redis-lock too, where installed).
 Rounds alternate between contenders, so a load that comes and goes touches
 each; the load average is printed with the table.
@@ -87,7 +88,7 @@ def report(table: dict[str, Any], load: tuple[float, float, float]) -> None:
     )
     print(
         f"{'contender':<28} {'acq/s':>7} {'vs adv':>6} {'Jain':>5} {'alone/s':>8} "
-        f"{'share':>6} {'wake p50':>9} {'p90':>7}"
+        f"{'share':>6} {'wake p50':>9} {'p90':>7} {'after return':>12} {'release':>8}"
     )
     for name, row in table.items():
         print(
