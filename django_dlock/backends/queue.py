@@ -23,7 +23,7 @@ from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
 from django_dlock.rules.grant import OFFER_LEASE
-from django_dlock.rules.predicates import HELD, first_in_line, head_ticket
+from django_dlock.rules.predicates import HELD, IS_HEAD, first_in_line, head_ticket
 
 # The columns of a ticket that say what its waiter wants and how to reach it (``WaiterQueue.wants``).
 WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
@@ -120,12 +120,27 @@ class WaiterQueue:
             f"AND {live or self.live_waiter_sql('m.')})"
         )
 
-    def ticket_counts(self, ticket: int) -> bool:
-        """Whether the waiter of ``ticket`` is still queued (``ticket_counts_sql``):
+    def ticket_counts(self, ticket: int, *, head_of: str | None = None) -> bool:
+        """Whether the waiter of ``ticket`` is still queued (``ticket_counts_sql``),
+        and, with ``head_of`` (a resource), heads its queue (``ticket_heads_sql``):
         asked in the acquisition's transaction, once the row is locked."""
         with self.tables.connection.cursor() as cursor:
-            cursor.execute(f"SELECT {self.ticket_counts_sql()}", [ticket])
+            if head_of is None:
+                cursor.execute(f"SELECT {self.ticket_counts_sql()}", [ticket])
+            else:
+                cursor.execute(f"SELECT {self.ticket_heads_sql}", [ticket, head_of, ticket])
             return bool(cursor.fetchone()[0])
+
+    @cached_property
+    def ticket_heads_sql(self) -> str:
+        """SQL: the ticket (a placeholder) still counts, and no live waiter of
+        the resource (a placeholder) is queued before it (``IS_HEAD``, with the
+        ticket again): an exclusive waiter's take decides that it is the head
+        under the row's lock, rather than trusting its last look (a waiter of a
+        higher priority may have queued ahead since)."""
+        ahead = f"(SELECT COUNT(*) {self.queued_before_sql('%s', '%s')})"
+        is_head = IS_HEAD.sql(self.tables.sql_row.spelling(ahead=ahead))
+        return f"{self.ticket_counts_sql()} AND {is_head}"
 
     def _queue_state_sql(self, ticket_queued: str) -> str:
         # Waiters run this in a loop, so it is one hand-written SELECT rather than
