@@ -133,14 +133,18 @@ class WaiterQueue:
 
     @cached_property
     def ticket_heads_sql(self) -> str:
-        """SQL: the ticket (a placeholder) still counts, and no live waiter of
-        the resource (a placeholder) is queued before it (``IS_HEAD``, with the
-        ticket again): an exclusive waiter's take decides that it is the head
-        under the row's lock, rather than trusting its last look (a waiter of a
-        higher priority may have queued ahead since)."""
-        ahead = f"(SELECT COUNT(*) {self.queued_before_sql('%s', '%s')})"
+        """``ticket_heads`` with placeholders: the ticket, the resource, the ticket."""
+        return self.ticket_heads()
+
+    def ticket_heads(self, ticket: str = "%s", resource: str = "%s") -> str:
+        """SQL: the waiter of ``ticket`` still counts, and no live waiter of
+        ``resource`` is queued before it (``IS_HEAD``); both SQL. An exclusive
+        waiter's take decides that it is the head under the row's lock, rather
+        than trusting its last look (a waiter of a higher priority may have
+        queued ahead since)."""
+        ahead = f"(SELECT COUNT(*) {self.queued_before_sql(resource, ticket)})"
         is_head = IS_HEAD.sql(self.tables.sql_row.spelling(ahead=ahead))
-        return f"{self.ticket_counts_sql()} AND {is_head}"
+        return f"{self.ticket_counts_sql(ticket)} AND {is_head}"
 
     def _queue_state_sql(self, ticket_queued: str) -> str:
         # Waiters run this in a loop, so it is one hand-written SELECT rather than
@@ -323,6 +327,13 @@ class WaiterQueue:
         """The DELETE of a ticket (a placeholder)."""
         tables = self.tables
         return f"DELETE FROM {tables.waiters_table} WHERE {tables.qn('id')} = %s"  # noqa: S608
+
+    @cached_property
+    def leave_counted_sql(self) -> str:
+        """The DELETE of a ticket (a placeholder) that still counts
+        (``live_waiter_sql``, at the DELETE's own time): a take that waited for
+        the row in one statement learns here whether the ticket lapsed meanwhile."""
+        return f"{self.leave_sql} AND {self.live_waiter_sql()}"
 
     def give_up_waiting(self, resource: str, ticket: int) -> bool:
         """Drop a waiter that leaves without the lock (timed out, cancelled);
