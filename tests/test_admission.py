@@ -508,8 +508,9 @@ HANDED = ", handed to the portable operation"
 # runs in a transaction of its own): PostgreSQL's where the resource's row alone
 # cannot settle them (no row yet, an upgrade or a downgrade, another kind, a
 # semaphore its count says is full); MariaDB's one-row UPDATE settles only an
-# exclusive claim, made outside the queue, of a resource that has a row and no
-# shared holders. A change here is a change of how many round trips a case costs.
+# exclusive claim (outside the queue, or a waiter's, ``mysql.queued_take``) of a
+# resource that has a row and no shared holders. A change here is a change of
+# how many round trips a case costs.
 HANDED_OVER: dict[str, frozenset[str]] = {
     "postgresql": frozenset(
         {
@@ -567,6 +568,8 @@ HANDED_OVER: dict[str, frozenset[str]] = {
         "writer/again-its-token",
         "writer/again-earlier-token",
         "released/writer-beside-queue",
+        "released/queued-writer",
+        "writer/queued-again-reentrant",
     },
 }
 

@@ -18,6 +18,7 @@ from django_dlock.models import DistributedLock, LockWaiter
 from django_dlock.rules.claim import Claim
 from tests import workers_waiting
 from tests.docs_utils import run_example
+from tests.lock_cases import paths
 from tests.testapp.models import Counter
 from tests.utils import database_settings, run_in_thread, spawn, wait_for
 
@@ -67,6 +68,28 @@ def test_a_step_of_priority_is_worth_a_minute_of_waiting() -> None:
     minute = PRIORITY_STEP // timedelta(microseconds=1) * TICKET_SPREAD
     assert older - newer < minute
     assert older - newer > minute - 10_000_000 * TICKET_SPREAD  # within 10 s of it
+
+
+def test_a_waiters_take_is_refused_once_a_higher_priority_queued_ahead() -> None:
+    """A writer that looked and saw itself the head, then tries: a waiter of a
+    higher priority queued ahead of it meanwhile. The take decides the head
+    under the row's lock (every path: the portable one, and MariaDB's statement
+    that a head woken at the gate sends without a look first), so it is refused
+    and keeps its ticket; once the other left, it takes and leaves the queue."""
+    Locks.acquire("prio:head", owner="before", ttl=30)
+    Locks.release("prio:head", "before")  # a row, released
+    backend = backend_for(conf.DATABASE)
+    claim = Claim(resource="prio:head", owner="a", duration=timedelta(seconds=30))
+    mine, state = backend.queue.enqueue_waiter(claim, 30)
+    assert state.ahead == 0  # the head, as it looked
+    ahead, _ = backend.queue.enqueue_waiter(replace(claim, owner="b", priority=1), 30)
+    for take in paths(backend, "take").values():
+        assert take(replace(claim, ticket=mine)).row is None
+    assert LockWaiter.objects.filter(id=mine).exists()
+    backend.queue.leave_queue(ahead)
+    taken = backend.take(replace(claim, ticket=mine))
+    assert taken.row is not None and taken.row.owner == "a"
+    assert not LockWaiter.objects.exists()
 
 
 @pytest.mark.parametrize("priority", [1.5, "1", True, 1001, -1001])

@@ -115,8 +115,8 @@ class LockBackend:
         one is inserted. Once admitted, the waiter ticket ``claim.ticket``
         leaves its queue in the same transaction (one commit, and no moment
         where the next waiter sees the new holder still queued ahead of it);
-        a ticket that no longer counts (``WaiterQueue.ticket_counts_sql``) is
-        refused. The operation's one entry: a vendor's dispatches to its
+        a ticket that no longer counts (``WaiterQueue.ticket_counts_sql``), or
+        an exclusive one that does not head its queue, is refused. The operation's one entry: a vendor's dispatches to its
         statements or to ``take_portable``."""
         return self.take_portable(claim)
 
@@ -129,7 +129,10 @@ class LockBackend:
         header = self.rows.select_for_update(claim.resource)
         if header is None and claim.held_token is not None:  # purged: the grant is lost
             return Taken(row=None, previous_owner=None, renewed=False)
-        if claim.ticket is not None and not self.queue.ticket_counts(claim.ticket):
+        # A waiter takes on a ticket that still counts; an exclusive one only
+        # as the head (a reader or a permit: ``admit`` counts those ahead).
+        head_of = claim.resource if claim.exclusive else None
+        if claim.ticket is not None and not self.queue.ticket_counts(claim.ticket, head_of=head_of):
             return Taken(row=None, previous_owner=None, renewed=False)
         if header is None:
             if claim.exclusive:

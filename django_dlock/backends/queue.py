@@ -23,7 +23,7 @@ from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
 from django_dlock.rules.grant import OFFER_LEASE
-from django_dlock.rules.predicates import HELD, first_in_line, head_ticket
+from django_dlock.rules.predicates import HELD, IS_HEAD, first_in_line, head_ticket
 
 # The columns of a ticket that say what its waiter wants and how to reach it (``WaiterQueue.wants``).
 WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
@@ -120,12 +120,31 @@ class WaiterQueue:
             f"AND {live or self.live_waiter_sql('m.')})"
         )
 
-    def ticket_counts(self, ticket: int) -> bool:
-        """Whether the waiter of ``ticket`` is still queued (``ticket_counts_sql``):
+    def ticket_counts(self, ticket: int, *, head_of: str | None = None) -> bool:
+        """Whether the waiter of ``ticket`` is still queued (``ticket_counts_sql``),
+        and, with ``head_of`` (a resource), heads its queue (``ticket_heads_sql``):
         asked in the acquisition's transaction, once the row is locked."""
         with self.tables.connection.cursor() as cursor:
-            cursor.execute(f"SELECT {self.ticket_counts_sql()}", [ticket])
+            if head_of is None:
+                cursor.execute(f"SELECT {self.ticket_counts_sql()}", [ticket])
+            else:
+                cursor.execute(f"SELECT {self.ticket_heads_sql}", [ticket, head_of, ticket])
             return bool(cursor.fetchone()[0])
+
+    @cached_property
+    def ticket_heads_sql(self) -> str:
+        """``ticket_heads`` with placeholders: the ticket, the resource, the ticket."""
+        return self.ticket_heads()
+
+    def ticket_heads(self, ticket: str = "%s", resource: str = "%s") -> str:
+        """SQL: the waiter of ``ticket`` still counts, and no live waiter of
+        ``resource`` is queued before it (``IS_HEAD``); both SQL. An exclusive
+        waiter's take decides that it is the head under the row's lock, rather
+        than trusting its last look (a waiter of a higher priority may have
+        queued ahead since)."""
+        ahead = f"(SELECT COUNT(*) {self.queued_before_sql(resource, ticket)})"
+        is_head = IS_HEAD.sql(self.tables.sql_row.spelling(ahead=ahead))
+        return f"{self.ticket_counts_sql(ticket)} AND {is_head}"
 
     def _queue_state_sql(self, ticket_queued: str) -> str:
         # Waiters run this in a loop, so it is one hand-written SELECT rather than
@@ -308,6 +327,13 @@ class WaiterQueue:
         """The DELETE of a ticket (a placeholder)."""
         tables = self.tables
         return f"DELETE FROM {tables.waiters_table} WHERE {tables.qn('id')} = %s"  # noqa: S608
+
+    @cached_property
+    def leave_counted_sql(self) -> str:
+        """The DELETE of a ticket (a placeholder) that still counts
+        (``live_waiter_sql``, at the DELETE's own time): a take that waited for
+        the row in one statement learns here whether the ticket lapsed meanwhile."""
+        return f"{self.leave_sql} AND {self.live_waiter_sql()}"
 
     def give_up_waiting(self, resource: str, ticket: int) -> bool:
         """Drop a waiter that leaves without the lock (timed out, cancelled);

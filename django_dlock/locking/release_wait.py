@@ -24,6 +24,7 @@ class Wait(Protocol):
     cancelled: bool
     release_of: str | None
     unannounced: str | None
+    released: bool
 
     @property
     def resource(self) -> str: ...
@@ -31,7 +32,7 @@ class Wait(Protocol):
     def _listening(self) -> bool: ...
 
 
-__all__ = ["RELEASE_STEP", "holder_to_wait_for", "pause"]
+__all__ = ["RELEASE_STEP", "holder_to_wait_for", "passed", "pause"]
 
 # The longest step (seconds) of a wait for the release in the database: a
 # cancelled wait ends within it.
@@ -53,6 +54,16 @@ def holder_to_wait_for(wait: Wait, state: QueueState) -> str | None:
     return state.holder
 
 
+def passed(wait: Wait) -> bool:
+    """Whether ``wait``'s last sleep ended with the release it waited for: its
+    next step tries before it looks. The take decides under the row's lock
+    that the ticket still counts and heads the queue (a waiter of a higher
+    priority may have queued ahead meanwhile), or counts those ahead of a
+    reader or a permit; a refused try looks as any step."""
+    released, wait.released = wait.released, False
+    return released
+
+
 def pause(wait: Wait, seconds: float) -> None:
     """Sleep up to ``seconds``: in the database until the release where
     ``holder_to_wait_for`` chose it (in steps, so that ``cancel`` ends it), else
@@ -72,8 +83,6 @@ def pause(wait: Wait, seconds: float) -> None:
             wait.unannounced = holder
             return
         if released:
-            # It looks before it tries: a waiter of a higher priority may have
-            # queued ahead of it meanwhile (an exclusive acquisition counts
-            # nobody queued: the look decides).
+            wait.released = True  # (``passed``)
             return
     wait.wakeup.wait(max(ends - time.monotonic(), 0.0))

@@ -102,6 +102,7 @@ class Wait:
     # The head's wait for a holder's release in the database (``release_wait``).
     release_of: str | None = None
     unannounced: str | None = None
+    released: bool = False
     # (``locking.told``) The lease a told grant gave where shorter than the ttl;
     # when the last step began (monotonic), and its look's (start, database now).
     lease: float | None = None
@@ -142,13 +143,12 @@ class Wait:
                 if acquired is not None:
                     return acquired
             self._watch()
-            # Queuing looks again: the lock may have been taken or come free
-            # meanwhile, or released before the ticket existed (so that no
-            # release names it).
+            # Queuing looks again: the lock may have been taken or come free meanwhile,
+            # or released before the ticket existed (so that no release names it).
             state = self._enqueue()
-        elif as_head and self._listening():
-            # A release named this ticket the head: it handed the lock over,
-            # or the lock is free: take it at once, without looking.
+        elif (as_head and self._listening()) or release_wait.passed(self):
+            # A release named this ticket the head, or the holder it waited for
+            # in the database released: take it at once, without looking.
             acquired = told_grant(self) or self._granted() or self._try(queued=True)
             if acquired is not None:
                 return acquired

@@ -44,6 +44,7 @@ from django_dlock.backends.mysql.one_row import OneRowStatements
 from django_dlock.backends.mysql.prepared import PreparedStatements, Statement
 from django_dlock.backends.mysql.purge import MySQLPurge
 from django_dlock.backends.mysql.queue import MySQLQueue
+from django_dlock.backends.mysql.queued_take import QueuedTake, taken_of
 from django_dlock.backends.mysql.renewals import MySQLRenewals
 from django_dlock.backends.mysql.throttles import MySQLThrottleUses
 from django_dlock.backends.mysql.wake import HOLD_GATE, gate_of, kept_with_gate
@@ -83,7 +84,9 @@ class MySQLBackend(LockBackend):
 
     def __init__(self, using: str) -> None:
         super().__init__(using)
-        statements = OneRowStatements(self.tables)
+        statements = OneRowStatements(
+            self.tables, self.queue.ticket_heads("%(ticket)s", "%(resource)s")
+        )
         self._one_take = Statement("dlock_take", statements.take)
         self._one_release = Statement("dlock_release", statements.release)
         # The same, and the resource's gate held or given up (``mysql.wake``).
@@ -95,6 +98,12 @@ class MySQLBackend(LockBackend):
         self._kept = Statement("dlock_kept", f"{statements.kept}, %(gate)s")
         self._prepared = PreparedStatements()
         self._kept_row = one_row.KeptRow(self.tables)
+        self._queued = {  # a waiter's (``queued_take``), with gates and without
+            gates: QueuedTake(
+                statements.queued_take, kept.sql, self.queue.leave_counted_sql, gates=gates
+            )
+            for gates, kept in ((True, self._kept_take), (False, self._kept))
+        }
 
     # Each operation has one entry, which dispatches once: to the one-row
     # UPDATE where the row settles the case, else (None from it) to the
@@ -127,23 +136,19 @@ class MySQLBackend(LockBackend):
             return cursor.fetchone() is not None
 
     def _take_once(self, claim: Claim) -> Taken:
-        connection = self._alone() if claim.exclusive and claim.ticket is None else None
-        taken = None if connection is None else self._take_one_row(claim, connection)
+        connection = self._alone() if claim.exclusive else None
+        if connection is None:
+            taken = None
+        elif claim.ticket is None:
+            taken = self._take_one_row(claim, connection)
+        else:
+            taken = self._take_queued(claim, connection)
         return self._gated_take(claim) if taken is None else taken
 
     def _take_one_row(self, claim: Claim, connection: BaseDatabaseWrapper) -> Taken | None:
         """The exclusive acquisition by the one-row UPDATE; None where the
         portable operation decides (no row yet, shared holders)."""
-        params = {
-            "resource": claim.resource,
-            "owner": claim.owner,
-            "microseconds": claim.duration // timedelta(microseconds=1),
-            "reentrant": int(claim.adds_a_hold),
-            "label": claim.label,
-            "held": claim.held_token,
-            "lock_delay": self.rows.duration_value(claim.lock_delay),
-            "gate": gate_of(self.connection, self.tables.table, claim.resource, claim.owner),
-        }
+        params = self._one_row_params(claim)
         kept = self._kept_take if conf.LISTEN is not False else self._kept
         answer = self._update_one_row(connection, self._one_take, params, kept)
         if answer is None or answer[0] == one_row.PORTABLE:
@@ -153,6 +158,31 @@ class MySQLBackend(LockBackend):
         if action == one_row.REFUSED:  # the row as the UPDATE left it: untouched
             return Taken(row=None, previous_owner=before, renewed=False, refusal=Refusal.of(row))
         return Taken(row=row, previous_owner=before, renewed=action == one_row.AGAIN)
+
+    def _one_row_params(self, claim: Claim) -> dict[str, Any]:
+        """The parameters of the one-row take's statements."""
+        return {
+            "resource": claim.resource,
+            "owner": claim.owner,
+            "microseconds": claim.duration // timedelta(microseconds=1),
+            "reentrant": int(claim.adds_a_hold),
+            "label": claim.label,
+            "held": claim.held_token,
+            "lock_delay": self.rows.duration_value(claim.lock_delay),
+            "gate": gate_of(self.connection, self.tables.table, claim.resource, claim.owner),
+        }
+
+    def _take_queued(self, claim: Claim, connection: BaseDatabaseWrapper) -> Taken | None:
+        """A waiter's exclusive acquisition, in one transaction of its own
+        (``queued_take``); None where the portable operation decides (no row
+        yet, shared holders)."""
+        params = self._one_row_params(claim)
+        params["ticket"] = claim.ticket
+        queued = self._queued[conf.LISTEN is not False]
+        answer = run_again_after_lost_races(self, lambda: queued.run(connection, params))
+        if answer is None:
+            return None
+        return taken_of(answer, lambda values: self._kept_row.row(values, connection))
 
     def give_up(
         self,

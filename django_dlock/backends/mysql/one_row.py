@@ -49,6 +49,7 @@ RELEASED = "released"
 DECREMENTED = "decremented"
 FORBIDDEN = "forbidden"
 NOT_FOUND = "not_found"
+NOT_HEAD = "not_head"  # a waiter's ticket no longer counts, or is not the head
 
 # The session variable that keeps the value a column was written with.
 _KEPT = "@dlock_{}"
@@ -58,7 +59,9 @@ class OneRowStatements:
     """``take`` and ``release`` of the exclusive lock on one alias: the
     ``UPDATE`` and the ``SELECT`` of what it kept."""
 
-    def __init__(self, tables: LockTables) -> None:
+    def __init__(self, tables: LockTables, queued: str) -> None:
+        """``queued``: SQL, the ticket ``%(ticket)s`` still counts and heads the
+        queue of ``%(resource)s`` (``WaiterQueue.ticket_heads``)."""
         # Only quoted identifiers, constants and Django-compiled SQL are
         # formatted in; values are parameters.
         c, table = tables.column_sql, tables.table
@@ -85,54 +88,65 @@ class OneRowStatements:
         # Acquire: free, a new holder and the next token; the holder again, a
         # later expiry (one hold more, reentrant); a re-entry (``held``) only
         # of the grant of that token.
-        take_decision = (
-            f"CASE {first} WHEN {shared} THEN '{PORTABLE}' "
-            f"WHEN {valid} AND {c['owner']} <> %(owner)s THEN '{REFUSED}' "
-            f"WHEN {valid} THEN IF(%(held)s IS NULL OR {c['fencing_token']} = %(held)s, "
-            f"'{AGAIN}', '{REFUSED}') "
-            f"WHEN {delayed} THEN '{REFUSED}' "
-            f"ELSE IF(%(held)s IS NULL, '{NEW}', '{REFUSED}') END"
-        )
-        acting = "@dlock_act = '{}'".format
-        self.take = (
-            f"UPDATE {table} SET "  # noqa: S608
-            + ", ".join(
-                [
-                    kept(
-                        "acquired_at",
-                        f"IF((@dlock_act := {take_decision}) = '{NEW}', {now_sql}, "
-                        f"{c['acquired_at']})",
-                    ),
-                    kept(
-                        "owner",
-                        f"IF({acting(NEW)}, %(owner)s, {c['owner']})",
-                    ),
-                    kept(
-                        "expires_at",
-                        f"IF({acting(NEW)} OR {acting(AGAIN)}, {now_sql} + INTERVAL "
-                        f"%(microseconds)s MICROSECOND, {c['expires_at']})",
-                    ),
-                    kept(
-                        "fencing_token",
-                        f"IF({acting(NEW)}, {c['fencing_token']} + 1, {c['fencing_token']})",
-                    ),
-                    kept(
-                        "hold_count",
-                        f"CASE WHEN {acting(NEW)} THEN 1 WHEN {acting(AGAIN)} "
-                        f"THEN {c['hold_count']} + %(reentrant)s ELSE {c['hold_count']} END",
-                    ),
-                    kept("label", f"IF({acting(NEW)}, %(label)s, {c['label']})"),
-                    kept("limit", f"IF({acting(NEW)}, NULL, {c['limit']})"),
-                    # The holder again: a delay asked for replaces the grant's.
-                    kept(
-                        "lock_delay",
-                        f"CASE WHEN {acting(NEW)} THEN %(lock_delay)s WHEN {acting(AGAIN)} "
-                        f"THEN COALESCE(%(lock_delay)s, {c['lock_delay']}) ELSE {c['lock_delay']} END",
-                    ),
-                ]
+        def take_decision(queued: str) -> str:
+            """The decision; ``queued``: SQL, a waiter's ticket (``%(ticket)s``)
+            counts and heads its queue, decided first (else ``NOT_HEAD``)."""
+            ticket = f"WHEN NOT ({queued}) THEN '{NOT_HEAD}' " if queued else ""
+            return (
+                f"CASE {first} {ticket}WHEN {shared} THEN '{PORTABLE}' "
+                f"WHEN {valid} AND {c['owner']} <> %(owner)s THEN '{REFUSED}' "
+                f"WHEN {valid} THEN IF(%(held)s IS NULL OR {c['fencing_token']} = %(held)s, "
+                f"'{AGAIN}', '{REFUSED}') "
+                f"WHEN {delayed} THEN '{REFUSED}' "
+                f"ELSE IF(%(held)s IS NULL, '{NEW}', '{REFUSED}') END"
             )
-            + f" WHERE {c['resource']} = %(resource)s"
-        )
+
+        acting = "@dlock_act = '{}'".format
+
+        def take(queued: str) -> str:
+            return (
+                f"UPDATE {table} SET "  # noqa: S608
+                + ", ".join(take_assignments(take_decision(queued)))
+                + f" WHERE {c['resource']} = %(resource)s"
+            )
+
+        def take_assignments(decision: str) -> list[str]:
+            return [
+                kept(
+                    "acquired_at",
+                    f"IF((@dlock_act := {decision}) = '{NEW}', {now_sql}, {c['acquired_at']})",
+                ),
+                kept(
+                    "owner",
+                    f"IF({acting(NEW)}, %(owner)s, {c['owner']})",
+                ),
+                kept(
+                    "expires_at",
+                    f"IF({acting(NEW)} OR {acting(AGAIN)}, {now_sql} + INTERVAL "
+                    f"%(microseconds)s MICROSECOND, {c['expires_at']})",
+                ),
+                kept(
+                    "fencing_token",
+                    f"IF({acting(NEW)}, {c['fencing_token']} + 1, {c['fencing_token']})",
+                ),
+                kept(
+                    "hold_count",
+                    f"CASE WHEN {acting(NEW)} THEN 1 WHEN {acting(AGAIN)} "
+                    f"THEN {c['hold_count']} + %(reentrant)s ELSE {c['hold_count']} END",
+                ),
+                kept("label", f"IF({acting(NEW)}, %(label)s, {c['label']})"),
+                kept("limit", f"IF({acting(NEW)}, NULL, {c['limit']})"),
+                # The holder again: a delay asked for replaces the grant's.
+                kept(
+                    "lock_delay",
+                    f"CASE WHEN {acting(NEW)} THEN %(lock_delay)s WHEN {acting(AGAIN)} "
+                    f"THEN COALESCE(%(lock_delay)s, {c['lock_delay']}) ELSE {c['lock_delay']} END",
+                ),
+            ]
+
+        self.take = take("")
+        # A waiter's: its ticket (``%(ticket)s``) decided first (``queued``).
+        self.queued_take = take(queued)
 
         # Release: one hold of several goes; the last leaves the row expired
         # and ownerless, to keep the fencing token counting.
