@@ -77,6 +77,11 @@ class Queue:
         return self._features.grants_on_release
 
     @property
+    def grants_shared_on_release(self) -> bool:
+        """Whether such a release grants readers and permits their holds too."""
+        return self._features.grants_shared_on_release
+
+    @property
     def waiters_share_host(self) -> bool:
         """Whether every waiter runs on the database's host (SQLite): looking
         costs microseconds."""
