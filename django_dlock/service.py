@@ -212,12 +212,7 @@ class LockService(Generic[_Lock]):
 
     def told_grant(self, claim: Claim, notice: GrantNotice) -> Hold:
         """The hold a release granted ``claim``'s waiter and told it of (``rules.notice``)."""
-        row = LockRow(
-            pk=notice.pk, resource=claim.resource, owner=claim.owner, label=claim.label,
-            acquired_at=notice.acquired_at, expires_at=notice.expires_at, now=notice.acquired_at,
-            fencing_token=notice.fencing_token, hold_count=1, limit=claim.kind.limit,
-            shared=not claim.exclusive,
-        )  # fmt: skip
+        row = LockRow.told(claim, notice)
         return self.announce(row, previous_owner="", renewed=False, instance=False)
 
     def announce(
