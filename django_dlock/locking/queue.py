@@ -40,6 +40,7 @@ class QueueState:
     queued: bool = True  # the waiter's ticket is still in the queue (True without one)
     head: int | None = None  # the ticket of the first live waiter ahead, where known
     now: datetime | None = None  # the database's time of the look
+    sent: float | None = None  # the monotonic time before it was read, where known
 
     def __post_init__(self) -> None:
         if self.admissible is None:  # an exclusive waiter's
@@ -186,4 +187,5 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
         queued=row.queued,
         head=row.head,
         now=row.now,
+        sent=row.sent,
     )

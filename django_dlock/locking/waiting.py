@@ -358,7 +358,8 @@ class Wait:
         look when they would fall due before the next: a wake-up of its own for
         the refresh would add a look as well."""
         self.release_of = release_wait.holder_to_wait_for(self, state)
-        self.clock = (self.looked, state.now) if state.now else self.clock  # (``locking.told``)
+        # (``locking.told``) From before the statement that read the now, where known.
+        self.clock = (state.sent or self.looked, state.now) if state.now else self.clock
         sleep = self.backoff.sleep(
             state,
             listening=self._listening() or self.release_of is not None,
