@@ -146,10 +146,16 @@ def test_two_waiters_granted_by_releases_start_without_a_statement_of_their_own(
         for reader in readers:
             reader.kill()
     started = sorted(answer for answer in answers if answer[0] != "lost")
-    # Each started on the hold its wake-up told it, having written no hold
-    # or lock row (a waiter that took its own hold would have: INSERT INTO
-    # distributed_lock_holds), and kept it past the lease: the renewer extended it.
-    assert started == [(last + 1, 0), (last + 2, 0)]
+    # Each worked with the hold the release granted it, never one it took
+    # itself (that would be "INSERT _holds"). Each started on its wake-up
+    # alone, having written nothing, unless it read the wake-up too late to
+    # trust the lease (a quarter of it gone: at a load of 10 on two cores, a
+    # process may wait that long for the CPU): then it extended the hold in
+    # one write, its "UPDATE _holds" and "UPDATE s" (the lock's row).
+    assert [token for token, _ in started] == [last + 1, last + 2]
+    told_late = ["UPDATE _holds", "UPDATE s"]
+    assert all(writes in ([], told_late) for _, writes in started), started
+    assert any(writes == [] for _, writes in started), started
     assert [answer for answer in answers if answer[0] == "lost"] == [("lost", None)] * 2
 
 

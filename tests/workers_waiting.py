@@ -74,8 +74,8 @@ def share_and_report(
 ) -> None:
     """Wait for ``resource`` as ``kind`` says (``shared=True``, or a ``limit``;
     ttl 30, timeout 60); holding it, put the fencing token it works with and
-    how many statements its connection sent that write a lock row or a hold
-    before it started (a told grant: none) on ``results``; hold it ``hold``
+    the statements its connection sent that write a lock row or a hold before
+    it started ("INSERT _holds", ...; a told grant: none) on ``results``; hold it ``hold``
     seconds, then put ``("lost", why)`` (None: still held), and release it."""
     import re
 
@@ -87,12 +87,12 @@ def share_and_report(
     writes: list[str] = []
 
     def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if re.search(HOLD_WRITE, sql, re.IGNORECASE):
-            writes.append(sql)
+        if written := re.search(HOLD_WRITE, sql, re.IGNORECASE):
+            writes.append(f"{written[1].split()[0].upper()} {written[2]}")
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(record), lock(resource, ttl=30, timeout=60, **kind) as held:
-        results.put((held.fencing_token, len(writes)))
+        results.put((held.fencing_token, writes))
         time.sleep(hold)
         # Still held past the offer lease: the renewer extended it to the ttl.
         results.put(("lost", held.lost_reason))
