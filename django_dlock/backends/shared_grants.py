@@ -43,9 +43,10 @@ from django_dlock.rules.predicates import may_join
 
 __all__ = ["Granted", "SharedGrants"]
 
-# The waiters a release reads past the head, at most: a queue longer than that
-# has its later readers woken by the admissions before them, as without grants.
-READ_AT_MOST = 64
+# The waiters a release reads from the head on, at most. Readers queued past
+# them are neither granted nor woken by this release: they get in at their next
+# look (the holds' expiry, or the periodic one), or at the next release.
+READ_AT_MOST = 256
 
 
 @dataclass(frozen=True)
