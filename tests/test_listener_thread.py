@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
 from django_dlock.listeners import base
 from django_dlock.listeners.base import Listener
 from django_dlock.locking.wakeup import Wakeup
+from django_dlock.rules.notice import GrantNotice
 
 
 class FakeListener(Listener[int]):
@@ -76,3 +78,24 @@ def test_a_waiter_that_comes_as_an_idle_listener_closes_waits_for_the_next_one(
     assert not ending.is_alive()
     assert second.listening() and listener.backend_pid == 2
     second.close()
+
+
+def _grant(token: int) -> GrantNotice:
+    now = datetime.now(UTC)
+    return GrantNotice(pk=1, fencing_token=token, acquired_at=now, expires_at=now)
+
+
+def test_a_grant_is_taken_only_for_the_ticket_it_named(listener: FakeListener) -> None:
+    watch = listener.watch(Wakeup())
+    watch.claim(7)
+    listener._dispatch(_grant(41).payload(7))
+    # The waiter left ticket 7 unused (say its grant was revoked) and queued
+    # again: the grant for 7 is not one for its new ticket.
+    watch.claim(8)
+    assert watch.take_notice(8) is None
+    listener._dispatch(_grant(42).payload(8))
+    listener._dispatch("8")  # a later plain wake-up of the same ticket keeps the grant
+    told = watch.take_notice(8)
+    assert told is not None and told.fencing_token == 42
+    assert watch.take_notice(8) is None  # once
+    watch.close()

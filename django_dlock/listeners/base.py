@@ -57,8 +57,9 @@ class Watch:
         self.channel = listener.channel
         self.wakeup = wakeup
         self.ticket: int | None = None
-        # The grant the last wake-up naming the ticket carried (``rules.notice``).
-        self.notice: GrantNotice | None = None
+        # The grant a wake-up carried (``rules.notice``), with the ticket it
+        # named: a grant for a ticket the waiter has since left is not its own.
+        self.notice: tuple[int, GrantNotice] | None = None
         self.observer = observer  # never has a ticket
         self.overhears = ""  # the other process's channel an observer listens to
 
@@ -127,15 +128,16 @@ class Listener(Generic[_C]):
 
     def _claim(self, watch: Watch, ticket: int) -> None:
         with self._lock:
-            watch.ticket = ticket
+            watch.ticket, watch.notice = ticket, None
             if ticket in self._unclaimed:
-                watch.notice = self._unclaimed.pop(ticket)
+                notice = self._unclaimed.pop(ticket)
+                watch.notice = None if notice is None else (ticket, notice)
                 watch.wakeup.set(as_head=True)
 
     def _take_notice(self, watch: Watch, ticket: int) -> GrantNotice | None:
         with self._lock:
-            notice, watch.notice = watch.notice, None
-            return notice if watch.ticket == ticket else None
+            told, watch.notice = watch.notice, None
+            return told[1] if told is not None and told[0] == ticket else None
 
     def _overhear(self, watch: Watch, channel: str, timeout: float) -> bool:
         with self._lock:
@@ -269,7 +271,8 @@ class Listener(Generic[_C]):
         with self._lock:
             for watch in self._watches:
                 if watch.ticket == ticket:
-                    watch.notice = notice
+                    if notice is not None:  # a later plain wake-up keeps the grant
+                        watch.notice = (ticket, notice)
                     watch.wakeup.set(as_head=True)
                     return
             if any(watch.ticket is None and not watch.observer for watch in self._watches):
