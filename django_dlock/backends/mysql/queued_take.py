@@ -1,6 +1,6 @@
 """MariaDB's acquisition by a waiter of the exclusive lock: the head of the
 queue, woken at the holder's gate (``wake``), takes the lock and leaves the
-queue in one transaction of four statements.
+queue in one transaction of five round trips.
 
 The portable acquisition costs eight round trips here: the gate's ``SELECT``,
 ``SET autocommit=0`` (Django's ``atomic()``), the row's ``SELECT ... FOR
@@ -52,31 +52,39 @@ class QueuedTake:
         session's lock transaction, a guarded block): the ``DELETE`` decides
         again at its own time, and where the ticket lapsed meanwhile the
         acquisition is rolled back and refused (the contract's invariant 10),
-        and the gate it took given up."""
+        and the gate it took given up, as where the transaction fails."""
+        kept: list[str] = []  # the action of the SELECT that took the gate, once it ran
         with connection.cursor() as cursor:
             cursor.execute("START TRANSACTION")
             try:
-                answer, lapsed = self._decide(cursor, params)
+                answer, lapsed = self._decide(cursor, params, kept)
                 cursor.execute("ROLLBACK" if lapsed else "COMMIT")
             except BaseException:
                 # The server rolled back a deadlock's victim already; a lock-wait
-                # timeout leaves the transaction open. (A lost connection ends it.)
+                # timeout leaves the transaction open. (A lost connection ends it,
+                # and its gates.)
                 with contextlib.suppress(DatabaseError):
                     cursor.execute("ROLLBACK")
+                    if kept == [one_row.NEW] and self.gates:
+                        cursor.execute("DO RELEASE_LOCK(%(gate)s)", params)
                 raise
             if lapsed == one_row.NEW and self.gates:
                 # The gate its kept SELECT took: not this session's to hold.
                 cursor.execute("DO RELEASE_LOCK(%(gate)s)", params)
         return answer
 
-    def _decide(self, cursor: Any, params: dict[str, Any]) -> tuple[Decided | None, str]:
-        """What it decided, and the action rolled back where the ticket lapsed ("")."""
+    def _decide(
+        self, cursor: Any, params: dict[str, Any], kept: list[str]
+    ) -> tuple[Decided | None, str]:
+        """What it decided, and the action rolled back where the ticket lapsed
+        (""); ``kept`` gets the action once the SELECT of what it kept ran."""
         cursor.execute(self.take, params)
         # Django connects with CLIENT.FOUND_ROWS: the rows matched, changed or not.
         if cursor.rowcount != 1:
             return None, ""
         cursor.execute(self.kept, params)
         action, before, values = one_row.decided(cursor.fetchone()[:-1])  # less the gate's
+        kept.append(action)
         if action in (one_row.NEW, one_row.AGAIN):
             cursor.execute(self.leave, [params["ticket"]])
             if cursor.rowcount != 1:  # the ticket lapsed (or went) while the UPDATE waited
