@@ -2,8 +2,10 @@
 
 Where releases hand the lock over (``features.grants_on_release``), a release
 makes the head of the queue the holder for a short lease (``HANDOVER_LEASE``)
-and drops its ticket; the head, woken, takes the offer with one autocommit
-``UPDATE`` that extends the lease to its own duration. An offer that lapsed
+and drops its ticket; the head, woken, starts on the grant its wake-up tells
+(``locking.told``), or, told too late to trust the lease, takes the offer with
+one autocommit ``UPDATE`` that extends the lease to its own duration (as its
+renewer extends a told grant). An offer that lapsed
 (the waiter was paused) was never the waiter's: its lease ran out, and the
 next waiter took the lock or may.
 """

@@ -29,9 +29,11 @@ from django_dlock.rules.predicates import HELD, IS_HEAD, first_in_line, head_tic
 WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
 
 # A release that hands the lock to the head of the queue (``grants_on_release``)
-# offers it for this long (seconds, or the head's ttl where shorter); the head
-# takes the offer (``LockBackend.granted``) for its ttl. So a head that stopped
-# answering (a paused process) holds the lock up for this long, not for its ttl.
+# grants it for this long (seconds, or the head's ttl where shorter); the head
+# starts on the grant its wake-up tells (``locking.told``), and its renewer
+# extends it to its ttl, or, told too late, it takes the offer
+# (``LockBackend.granted``) for its ttl. So a head that stopped answering (a
+# paused process) holds the lock up for this long, not for its ttl.
 HANDOVER_LEASE = OFFER_LEASE
 
 

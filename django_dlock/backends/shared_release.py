@@ -39,9 +39,8 @@ def give_up_shared(
     if owner is None:  # an operator's: every hold goes
         backend.holds.delete_holds(header.resource)
         backend.mark_released(replace(header, owner="", expires_at=header.now, limit=None))
-        first = holds[0] if holds else None
         return Released(
-            row=first,
+            row=holds[0],
             owner=SHARED_HOLDERS,
             result=ReleaseResult.RELEASED,
             released=tuple(holds),

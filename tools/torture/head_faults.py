@@ -78,7 +78,7 @@ class HeadFaults:
 
         def struck_pause(wait: Any, seconds: float) -> None:
             # MariaDB's head blocks at the holder's gate until its release,
-            # then looks and takes the lock itself: strike before that look.
+            # then takes the lock itself at once: strike before that take.
             gate, ends = wait.release_of is not None, now() + seconds
             pause(wait, seconds)
             released = gate and now() < ends and wait.unannounced is None

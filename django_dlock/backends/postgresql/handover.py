@@ -1,9 +1,10 @@
 """The hand-over on release: the statement that frees a resource makes the
 head of its queue the holder, when the head listens and wants it exclusively.
 
-The head then only takes the offer (``LockBackend.granted``: the grant is for
-``HANDOVER_LEASE`` until it does) instead of sending an acquisition of its own
-after its wake-up: otherwise a hand-over would be the
+The head then starts on the grant its wake-up tells (``locking.told``; the
+grant is for ``HANDOVER_LEASE`` until its renewer extends it), or, told too
+late, only takes the offer (``LockBackend.granted``), instead of sending an
+acquisition of its own after its wake-up: otherwise a hand-over would be the
 release, the NOTIFY, and the head's acquire, one round trip after the other
 while nobody holds the lock. As on SQLite, the grant is the head's claim as
 its ticket says it (owner, ttl, label), with the next fencing token; the
