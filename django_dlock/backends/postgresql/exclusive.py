@@ -150,8 +150,9 @@ class ExclusiveStatements:
             f"ON snapshot.{c['resource']} = %(resource)s LEFT JOIN written ON TRUE",
         )
         # lock()'s waiter that takes the lock leaves its queue in the same
-        # statement; one whose ticket lapsed (``ticket_counts_sql``) takes nothing.
-        queued = f"AND {backend.queue.ticket_counts_sql('%(ticket)s')}"
+        # statement; one whose ticket lapsed, or that no longer heads the queue
+        # (a higher priority queued since its look: ``ticket_heads``), takes nothing.
+        queued = f"AND {backend.queue.ticket_heads('%(ticket)s', '%(resource)s')}"
         self.take_leaving = Statement(
             "take_leaving",
             f"{taken_if(queued)}, dequeued AS (DELETE FROM {tables.waiters_table} "  # noqa: S608
