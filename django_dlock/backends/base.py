@@ -116,8 +116,9 @@ class LockBackend:
         leaves its queue in the same transaction (one commit, and no moment
         where the next waiter sees the new holder still queued ahead of it);
         a ticket that no longer counts (``WaiterQueue.ticket_counts_sql``), or
-        an exclusive one that does not head its queue, is refused. The operation's one entry: a vendor's dispatches to its
-        statements or to ``take_portable``."""
+        an exclusive one that does not head its queue, is refused. The
+        operation's one entry: a vendor's dispatches to its statements or to
+        ``take_portable``."""
         return self.take_portable(claim)
 
     def take_portable(self, claim: Claim) -> Taken:
