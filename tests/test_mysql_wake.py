@@ -156,3 +156,35 @@ def test_a_gate_is_named_without_a_secret_key_too() -> None:
     assert unkeyed.startswith(GATE) and keyed.startswith(GATE)
     assert unkeyed != keyed != gate_name("db", "t", "r", "other")
     assert len(keyed) <= 64  # MariaDB's longest lock name
+
+
+def test_a_waiters_take_that_fails_after_taking_the_gate_gives_it_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A waiter's take (``mysql/queued_take.py``) takes the new holder's gate in
+    its SELECT, before it leaves the queue: where the transaction then fails,
+    the lock is not taken, and the gate goes too (a gate kept would make the
+    next waiters block on a holder that is not one)."""
+    from dataclasses import replace
+    from datetime import timedelta
+
+    from django.db import DatabaseError
+
+    from django_dlock.backends import backend_for
+    from django_dlock.backends.mysql.wake import gate_of
+    from django_dlock.rules.claim import Claim
+
+    Locks.acquire("wake:fails", owner="before", ttl=30)
+    Locks.release("wake:fails", "before")  # a row, released
+    backend = backend_for("default")
+    claim = Claim(resource="wake:fails", owner="a", duration=timedelta(seconds=30))
+    ticket, _ = backend.queue.enqueue_waiter(claim, 30)
+    queued = backend._queued[True]  # type: ignore[attr-defined]
+    monkeypatch.setattr(queued, "leave", "DELETE FROM dlock_no_such_table WHERE id = %s")
+    with pytest.raises(DatabaseError):
+        backend.take(replace(claim, ticket=ticket))
+    gate = gate_of(connection, backend.tables.table, "wake:fails", "a")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT IS_USED_LOCK(%s)", [gate])
+        assert cursor.fetchone()[0] is None
+    assert Locks.get(resource="wake:fails").owner == ""
