@@ -313,6 +313,12 @@ class LockBackend:
         queue here."""
         self.rows.update(row, ["owner", "expires_at", "limit", "lock_delay"])
 
+    def permit_freed(self, header: LockRow, held: list[LockRow]) -> None:
+        """A release left a semaphore's ``header`` (as written, inside its lock
+        transaction) with the valid holds ``held`` and a permit free: wake the
+        head of the queue (a vendor may grant it the permit: ``shared_grants``)."""
+        self.queue.wake_head(header.resource)
+
     def granted(
         self,
         resource: str,

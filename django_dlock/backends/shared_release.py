@@ -13,8 +13,12 @@ from django_dlock.backends.lock_rows import LockRows
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.results import LockRow, Released
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner
+from django_dlock.rules.grant import revoked
 
 __all__ = ["give_up_shared"]
+
+# What a revoked grant writes: its mark (the lock-delay) stays.
+REVOKED = ["owner", "expires_at", "limit"]
 
 
 class Releasing(Protocol):
@@ -25,6 +29,8 @@ class Releasing(Protocol):
     queue: WaiterQueue
 
     def mark_released(self, row: LockRow) -> None: ...
+
+    def permit_freed(self, header: LockRow, held: list[LockRow]) -> None: ...
 
 
 def give_up_shared(
@@ -38,7 +44,7 @@ def give_up_shared(
         return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
     if owner is None:  # an operator's: every hold goes
         backend.holds.delete_holds(header.resource)
-        backend.mark_released(replace(header, owner="", expires_at=header.now, limit=None))
+        _free(backend, header, revoke=True)
         return Released(
             row=holds[0],
             owner=SHARED_HOLDERS,
@@ -65,7 +71,22 @@ def give_up_shared(
         )
         backend.rows.update(row, ["expires_at", "hold_count"])
         if header.limit is not None:
-            backend.queue.wake_head(header.resource)
+            backend.permit_freed(row, others)
+    else:
+        # An operator's release of the last hold may revoke a grant (``_free``).
+        _free(backend, header, revoke=forced and mine.acquired_at >= header.acquired_at)
+    return Released(row=released, owner=mine.owner, result=ReleaseResult.RELEASED, released=(mine,))
+
+
+def _free(backend: Releasing, header: LockRow, *, revoke: bool) -> None:
+    """Mark ``header``'s resource released: none of its holds is left. Where
+    ``revoke`` (an operator's release of holds a release may have granted with
+    no statement of their waiters' own, ``shared_grants``) and the header is
+    still an ``UNCONFIRMED`` grant, the grant is revoked as an exclusive one
+    is (``rules.grant``): no holder, kept from everyone until its offer lease
+    ends, since a granted reader may still start on its wake-up until then."""
+    until = revoked(header) if revoke else None
+    if until is not None:
+        backend.rows.update(replace(header, owner="", expires_at=until, limit=None), REVOKED)
     else:
         backend.mark_released(replace(header, owner="", expires_at=header.now, limit=None))
-    return Released(row=released, owner=mine.owner, result=ReleaseResult.RELEASED, released=(mine,))
