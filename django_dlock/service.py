@@ -199,21 +199,22 @@ class LockService(Generic[_Lock]):
         *,
         instance: bool = True,
         shared: bool = False,
+        token: int | None = None,
     ) -> Hold | None:
-        """The lock for ``duration`` from now (with ``lock_delay``) if a release handed
-        it to the waiter of ``ticket`` (``grants_on_release``; ``shared``: a reader's or
-        permit's hold) and it still stands; announced as acquired (``instance``: as ``take``)."""
+        """The lock for ``duration`` (``lock_delay``) if a release handed it to ``ticket``'s waiter
+        (``shared``: the hold of ``token``, if told) and it stands; announced (``instance``)."""
         backend = self._backend()
-        offer = backend.extend(resource, owner, duration) if shared else None
-        row = offer.row if offer else backend.granted(resource, owner, ticket, duration, lock_delay)
+        if shared:
+            row = backend.take_shared_grant(resource, owner, token, duration)
+        else:
+            row = backend.granted(resource, owner, ticket, duration, lock_delay)
         if row is None:
             return None
         return self.announce(row, previous_owner="", renewed=False, instance=instance)
 
     def told_grant(self, claim: Claim, notice: GrantNotice) -> Hold:
         """The hold a release granted ``claim``'s waiter and told it of (``rules.notice``)."""
-        row = LockRow.told(claim, notice)
-        return self.announce(row, previous_owner="", renewed=False, instance=False)
+        return self.announce(LockRow.told(claim, notice), "", renewed=False, instance=False)
 
     def announce(
         self, row: LockRow, previous_owner: str | None, renewed: bool, *, instance: bool = True

@@ -29,9 +29,15 @@ def header(limit: int | None = None) -> LockRow:
     )  # fmt: skip
 
 
-def granted(waiters: list[_Waiter], held: int = 0, limit: int | None = None) -> list[int]:
+def granted(
+    waiters: list[_Waiter],
+    held: int = 0,
+    limit: int | None = None,
+    holding: frozenset[str] = frozenset(),
+) -> list[int]:
     grants = SharedGrants.__new__(SharedGrants)  # _fitting reads no statement
-    chosen = grants._fitting(waiters, header(limit), held, lambda channel: channel != "c-dead")
+    alive = lambda channel: channel != "c-dead"  # noqa: E731
+    chosen = grants._fitting(waiters, header(limit), held, alive, holding)
     return [one.ticket for one in chosen]
 
 
@@ -61,3 +67,11 @@ def test_permits_as_many_as_are_left_those_between_counted() -> None:
 
 def test_permits_of_another_limit_are_not_granted_beside_the_holds() -> None:
     assert granted([waiter(1, limit=2)], held=1, limit=3) == []
+
+
+def test_a_waiter_whose_owner_holds_already_is_passed_but_not_granted() -> None:
+    # (An explicit owner's other hold: a new one would replace it, one per owner.)
+    queue = [waiter(t, limit=3) for t in (1, 2, 3)]
+    assert granted(queue, held=1, limit=3, holding=frozenset({"o2"})) == [1]
+    assert granted(queue, held=1, limit=3, holding=frozenset({"o1"})) == []
+    assert granted([waiter(1), waiter(2), waiter(3)], holding=frozenset({"o2"})) == [1, 3]

@@ -19,9 +19,10 @@ shorter) with a token of its own, above every earlier one: a granted waiter
 that is not there to read its notice (paused, dead) keeps the others out for
 that long only. The resource's row is marked as the exclusive grant's is
 (``rules.grant``: its lock-delay ``GRANT_MARK``, its start the grant's), so
-that an operator's release of every hold before the waiters could have
-started revokes them (``shared_release``) rather than freeing the lock to a
-writer beside a reader about to start.
+that an operator's release (or ``release_all``'s) of a hold before its waiter
+could have started revokes it (``shared_release``) rather than freeing the
+lock to a writer, or the permit to another, beside a waiter about to start.
+A waiter told too late takes exactly the hold it was told of (``accept``).
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ from django_dlock.backends.holds import Holds
 from django_dlock.backends.lock_rows import LockRows
 from django_dlock.backends.queue import HANDOVER_LEASE, WaiterQueue, _to_timedelta
 from django_dlock.backends.results import LockRow
-from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS
-from django_dlock.rules.grant import GRANT_MARK
+from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, same_owner
+from django_dlock.rules.grant import GRANT_MARK, OFFER_LEASE, revoked
 from django_dlock.rules.notice import GrantNotice
 from django_dlock.rules.predicates import may_join
 
@@ -120,7 +121,8 @@ class SharedGrants:
         waiters = self._waiters(header.resource, head)
         if not waiters or waiters[0].ticket != head:
             return []
-        chosen = self._fitting(waiters, header, len(held or []), alive)
+        holding = frozenset(hold.owner for hold in held or [])
+        chosen = self._fitting(waiters, header, len(held or []), alive, holding)
         if not chosen:
             return []
         token, written = header.fencing_token, []
@@ -155,12 +157,40 @@ class SharedGrants:
         )
         return [Granted(waiter.channel, waiter.ticket, notice) for waiter, _, notice in written]
 
+    def accept(
+        self, resource: str, owner: str, token: int | None, duration: timedelta
+    ) -> LockRow | None:
+        """``LockBackend.take_shared_grant``'s, in its lock transaction: the hold
+        granted ``owner``'s waiter, extended to ``duration`` from now. Only that
+        hold (``_the_grant``): never another of the owner's, which would
+        then be held by two who each think they hold it once."""
+        header = self.rows.select_for_update(resource)
+        if header is None or not header.held_by_shared:
+            return None
+        holds = self.holds.valid_holds(resource, header.now)
+        mine = next((hold for hold in holds if same_owner(hold.owner, owner)), None)
+        if mine is None or not _the_grant(header, mine, token):
+            return None
+        hold = replace(mine, expires_at=header.now + duration)
+        self.holds.update_hold(hold, ["expires_at"])
+        if hold.expires_at > header.expires_at:
+            self.rows.update(replace(header, expires_at=hold.expires_at), ["expires_at"])
+        return hold
+
     def _fitting(
-        self, waiters: list[_Waiter], header: LockRow, held: int, alive: Callable[[str], bool]
+        self,
+        waiters: list[_Waiter],
+        header: LockRow,
+        held: int,
+        alive: Callable[[str], bool],
+        holding: frozenset[str] = frozenset(),
     ) -> list[_Waiter]:
-        """The waiters to grant: the head, then those that may join beside it."""
+        """The waiters to grant: the head, then those that may join beside it.
+        One whose owner holds already (``holding``: an explicit owner's other
+        hold) is not granted: a new hold would replace that one (one per owner),
+        and it takes its own, one more of that hold."""
         head = waiters[0]
-        if not _grantable(head) or (held and head.limit != header.limit):
+        if not _grantable(head, holding) or (held and head.limit != header.limit):
             return []  # (beside holds of another kind: a mismatch the head's take reports)
         if not may_join(head.limit, holders=held, ahead=0, writers_ahead=0):
             return []
@@ -172,11 +202,26 @@ class SharedGrants:
                 head.limit, holders=held + 1, ahead=len(between), writers_ahead=writers
             ):
                 break  # a writer ahead, or no permit left: nor for any later waiter
-            if _grantable(waiter) and waiter.limit == head.limit and alive(waiter.channel):
+            if _grantable(waiter, holding) and waiter.limit == head.limit and alive(waiter.channel):
                 chosen.append(waiter)
         return chosen
 
 
-def _grantable(waiter: _Waiter) -> bool:
-    """Whether a release may grant ``waiter`` a shared hold: it wants one, listens, says its ttl."""
-    return waiter.mode == SHARED and waiter.channel != "" and waiter.ttl is not None
+def _grantable(waiter: _Waiter, holding: frozenset[str]) -> bool:
+    """Whether a release may grant ``waiter`` a shared hold: it wants one, listens,
+    says its ttl, and its owner holds none of those ``holding``."""
+    wants = waiter.mode == SHARED and waiter.channel != "" and waiter.ttl is not None
+    return wants and waiter.owner not in holding
+
+
+def _the_grant(header: LockRow, hold: LockRow, token: int | None) -> bool:
+    """Whether ``hold`` is the one a release granted its owner's waiter: the
+    one of ``token``, as its wake-up told it. Where no wake-up came (it went
+    astray), one that is as a release grants it and nobody took since: one
+    hold, for no more than the offer lease, younger than it, the resource
+    marked as granted (``UNCONFIRMED``)."""
+    if token is not None:
+        return hold.fencing_token == token
+    lease = hold.expires_at - hold.acquired_at
+    unconfirmed = revoked(replace(hold, lock_delay=header.lock_delay)) is not None
+    return hold.hold_count == 1 and lease <= timedelta(seconds=OFFER_LEASE) and unconfirmed

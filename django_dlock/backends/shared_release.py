@@ -6,6 +6,7 @@ held until the last of them goes."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from typing import Protocol
 
 from django_dlock.backends.holds import Holds
@@ -15,7 +16,7 @@ from django_dlock.backends.results import LockRow, Released
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner
 from django_dlock.rules.grant import revoked
 
-__all__ = ["give_up_shared"]
+__all__ = ["give_up_shared", "revoked_owner"]
 
 # What a revoked grant writes: its mark (the lock-delay) stays.
 REVOKED = ["owner", "expires_at", "limit"]
@@ -34,11 +35,13 @@ class Releasing(Protocol):
 
 
 def give_up_shared(
-    backend: Releasing, header: LockRow, owner: str | None, forced: bool
+    backend: Releasing, header: LockRow, owner: str | None, forced: bool, revoke: bool = False
 ) -> Released:
     """``LockBackend.give_up``'s portable release of ``header``'s resource,
     held by shared holders: ``owner``'s hold (one of its holds, unless
-    ``forced``), or every hold (``owner=None``)."""
+    ``forced``), or every hold (``owner=None``). An operator's (``forced``) or
+    ``release_all``'s (``revoke``) release of a hold a release may have granted
+    a waiter that has not started on its notice yet revokes it (``_revoked``)."""
     holds = backend.holds.valid_holds(header.resource, header.now)
     if not holds:  # they all expired (or were purged) since the row last covered them
         return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
@@ -58,9 +61,24 @@ def give_up_shared(
         hold = replace(mine, hold_count=mine.hold_count - 1)
         backend.holds.update_hold(hold, ["hold_count"])
         return Released(row=hold, owner=mine.owner, result=ReleaseResult.DECREMENTED)
-    backend.holds.delete_holds(header.resource, mine.owner)
+    # Until when a revoked grant's hold keeps its place (None: not one).
+    until = _revoked(header, mine) if forced or revoke else None
     others = [hold for hold in holds if hold is not mine]
     released = replace(mine, expires_at=header.now)
+    if others and until is not None:
+        # Its waiter may still start on its notice: the hold stays, nobody's
+        # (its waiter's extension fails), until its offer lease ends, so that
+        # the others' last release frees no writer, nor a permit, beside it.
+        backend.holds.update_hold(
+            replace(mine, owner=revoked_owner(mine), expires_at=until, hold_count=1),
+            ["owner", "expires_at", "hold_count"],
+        )
+        row = replace(header, expires_at=max(until, *(hold.expires_at for hold in others)))
+        backend.rows.update(row, ["expires_at"])
+        return Released(
+            row=released, owner=mine.owner, result=ReleaseResult.RELEASED, released=(mine,)
+        )
+    backend.holds.delete_holds(header.resource, mine.owner)
     if others:
         # The row stays held until the last of the others expires; a
         # semaphore's freed permit goes to the head of the queue.
@@ -74,7 +92,7 @@ def give_up_shared(
             backend.permit_freed(row, others)
     else:
         # An operator's release of the last hold may revoke a grant (``_free``).
-        _free(backend, header, revoke=forced and mine.acquired_at >= header.acquired_at)
+        _free(backend, header, revoke=until is not None)
     return Released(row=released, owner=mine.owner, result=ReleaseResult.RELEASED, released=(mine,))
 
 
@@ -90,3 +108,20 @@ def _free(backend: Releasing, header: LockRow, *, revoke: bool) -> None:
         backend.rows.update(replace(header, owner="", expires_at=until, limit=None), REVOKED)
     else:
         backend.mark_released(replace(header, owner="", expires_at=header.now, limit=None))
+
+
+def _revoked(header: LockRow, hold: LockRow) -> datetime | None:
+    """Until when ``hold`` (valid, of ``header``'s resource) is kept from
+    others where an operator releases it: the offer lease's end (``OFFER_END``)
+    where it is younger than that and the resource is marked as granted
+    (``UNCONFIRMED``: ``shared_grants`` wrote the mark, and its waiter may not
+    have started yet); else None. A hold that joined after the grant within
+    its lease is kept too, for the rest of that second: no harm."""
+    return revoked(replace(hold, lock_delay=header.lock_delay))
+
+
+def revoked_owner(hold: LockRow) -> str:
+    """The owner of a revoked grant's hold while it keeps its place: nobody's
+    (no caller may name an owner that starts with the reserved one's name
+    and a space), and one per hold (the owner is unique per resource)."""
+    return f"{SHARED_HOLDERS} revoked {hold.fencing_token}"

@@ -58,6 +58,7 @@ class Waiting(Protocol):
     started: float
     lease: float | None
     told_late: bool
+    told: tuple[int, int] | None
 
 
 def told_grant(wait: Waiting) -> Hold | None:
@@ -70,6 +71,7 @@ def told_grant(wait: Waiting) -> Hold | None:
     notice = watch.take_notice(ticket)
     if notice is None:
         return None
+    wait.told = (ticket, notice.fencing_token)  # which hold it is, should it take it later
     wait.told_late = True  # unless it starts now: it takes the grant itself (``Wait._granted``)
     if claim.lock_delay is not None:
         return None
@@ -86,15 +88,21 @@ def told_grant(wait: Waiting) -> Hold | None:
     return service_for(wait.using).told_grant(claim, notice)
 
 
-def take_shared_grant(wait: Waiting) -> Hold | None:
+def take_shared_grant(wait: Waiting, ticket: int) -> Hold | None:
     """The shared hold a release granted ``wait``'s reader or permit
-    (``backends.shared_grants``), now for its ttl, where it was told too late
-    to start on it, or its wake-up went astray (``told_late``); else None."""
+    (``backends.shared_grants``) on ``ticket``, now for its ttl, where it was
+    told too late to start on it, or its wake-up went astray (``told_late``);
+    else None. The hold of the token its wake-up told, where one did: never
+    another hold its owner has (an explicit owner's, say, taken since)."""
     told, wait.told_late = wait.told_late, False
     claim = wait.claim
     if not told or claim.duration is None:
         return None
-    service, ticket = service_for(wait.using), wait.ticket or 0
+    if (wait.told is None or wait.told[0] != ticket) and wait.watch is not None:
+        notice = wait.watch.take_notice(ticket)  # told since its last step
+        wait.told = None if notice is None else (ticket, notice.fencing_token)
+    token = wait.told[1] if wait.told is not None and wait.told[0] == ticket else None
+    service, duration = service_for(wait.using), claim.duration
     return service.accept_handover(
-        claim.resource, claim.owner, ticket, claim.duration, instance=False, shared=True
+        claim.resource, claim.owner, ticket, duration, instance=False, shared=True, token=token
     )

@@ -103,6 +103,7 @@ class Wait:
     # when the last step began (monotonic), and its look's (start, database now).
     lease: float | None = None
     told_late: bool = False  # told a grant it did not start on: it takes it (``_granted``)
+    told: tuple[int, int] | None = None  # the ticket and token of the last grant it was told
     looked: float = 0.0
     clock: tuple[float, datetime] | None = None
     queue: Queue = field(init=False)
@@ -267,9 +268,8 @@ class Wait:
         return acquired
 
     def _granted(self) -> Hold | None:
-        """The lock, if a release handed it to this waiter (``grants_on_release``)
-        and the offer still stands. A reader or a permit waiter asks only when
-        its wake-up told it a grant too late to start on (``told_late``)."""
+        """The lock, if a release handed it to this waiter (``grants_on_release``) and the
+        offer stands; a reader or a permit waiter asks only where ``told_late``."""
         if self.ticket is None:
             return None
         started = time.monotonic()
@@ -284,7 +284,7 @@ class Wait:
         of ``ticket`` and the offer still stands; None where none is offered."""
         duration = self.claim.duration
         if not self.claim.exclusive:  # a reader's, a permit's (``locking.told``)
-            return take_shared_grant(self)
+            return take_shared_grant(self, ticket)
         if not (self.queue.grants_on_release and self.claim.exclusive) or duration is None:
             return None
         return service_for(self.using).accept_handover(

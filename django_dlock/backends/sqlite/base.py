@@ -17,7 +17,7 @@ from django.db.models.expressions import RawSQL
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.backends.results import LockRow
-from django_dlock.backends.shared_grants import Granted, SharedGrants
+from django_dlock.backends.shared_grants import Granted
 from django_dlock.backends.sqlite.checks import SQLiteChecks
 from django_dlock.backends.sqlite.features import SQLiteFeatures
 from django_dlock.backends.sqlite.purge import SQLitePurge
@@ -120,7 +120,9 @@ class SQLiteBackend(LockBackend):
         self._tell(head, told)
 
     def permit_freed(self, header: LockRow, held: list[LockRow]) -> None:
-        # The head of the queue, and those that fit beside it, get the permit.
+        # The head of the queue, and those that fit beside it, get the permit:
+        # only a head whose process lives, as ``mark_released``'s (``SQLiteQueue.head``
+        # probes it with ``alive`` and drops a dead one; ``_fitting``, those beside).
         head = self.queue.head(header.resource)
         if head is not None:
             self._tell(head, self.shared_grants.grant(header, head[1], alive, held))
@@ -135,10 +137,6 @@ class SQLiteBackend(LockBackend):
                 )
         elif head is not None:
             transaction.on_commit(lambda: wake(*head), using=self.using)
-
-    @cached_property
-    def shared_grants(self) -> SharedGrants:
-        return SharedGrants(self.rows, self.holds, self.queue)
 
     @cached_property
     def _release_sql(self) -> str:
