@@ -6,7 +6,7 @@ held until the last of them goes."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from django_dlock.backends.holds import Holds
@@ -14,7 +14,7 @@ from django_dlock.backends.lock_rows import LockRows
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.results import LockRow, Released
 from django_dlock.rules import SHARED_HOLDERS, ReleaseResult, same_owner
-from django_dlock.rules.grant import revoked
+from django_dlock.rules.grant import OFFER_LEASE, revoked
 
 __all__ = ["give_up_shared", "revoked_owner"]
 
@@ -113,10 +113,15 @@ def _free(backend: Releasing, header: LockRow, *, revoke: bool) -> None:
 def _revoked(header: LockRow, hold: LockRow) -> datetime | None:
     """Until when ``hold`` (valid, of ``header``'s resource) is kept from
     others where an operator releases it: the offer lease's end (``OFFER_END``)
-    where it is younger than that and the resource is marked as granted
-    (``UNCONFIRMED``: ``shared_grants`` wrote the mark, and its waiter may not
-    have started yet); else None. A hold that joined after the grant within
+    where a release may have granted it and its waiter not started yet: it is
+    younger than the lease, the resource is marked as granted (``UNCONFIRMED``:
+    ``shared_grants`` wrote the mark), and it is of the last grant (no older
+    than the row's start) or as a grant left it (for no more than the lease:
+    nobody extended it). Else None. A hold that joined after the grant within
     its lease is kept too, for the rest of that second: no harm."""
+    lease = hold.expires_at - hold.acquired_at
+    if hold.acquired_at < header.acquired_at and lease > timedelta(seconds=OFFER_LEASE):
+        return None
     return revoked(replace(hold, lock_delay=header.lock_delay))
 
 
