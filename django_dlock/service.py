@@ -198,24 +198,23 @@ class LockService(Generic[_Lock]):
         lock_delay: timedelta | None = None,
         *,
         instance: bool = True,
+        shared: bool = False,
+        token: int | None = None,
     ) -> Hold | None:
-        """The lock, for ``duration`` from now (with ``lock_delay``), if a release
-        handed it to the waiter of ``ticket`` (``BackendFeatures.grants_on_release``)
-        and the offer still stands; announced as acquired (``instance``: as ``take``)."""
-        row = self._backend().granted(resource, owner, ticket, duration, lock_delay)
+        """The lock for ``duration`` (``lock_delay``) if a release handed it to ``ticket``'s waiter
+        (``shared``: the hold of ``token``, if told) and it stands; announced (``instance``)."""
+        backend = self._backend()
+        if shared:
+            row = backend.take_shared_grant(resource, owner, token, duration)
+        else:
+            row = backend.granted(resource, owner, ticket, duration, lock_delay)
         if row is None:
             return None
         return self.announce(row, previous_owner="", renewed=False, instance=instance)
 
     def told_grant(self, claim: Claim, notice: GrantNotice) -> Hold:
-        """The hold a release granted ``claim``'s waiter and told it of
-        (``rules.notice``), with no statement; announced as acquired."""
-        row = LockRow(
-            pk=notice.pk, resource=claim.resource, owner=claim.owner, label=claim.label,
-            acquired_at=notice.acquired_at, expires_at=notice.expires_at, now=notice.acquired_at,
-            fencing_token=notice.fencing_token, hold_count=1, limit=None,
-        )  # fmt: skip
-        return self.announce(row, previous_owner="", renewed=False, instance=False)
+        """The hold a release granted ``claim``'s waiter and told it of (``rules.notice``)."""
+        return self.announce(LockRow.told(claim, notice), "", renewed=False, instance=False)
 
     def announce(
         self, row: LockRow, previous_owner: str | None, renewed: bool, *, instance: bool = True

@@ -216,7 +216,8 @@ def validate_owner(value: object) -> str:
             code="length",
             params={"max": MAX_LENGTH},
         )
-    if value == RESERVED_OWNER:
+    # (Its name and a space: a revoked grant's hold, ``shared_release.revoked_owner``.)
+    if value == RESERVED_OWNER or value.startswith(RESERVED_OWNER + " "):
         raise InvalidArgument(
             _("The owner %(owner)r is reserved: it marks a lock held by shared holders."),
             code="reserved",

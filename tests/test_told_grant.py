@@ -17,7 +17,8 @@ import pytest
 from django.db import connections
 
 from django_dlock import lock
-from django_dlock.models import DistributedLock, LockWaiter
+from django_dlock.models import DistributedLock, LockHold, LockWaiter
+from django_dlock.service import service_for
 from tests import workers_waiting
 from tests.utils import database_settings, spawn, wait_for
 
@@ -95,3 +96,127 @@ def test_a_head_stopped_between_its_grant_and_its_work_loses_the_lock_soon(
             os.kill(head.pid, signal.SIGCONT)
             head.kill()
     assert waited < BOUND, f"the next waiter waited {waited:.2f} s after the release"
+
+
+def grants_shared() -> bool:
+    return bool(service_for("default").features.grants_shared_on_release)
+
+
+def queued_listening(resource: str, count: int) -> bool:
+    waiters = LockWaiter.objects.filter(resource=resource)
+    return waiters.count() == count and not waiters.filter(channel="").exists()
+
+
+@pytest.mark.parametrize(
+    "kind", [{"shared": True}, {"limit": 2}], ids=["readers of one release", "permits"]
+)
+def test_two_waiters_granted_by_releases_start_without_a_statement_of_their_own(
+    kind: dict[str, Any],
+) -> None:
+    if not grants_shared():
+        pytest.skip("this database's release wakes readers and permits, and grants them nothing")
+    resource = f"told:{next(iter(kind))}"
+    # Readers wait for a writer; permit waiters for the two permits' holders.
+    holders, held_as = (["holder"], {}) if "shared" in kind else (["h1", "h2"], kind)
+    for holder in holders:
+        assert Locks.acquire(resource, owner=holder, ttl=60, **held_as)
+    last = max(Locks.holders(resource), key=lambda hold: hold.fencing_token).fencing_token
+    results: Any = spawn.Queue()
+    readers = [
+        spawn.Process(
+            target=workers_waiting.share_and_report,
+            args=(database_settings(), resource, results, kind, 1.5),
+            daemon=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for reader in readers:
+            reader.start()
+        wait_for(lambda: queued_listening(resource, 2), 30, "both queued, listening")
+        for holder in holders:  # the writer's release grants both readers, a permit's one waiter
+            Locks.release(resource, holder)
+        # The releases themselves gave them their holds, the next tokens, for the offer lease.
+        granted = LockHold.objects.filter(resource=resource, fencing_token__gt=last)
+        assert sorted(granted.values_list("fencing_token", flat=True)) == [last + 1, last + 2]
+        answers = [results.get(timeout=30) for _ in range(4)]
+        for reader in readers:
+            reader.join(30)
+    finally:
+        for reader in readers:
+            reader.kill()
+    started = sorted(answer for answer in answers if answer[0] != "lost")
+    # Each worked with the hold the release granted it, never one it took
+    # itself (that would be "INSERT _holds"). Each started on its wake-up
+    # alone, having written nothing, unless it read the wake-up too late to
+    # trust the lease (a quarter of it gone: at a load of 10 on two cores, a
+    # process may wait that long for the CPU): then it extended the hold in
+    # one write, its "UPDATE _holds" and "UPDATE s" (the lock's row).
+    assert [token for token, _ in started] == [last + 1, last + 2]
+    told_late = ["UPDATE _holds", "UPDATE s"]
+    assert all(writes in ([], told_late) for _, writes in started), started
+    assert any(writes == [] for _, writes in started), started
+    assert [answer for answer in answers if answer[0] == "lost"] == [("lost", None)] * 2
+
+
+@pytest.mark.parametrize("stop", [signal.SIGSTOP, signal.SIGKILL], ids=["paused", "killed"])
+def test_a_reader_stopped_between_its_grant_and_its_work_loses_its_hold_soon(
+    stop: signal.Signals,
+) -> None:
+    if not grants_shared():
+        pytest.skip("this database's release wakes readers, and grants them nothing")
+    held = Locks.acquire("told:r", owner="holder", ttl=60)
+    assert held is not None
+    results: Any = spawn.Queue()
+    reader = spawn.Process(
+        target=workers_waiting.share_and_report,
+        args=(database_settings(), "told:r", results, {"shared": True}, 0.2),
+        daemon=True,
+    )
+    reader.start()
+    released: list[float] = []
+    granted: list[int] = []
+
+    def release_once_both_wait() -> None:
+        try:
+            wait_for(lambda: LockWaiter.objects.filter(resource="told:r").count() == 2, 30)
+            Locks.release("told:r", "holder")
+            released.append(time.monotonic())
+            granted.extend(
+                LockHold.objects.filter(resource="told:r").values_list("fencing_token", flat=True)
+            )
+            if stop == signal.SIGKILL:
+                assert reader.pid is not None
+                os.kill(reader.pid, signal.SIGKILL)  # granted, never started
+        finally:
+            connections.close_all()
+
+    releaser = threading.Thread(target=release_once_both_wait)
+    try:
+        wait_for(lambda: queued_listening("told:r", 1), 30, "queued")
+        time.sleep(0.3)  # its look after queuing is done: it sleeps now
+        assert reader.pid is not None
+        os.kill(reader.pid, signal.SIGSTOP)
+        releaser.start()
+        # A writer behind the reader: it takes the lock once the reader's
+        # granted hold lapses with its offer lease.
+        with lock("told:r", ttl=30, timeout=15) as writer:
+            waited = time.monotonic() - released[0]
+            if stop == signal.SIGSTOP:
+                os.kill(reader.pid, signal.SIGCONT)  # the wake-up with the lapsed grant
+                time.sleep(0.5)
+        releaser.join(10)
+        # The release granted the stopped reader a hold: the next token.
+        assert granted == [held.fencing_token + 1]
+        assert writer.fencing_token > granted[0]
+        if stop == signal.SIGSTOP:
+            # It did not work with the hold it slept through: it queued again,
+            # and read with a token of its own, after the writer's.
+            token, _ = results.get(timeout=30)
+            assert token > writer.fencing_token
+            reader.join(10)
+    finally:
+        if reader.is_alive() and reader.pid is not None:
+            os.kill(reader.pid, signal.SIGCONT)
+            reader.kill()
+    assert waited < BOUND, f"the writer waited {waited:.2f} s after the release"

@@ -63,3 +63,36 @@ def wait_and_report(db: dict[str, Any], resource: str, tokens: Any) -> None:
     with lock(resource, ttl=30, timeout=60) as held:
         tokens.put(held.fencing_token)
         time.sleep(0.2)
+
+
+# A statement that writes a lock row or a shared hold (not the queue's rows).
+HOLD_WRITE = r"^\s*(INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+\"?distributed_lock(s|_holds)\"?\s"
+
+
+def share_and_report(
+    db: dict[str, Any], resource: str, results: Any, kind: dict[str, Any], hold: float
+) -> None:
+    """Wait for ``resource`` as ``kind`` says (``shared=True``, or a ``limit``;
+    ttl 30, timeout 60); holding it, put the fencing token it works with and
+    the statements its connection sent that write a lock row or a hold before
+    it started ("INSERT _holds", ...; a told grant: none) on ``results``; hold it ``hold``
+    seconds, then put ``("lost", why)`` (None: still held), and release it."""
+    import re
+
+    setup_worker(db)
+    from django.db import connection
+
+    from django_dlock import lock
+
+    writes: list[str] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if written := re.search(HOLD_WRITE, sql, re.IGNORECASE):
+            writes.append(f"{written[1].split()[0].upper()} {written[2]}")
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record), lock(resource, ttl=30, timeout=60, **kind) as held:
+        results.put((held.fencing_token, writes))
+        time.sleep(hold)
+        # Still held past the offer lease: the renewer extended it to the ttl.
+        results.put(("lost", held.lost_reason))

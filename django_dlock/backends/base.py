@@ -47,6 +47,7 @@ from django_dlock.backends.purge import Purge, PurgedBatch
 from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.renewals import RENEW_CHUNK, Renewals
 from django_dlock.backends.results import LockRow, Released, Renewed, Taken
+from django_dlock.backends.shared_grants import SharedGrants
 from django_dlock.backends.shared_release import give_up_shared
 from django_dlock.backends.tables import LockTables
 from django_dlock.backends.throttles import ThrottleUses
@@ -85,6 +86,7 @@ class LockBackend:
         self.purge = self.purge_class(self.tables)
         self.renewals = self.renewals_class(self.tables, self.holds)
         self.grants = Grants(self.rows, self.holds)
+        self.shared_grants = SharedGrants(self.rows, self.holds, self.queue)
         self.offers = Offers(self.tables, self.rows)
         self.throttles = self.throttles_class(using, self)
         self.guard = guard_for(self.tables, self.vendor)
@@ -244,7 +246,7 @@ class LockBackend:
         if header is None or not header.held:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
         if header.held_by_shared:
-            return give_up_shared(self, header, owner, forced)
+            return give_up_shared(self, header, owner, forced, revoke)
         if owner is not None and not same_owner(header.owner, owner):
             return Released(row=None, owner=header.owner, result=ReleaseResult.FORBIDDEN)
         if not forced and header.hold_count > 1:
@@ -312,6 +314,21 @@ class LockBackend:
         its lock transaction; a vendor also wakes the head of the resource's
         queue here."""
         self.rows.update(row, ["owner", "expires_at", "limit", "lock_delay"])
+
+    def permit_freed(self, header: LockRow, held: list[LockRow]) -> None:
+        """A release left a semaphore's ``header`` (as written, inside its lock
+        transaction) with the valid holds ``held`` and a permit free: wake the
+        head of the queue (a vendor may grant it the permit: ``shared_grants``)."""
+        self.queue.wake_head(header.resource)
+
+    def take_shared_grant(
+        self, resource: str, owner: str, token: int | None, duration: timedelta
+    ) -> LockRow | None:
+        """The shared hold a release granted ``owner``'s waiter (``token``: its
+        fencing token, as told) for ``duration`` from now, in a lock transaction;
+        None where that hold is gone (``SharedGrants.accept``)."""
+        accept = partial(self.shared_grants.accept, resource, owner, token, duration)
+        return in_lock_transaction(self, accept)
 
     def granted(
         self,

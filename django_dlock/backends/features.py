@@ -22,6 +22,10 @@ class BackendFeatures:
     #: takes the offer (``LockBackend.granted``) rather than acquire.
     grants_on_release: bool = False
 
+    #: Whether such a release also grants readers and permits their shared
+    #: holds (``backends.shared_grants``), rather than only wake them.
+    grants_shared_on_release: bool = False
+
     #: The dotted path of the ``Listener`` class whose thread receives the
     #: releases that wake this database's waiters; None: waiters poll.
     listener_class: str | None = None

@@ -9,8 +9,9 @@ overrides the ones it answers with fewer statements or uses to wake the head.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
@@ -51,6 +52,9 @@ class QueueRow:
     holders: int = 0  # valid shared holds (readers or permits)
     head: int | None = None  # the ticket of the first live waiter ahead
     queued: bool = True  # the ticket looked from is still in the queue
+    # The monotonic time before the statement that read ``now`` was sent, where
+    # the look knows it (``locking.told`` counts a told grant's lease from it).
+    sent: float | None = None
 
     @classmethod
     def of(
@@ -247,12 +251,13 @@ class WaiterQueue:
         are queued before ``ticket`` (all of them when ``ticket`` is None), and
         whether ``ticket`` is still queued."""
         with self.tables.connection.cursor() as cursor:
+            sent = time.monotonic()
             if ticket is None:
                 cursor.execute(self.queue_state_sql, [resource, resource, NO_TICKET, resource])
             else:
                 sql = self.ticket_state_sql
                 cursor.execute(sql, [resource, ticket, resource, ticket, resource])
-            return QueueRow.of(*cursor.fetchone())
+            return replace(QueueRow.of(*cursor.fetchone()), sent=sent)
 
     def queued_before(self, resource: str, ticket: int | None) -> tuple[int, int]:
         """How many live waiters of ``resource`` queued before ``ticket`` (all,

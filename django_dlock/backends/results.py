@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, ReleaseResult
+from django_dlock.rules.claim import Claim
+from django_dlock.rules.notice import GrantNotice
 from django_dlock.rules.predicates import HELD, HELD_BY_SHARED, delay_end
 
 __all__ = ["LockRow", "Refusal", "Released", "Renewed", "Taken"]
@@ -71,6 +73,17 @@ class LockRow:
     def held_by_shared(self) -> bool:
         """Whether this resource's row was held by shared holds at ``now``."""
         return bool(HELD_BY_SHARED.value(self, {}))
+
+    @classmethod
+    def told(cls, claim: Claim, notice: GrantNotice) -> LockRow:
+        """The hold a release granted ``claim``'s waiter, as its wake-up told it
+        (``rules.notice``): the lock's row, or a reader's or permit's hold."""
+        return cls(
+            pk=notice.pk, resource=claim.resource, owner=claim.owner, label=claim.label,
+            acquired_at=notice.acquired_at, expires_at=notice.expires_at, now=notice.acquired_at,
+            fencing_token=notice.fencing_token, hold_count=1, limit=claim.kind.limit,
+            shared=not claim.exclusive,
+        )  # fmt: skip
 
     def field_values(self) -> dict[str, object]:
         """The row's values by model field (``LOCK_FIELDS``)."""

@@ -118,3 +118,15 @@ class Backoff:
         if state.holder_left is not None and state.is_head:
             sleep = min(sleep, max(state.holder_left, 0.0))  # never past the holder's expiry
         return sleep
+
+
+# The shortest time a head may leave the lock free before the waiters behind
+# it pass it, in seconds (``head_grace``).
+HEAD_GRACE = 1.0
+
+
+def head_grace() -> float:
+    """How long (seconds) a head may leave the lock free before the waiters
+    behind it pass it (``Wait._passed_stalled_head``): twice the longest sleep
+    of a head that polls, so that a head that answers always looks within it."""
+    return max(HEAD_GRACE, 2 * conf.BACKOFF_MAX)

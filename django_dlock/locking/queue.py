@@ -40,6 +40,7 @@ class QueueState:
     queued: bool = True  # the waiter's ticket is still in the queue (True without one)
     head: int | None = None  # the ticket of the first live waiter ahead, where known
     now: datetime | None = None  # the database's time of the look
+    sent: float | None = None  # the monotonic time before it was read, where known
 
     def __post_init__(self) -> None:
         if self.admissible is None:  # an exclusive waiter's
@@ -75,6 +76,11 @@ class Queue:
         """Whether a release hands the lock to the head of its queue (then the
         head accepts the offer rather than acquire)."""
         return self._features.grants_on_release
+
+    @property
+    def grants_shared_on_release(self) -> bool:
+        """Whether such a release grants readers and permits their holds too."""
+        return self._features.grants_shared_on_release
 
     @property
     def waiters_share_host(self) -> bool:
@@ -181,4 +187,5 @@ def state_of(row: QueueRow, claim: Claim) -> QueueState:
         queued=row.queued,
         head=row.head,
         now=row.now,
+        sent=row.sent,
     )

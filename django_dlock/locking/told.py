@@ -17,6 +17,12 @@ A head that was told too late to trust the lease for long (less than three
 quarters of it left by its own count: it last looked long before) takes the
 offer for its ttl in one round trip, as before (``Wait._granted``); so does a
 claim with a lock-delay, which the release did not write.
+
+Readers and permits are told their shared holds the same way: the release
+that frees room grants the head of the queue and those that fit beside it a
+hold each for the offer lease (``backends.shared_grants``, SQLite), and each
+starts on its notice alone; one told too late extends its hold to its ttl
+(``LockService.accept_shared_grant``) before it starts.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ class Waiting(Protocol):
     clock: tuple[float, datetime] | None
     started: float
     lease: float | None
+    told_late: bool
+    told: tuple[int, int] | None
 
 
 def told_grant(wait: Waiting) -> Hold | None:
@@ -61,15 +69,40 @@ def told_grant(wait: Waiting) -> Hold | None:
     if watch is None or ticket is None or clock is None:
         return None
     notice = watch.take_notice(ticket)
-    if notice is None or not claim.exclusive or claim.lock_delay is not None:
+    if notice is None:
+        return None
+    wait.told = (ticket, notice.fencing_token)  # which hold it is, should it take it later
+    wait.told_late = True  # unless it starts now: it takes the grant itself (``Wait._granted``)
+    if claim.lock_delay is not None:
         return None
     sent, looked_at = clock
     since = sent + (notice.acquired_at - looked_at).total_seconds() - CLOCK_SLACK
     lease = notice.lease
     if since + lease - time.monotonic() < lease * LEASE_LEFT:
         return None
+    wait.told_late = False
     wait.ticket = None  # the release dropped it
     wait.started = since
     duration = claim.duration.total_seconds() if claim.duration is not None else 0.0
     wait.lease = lease if lease < duration else None  # else the grant is its whole ttl
     return service_for(wait.using).told_grant(claim, notice)
+
+
+def take_shared_grant(wait: Waiting, ticket: int) -> Hold | None:
+    """The shared hold a release granted ``wait``'s reader or permit
+    (``backends.shared_grants``) on ``ticket``, now for its ttl, where it was
+    told too late to start on it, or its wake-up went astray (``told_late``);
+    else None. The hold of the token its wake-up told, where one did: never
+    another hold its owner has (an explicit owner's, say, taken since)."""
+    told, wait.told_late = wait.told_late, False
+    claim = wait.claim
+    if not told or claim.duration is None:
+        return None
+    if (wait.told is None or wait.told[0] != ticket) and wait.watch is not None:
+        notice = wait.watch.take_notice(ticket)  # told since its last step
+        wait.told = None if notice is None else (ticket, notice.fencing_token)
+    token = wait.told[1] if wait.told is not None and wait.told[0] == ticket else None
+    service, duration = service_for(wait.using), claim.duration
+    return service.accept_handover(
+        claim.resource, claim.owner, ticket, duration, instance=False, shared=True, token=token
+    )

@@ -36,17 +36,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django_dlock import signals
-from django_dlock.conf import conf
 from django_dlock.exceptions import LockNotAcquired
 from django_dlock.listeners.base import Watch
 from django_dlock.listeners.registry import listener_for
 from django_dlock.locking import release_wait
-from django_dlock.locking.backoff import Backoff
+from django_dlock.locking.backoff import Backoff, head_grace
 from django_dlock.locking.deadlock import LOOK_EVERY, check_for_deadlock, declare_holding
 from django_dlock.locking.local_queues import local_queues
 from django_dlock.locking.queue import Queue, QueueState, state_of
 from django_dlock.locking.refusals import wait_failure
-from django_dlock.locking.told import told_grant
+from django_dlock.locking.told import take_shared_grant, told_grant
 from django_dlock.locking.wakeup import Wakeup
 from django_dlock.models import DistributedLock
 from django_dlock.rules import Hold
@@ -58,9 +57,6 @@ __all__ = ["WAITER_TTL", "Wait", "queue_state", "state_of"]
 # A waiter's row counts for this long (seconds) unless refreshed, so a waiter
 # that crashed holds up the queue at most this long.
 WAITER_TTL = 10.0
-# The shortest time a head may leave the lock free before the waiters behind
-# it pass it, in seconds (``head_grace``).
-HEAD_GRACE = 1.0
 # How long a waiter waits for the listener to be there before it queues (its
 # first connection, a LISTEN), in seconds; past that it polls.
 LISTEN_WAIT = 2.0
@@ -106,6 +102,8 @@ class Wait:
     # (``locking.told``) The lease a told grant gave where shorter than the ttl;
     # when the last step began (monotonic), and its look's (start, database now).
     lease: float | None = None
+    told_late: bool = False  # told a grant it did not start on: it takes it (``_granted``)
+    told: tuple[int, int] | None = None  # the ticket and token of the last grant it was told
     looked: float = 0.0
     clock: tuple[float, datetime] | None = None
     queue: Queue = field(init=False)
@@ -164,6 +162,10 @@ class Wait:
             if acquired is not None:
                 return acquired
         if self.ticket is not None and not state.queued:
+            # A reader or a permit granted its hold by a release whose wake-up went astray?
+            self.told_late = not self.claim.exclusive and self.queue.grants_shared_on_release
+            if self.told_late and (acquired := self._granted()) is not None:
+                return acquired
             if self.timed_out():
                 # Its ticket lapsed (it was stuck past its deadline: in the
                 # database, or paused) or was dropped, and its time is up: it
@@ -266,10 +268,8 @@ class Wait:
         return acquired
 
     def _granted(self) -> Hold | None:
-        """The lock, if a release handed it to this waiter (``grants_on_release``)
-        and the offer still stands. Only an exclusive claim with a ttl is ever
-        handed over: a reader or a permit waiter takes its hold itself, so it
-        does not ask."""
+        """The lock, if a release handed it to this waiter (``grants_on_release``) and the
+        offer stands; a reader or a permit waiter asks only where ``told_late``."""
         if self.ticket is None:
             return None
         started = time.monotonic()
@@ -283,6 +283,8 @@ class Wait:
         """The lock, for the claim's ttl, if a release offered it to the waiter
         of ``ticket`` and the offer still stands; None where none is offered."""
         duration = self.claim.duration
+        if not self.claim.exclusive:  # a reader's, a permit's (``locking.told``)
+            return take_shared_grant(self, ticket)
         if not (self.queue.grants_on_release and self.claim.exclusive) or duration is None:
             return None
         return service_for(self.using).accept_handover(
@@ -293,6 +295,7 @@ class Wait:
         """Release a lock a release handed over as this wait ended without it
         (timed out, cancelled): the next waiter gets it at once, rather than
         when the offer lapses."""
+        self.told_late = self.queue.grants_shared_on_release  # (a reader's, a permit's)
         if self._take_offer(ticket) is not None:
             DistributedLock.objects.db_manager(self.using).release(self.resource, self.owner)
 
@@ -323,6 +326,8 @@ class Wait:
         # Where the database can tell, the ticket says which server connection
         # lives as long as the waiter: its listener's, or (None) the one it polls on.
         pid = self.watch.listener.backend_pid if self.channel and self.watch is not None else None
+        # The look's clock (``locking.told``) from here, not from before the wait for the listener.
+        self.looked = time.monotonic()
         self.ticket, state = self.queue.join(self.claim, seconds, self.channel, pid)
         if self.holding:
             declare_holding(self.using, self.ticket, self.holding)
@@ -353,7 +358,8 @@ class Wait:
         look when they would fall due before the next: a wake-up of its own for
         the refresh would add a look as well."""
         self.release_of = release_wait.holder_to_wait_for(self, state)
-        self.clock = (self.looked, state.now) if state.now else self.clock  # (``locking.told``)
+        # (``locking.told``) From before the statement that read the now, where known.
+        self.clock = (state.sent or self.looked, state.now) if state.now else self.clock
         sleep = self.backoff.sleep(
             state,
             listening=self._listening() or self.release_of is not None,
@@ -385,13 +391,6 @@ class Wait:
 
     def _ticket_ttl(self) -> float:
         return min(WAITER_TTL, self._remaining() + 1.0)
-
-
-def head_grace() -> float:
-    """How long (seconds) a head may leave the lock free before the waiters
-    behind it pass it: twice the longest sleep of a head that polls, so that
-    a head that answers always looks within it."""
-    return max(HEAD_GRACE, 2 * conf.BACKOFF_MAX)
 
 
 def queue_state(using: str, claim: Claim, ticket: int | None) -> QueueState:

@@ -17,6 +17,7 @@ from django.db.models.expressions import RawSQL
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.backends.results import LockRow
+from django_dlock.backends.shared_grants import Granted
 from django_dlock.backends.sqlite.checks import SQLiteChecks
 from django_dlock.backends.sqlite.features import SQLiteFeatures
 from django_dlock.backends.sqlite.purge import SQLitePurge
@@ -105,7 +106,7 @@ class SQLiteBackend(LockBackend):
             head = listening(cursor.fetchone()[0])
             if head is not None and not alive(head[0]):
                 head = self.queue.head(row.resource)  # the first that lives
-            payload = ""
+            told: list[Granted] = []
             if head is not None:
                 ticket = head[1]
                 cursor.execute(self._grant_sql, [ticket, ticket, ticket, row.pk, ticket, ticket])
@@ -113,9 +114,29 @@ class SQLiteBackend(LockBackend):
                 if grant is not None:  # the head had a ttl: it holds the lock now
                     cursor.execute(self.queue.leave_sql, [ticket])
                     # The datagram tells it so: it starts without a write of its own.
-                    payload = _notice(grant).payload(ticket)
+                    told = [Granted(*head, _notice(grant))]
+                else:  # a reader or a permit: it, and those that fit beside it
+                    told = self.shared_grants.grant(row, ticket, alive)
+        self._tell(head, told)
+
+    def permit_freed(self, header: LockRow, held: list[LockRow]) -> None:
+        # The head of the queue, and those that fit beside it, get the permit:
+        # only a head whose process lives, as ``mark_released``'s (``SQLiteQueue.head``
+        # probes it with ``alive`` and drops a dead one; ``_fitting``, those beside).
+        head = self.queue.head(header.resource)
         if head is not None:
-            transaction.on_commit(lambda: wake(*head, payload), using=self.using)
+            self._tell(head, self.shared_grants.grant(header, head[1], alive, held))
+
+    def _tell(self, head: tuple[str, int] | None, told: list[Granted]) -> None:
+        """Once committed, tell the waiters ``told`` their grants, or wake ``head`` to look."""
+        if told:
+            for granted in told:
+                transaction.on_commit(
+                    lambda g=granted: wake(g.channel, g.ticket, g.payload),  # type: ignore[misc]
+                    using=self.using,
+                )
+        elif head is not None:
+            transaction.on_commit(lambda: wake(*head), using=self.using)
 
     @cached_property
     def _release_sql(self) -> str:
@@ -141,7 +162,7 @@ class SQLiteBackend(LockBackend):
         expires_sql, expires_params = compile_expression(tables.using, DatabaseNow() + ttl)
         assert not expires_params  # noqa: S101 - DatabaseNow() and a column are plain SQL
         # Only to a head that wants the lock exclusively: readers and permits
-        # are admitted by their own acquisitions. Its lock-delay is the mark of
+        # get holds of their own (``shared_grants``). Its lock-delay is the mark of
         # a grant (``rules.grant.GRANT_MARK``, zero microseconds as SQLite
         # keeps a duration): an operator's release before the head confirmed
         # it revokes it.

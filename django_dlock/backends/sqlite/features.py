@@ -12,6 +12,7 @@ class SQLiteFeatures(BackendFeatures):
     # Every process of a SQLite database runs on its host.
     waiters_share_host = True
     grants_on_release = True
+    grants_shared_on_release = True
     listener_class = "django_dlock.listeners.sqlite.DatagramListener"
 
     @cached_property
