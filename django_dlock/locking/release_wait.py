@@ -114,8 +114,8 @@ def pause(wait: Wait, seconds: float) -> None:
         if left <= 0:
             return
         step = min(left, RELEASE_STEP)
+        wait.chain.gated = wait.chain.gated or own != ""  # whatever the wait ends with
         released = wait.queue.wait_for_release(wait.resource, holder, step, own)
-        wait.chain.gated = wait.chain.gated or own != ""
         if released is None:
             # Nothing announces this release (its gate is not held by another
             # session: taken elsewhere, released just now, or the waiter ahead

@@ -4,7 +4,9 @@ ahead of it (``wake``)."""
 
 from __future__ import annotations
 
-from django_dlock.backends.mysql.wake import HOLD_OWN_GATE, WAIT_AT_GATE, gate_of
+from django.db import OperationalError
+
+from django_dlock.backends.mysql.wake import ER_LOCK_DEADLOCK, HOLD_OWN_GATE, WAIT_AT_GATE, gate_of
 from django_dlock.backends.queue import WaiterQueue
 
 # The prefix of the named lock each waiting connection holds while it lives.
@@ -46,7 +48,18 @@ class MySQLQueue(WaiterQueue):
         with connection.cursor() as cursor:
             # Its own gate first (a NULL name is a no-op): the waiter behind it
             # may block there from now on (``wake``, the chain).
-            cursor.execute(WAIT_AT_GATE.replace("SELECT ", f"SELECT {HOLD_OWN_GATE}, ", 1), params)
+            try:
+                cursor.execute(
+                    WAIT_AT_GATE.replace("SELECT ", f"SELECT {HOLD_OWN_GATE}, ", 1), params
+                )
+            except OperationalError as error:
+                # A cycle of gates: this session holds a gate that the session
+                # whose gate it waits at waits for (a stale gate of a hold this
+                # session lost; a paused or dead waiter's statement still blocked
+                # in the server). MariaDB refuses the wait: nothing tells, it looks.
+                if error.args and error.args[0] == ER_LOCK_DEADLOCK:
+                    return None
+                raise
             passed = cursor.fetchone()[-1]
         return None if passed == -1 else passed != 0
 

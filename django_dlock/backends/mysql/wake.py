@@ -48,6 +48,8 @@ GATE_WAIT = 0.001
 # SQL: this session holds the gate (%s twice), taking it if need be; never twice
 # (GET_LOCK counts a session's holds of one name, and one release must free it).
 HOLD_GATE = f"IF(IS_USED_LOCK(%s) <=> CONNECTION_ID(), 1, GET_LOCK(%s, {GATE_WAIT}))"
+# MariaDB's error where its deadlock detection refuses a wait (user locks too).
+ER_LOCK_DEADLOCK = 1213
 # SQL: this session holds the gate %(own)s unless another does (no wait), or
 # nothing where it is NULL: a waiter's own gate, held while it waits (the chain).
 HOLD_OWN_GATE = (
