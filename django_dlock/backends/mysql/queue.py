@@ -8,6 +8,7 @@ from django.db import OperationalError
 
 from django_dlock.backends.mysql.wake import ER_LOCK_DEADLOCK, HOLD_OWN_GATE, WAIT_AT_GATE, gate_of
 from django_dlock.backends.queue import WaiterQueue
+from django_dlock.rules import EXCLUSIVE
 
 # The prefix of the named lock each waiting connection holds while it lives.
 WAITER_LOCK = "django-dlock:waiter:"
@@ -64,15 +65,17 @@ class MySQLQueue(WaiterQueue):
         return None if passed == -1 else passed != 0
 
     def owner_ahead(self, resource: str, ticket: int) -> str | None:
-        before = self.queued_before_sql("%s", "%s")
+        # Only an exclusive waiter holds a gate of its own: behind a reader or
+        # a permit's waiter, nothing to wait at (None: the waiter polls).
+        qn, before = self.tables.qn, self.queued_before_sql("%s", "%s")
         with self.tables.connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT w.{self.tables.qn('owner')} {before} "
-                f"ORDER BY w.{self.tables.qn('id')} DESC LIMIT 1",
+                f"SELECT w.{qn('owner')}, w.{qn('mode')} {before} "
+                f"ORDER BY w.{qn('id')} DESC LIMIT 1",
                 [resource, ticket],
             )
             row = cursor.fetchone()
-        return None if row is None else str(row[0])
+        return None if row is None or row[1] != EXCLUSIVE else str(row[0])
 
     def leave_gate(self, resource: str, owner: str) -> None:
         gate = gate_of(self.tables.connection, self.tables.table, resource, owner)
