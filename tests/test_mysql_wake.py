@@ -188,3 +188,75 @@ def test_a_waiters_take_that_fails_after_taking_the_gate_gives_it_up(
         cursor.execute("SELECT IS_USED_LOCK(%s)", [gate])
         assert cursor.fetchone()[0] is None
     assert Locks.get(resource="wake:fails").owner == ""
+
+
+def test_the_second_in_line_waits_at_the_heads_gate_and_never_polls() -> None:
+    """The chain: the head blocks at the holder's gate, the waiter behind it
+    (another process) at the head's. The holder releases; the head takes the
+    lock and releases it at once; the second gets it without one look that
+    saw the lock free or held by the head (a counter of its polls, in the
+    worker), in queue order. Before the chain it polled: it never blocked at
+    a gate while the head waited."""
+    Locks.acquire("wake:chain", owner="holder", ttl=60)
+    got, second_got = spawn.Queue(), spawn.Queue()
+    head = spawn.Process(
+        target=workers_wake.wait_once, args=(database_settings(), "wake:chain", got), daemon=True
+    )
+    head.start()
+    second = None
+    try:
+        wait_for(at_the_gate, 30, "the head blocked at the holder's gate")
+        second = spawn.Process(
+            target=workers_wake.wait_counting_polls,
+            args=(database_settings(), "wake:chain", "holder", second_got),
+            daemon=True,
+        )
+        second.start()
+        wait_for(lambda: at_the_gate() == 2, 30, "the second blocked at the head's gate")
+        Locks.release("wake:chain", "holder")
+        head_took = got.get(timeout=30)
+        second_took, polls = second_got.get(timeout=30)
+    finally:
+        head.kill()
+        if second is not None:
+            second.kill()
+    assert head_took < second_took
+    assert polls == 0, f"the second in line polled {polls} times"
+
+
+def test_a_waiter_that_gives_up_gives_its_gate_up() -> None:
+    """A waiter holds its own gate while it waits at the holder's (the waiter
+    behind it may block there), and gives it up when its wait ends without the
+    lock, though its connection stays open: a gate kept would hold the next
+    waiter at a gate nobody opens."""
+    from django_dlock import LockNotAcquired, lock
+    from django_dlock.backends import backend_for
+    from django_dlock.backends.mysql.wake import gate_of
+
+    Locks.acquire("wake:gives-up", owner="holder", ttl=60)
+    gate = gate_of(connection, backend_for("default").tables.table, "wake:gives-up", "w1")
+    gate_held = "SELECT IS_USED_LOCK(%s) IS NOT NULL"
+    gave_up, done = threading.Event(), threading.Event()
+
+    def waiter(_: object) -> None:
+        with pytest.raises(LockNotAcquired), lock("wake:gives-up", owner="w1", ttl=30, timeout=1.5):
+            pass
+        gave_up.set()
+        done.wait(30)  # its connection stays open until then
+
+    outcome = run_in_thread(waiter)
+    try:
+        wait_for(at_the_gate, 30, "the waiter blocked at the holder's gate")
+        with connection.cursor() as cursor:
+            cursor.execute(gate_held, [gate])
+            held_while_waiting = cursor.fetchone()[0]
+        assert gave_up.wait(30), outcome
+        with connection.cursor() as cursor:
+            cursor.execute(gate_held, [gate])
+            held_after = cursor.fetchone()[0]
+    finally:
+        done.set()
+        outcome["thread"].join(10)
+    assert "error" not in outcome, outcome
+    assert held_while_waiting == 1
+    assert held_after == 0

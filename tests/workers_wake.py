@@ -28,3 +28,32 @@ def wait_once(db: dict[str, Any], resource: str, got: Any) -> None:
 
     with lock(resource, ttl=45, timeout=60):
         got.put(time.monotonic())
+
+
+def wait_counting_polls(db: dict[str, Any], resource: str, first: str, got: Any) -> None:
+    """Wait in ``lock()`` for ``resource`` (ttl 45, timeout 60), counting its
+    polls: the looks that saw the lock free or held by another owner than
+    ``first`` (its holder as the wait began). Put the monotonic time it got
+    it and that count. ``DLOCK_BACKOFF_MAX`` 5 s: a waiter at a gate does
+    not look on a timer within the test."""
+    setup_worker(db)
+    from django.conf import settings
+
+    from django_dlock import lock
+    from django_dlock.conf import conf
+    from django_dlock.locking.queue import Queue, QueueState
+
+    settings.DLOCK_BACKOFF_MAX = 5.0
+    conf.forget()
+    polls = []
+    look = Queue.look
+
+    def counted(self: Queue, *args: Any) -> QueueState:
+        state = look(self, *args)
+        if state.holder != first:
+            polls.append(state)
+        return state
+
+    Queue.look = counted  # type: ignore[method-assign,assignment]
+    with lock(resource, ttl=45, timeout=60):
+        got.put((time.monotonic(), len(polls)))

@@ -353,11 +353,19 @@ class WaiterQueue:
         commits, to look at the lock now (a permit came free, or a waiter was
         admitted beside others). Waiters that nothing wakes poll."""
 
-    def wait_for_release(self, resource: str, holder: str, seconds: float) -> bool | None:
-        """Block this thread's connection up to ``seconds`` until ``holder``
-        releases ``resource`` (``features.waits_for_release``): whether it did;
-        None where nothing tells (the waiter sleeps and looks instead)."""
+    def wait_for_release(
+        self, resource: str, holder: str, seconds: float, own: str = ""
+    ) -> bool | None:
+        """Block up to ``seconds`` until ``holder`` releases ``resource``, holding
+        ``own``'s gate (``features.waits_for_release``): whether it did; None: unknown."""
         return None
+
+    def owner_ahead(self, resource: str, ticket: int) -> str | None:
+        """The owner of the live waiter just before ``ticket`` (MariaDB's gates)."""
+        return None
+
+    def leave_gate(self, resource: str, owner: str) -> None:
+        """Give up the gate ``wait_for_release`` held for ``owner``."""
 
     def session_pid(self) -> int | None:
         """The server's id of this thread's connection, when the database can

@@ -93,11 +93,23 @@ class Queue:
         """Whether the head can wait for the release in the database (MariaDB)."""
         return self._features.waits_for_release
 
-    def wait_for_release(self, resource: str, holder: str, seconds: float) -> bool | None:
+    def wait_for_release(
+        self, resource: str, holder: str, seconds: float, own: str = ""
+    ) -> bool | None:
         """Wait up to ``seconds``, on this thread's connection, for ``holder``
-        to release ``resource``: whether it did; None where nothing tells
+        to release ``resource``, holding the gate of ``own`` (an owner, or "")
+        meanwhile: whether it did; None where nothing tells
         (``WaiterQueue.wait_for_release``)."""
-        return self._queue.wait_for_release(resource, holder, seconds)
+        return self._queue.wait_for_release(resource, holder, seconds, own)
+
+    def owner_ahead(self, resource: str, ticket: int) -> str | None:
+        """The owner of the live waiter just before ``ticket``, whose gate the
+        waiter of ``ticket`` waits at (MariaDB); None where there is none."""
+        return self._queue.owner_ahead(resource, ticket)
+
+    def leave_gate(self, resource: str, owner: str) -> None:
+        """Give up the gate ``wait_for_release`` held for ``owner``."""
+        self._queue.leave_gate(resource, owner)
 
     def look(self, claim: Claim, ticket: int | None) -> QueueState:
         """One statement, no transaction: whether the lock would admit

@@ -20,13 +20,12 @@ How the head learns that the lock came free:
 - SQLite without a listener: all processes share one host and looking costs
   microseconds, so the head looks every few milliseconds (slower the longer it
   has waited).
-- Elsewhere (behind PgBouncer, MariaDB, where its head does not block at the
-  gate until the release: ``release_wait``; while the listener is down): capped
-  exponential backoff with full jitter, or as long as the turns ahead take.
+- MariaDB: each waiter blocks at a gate, the holder's or the waiter's just
+  ahead, until its release (``release_wait``). Elsewhere (PgBouncer, or where
+  the gate tells nothing): backoff with full jitter, or the turns ahead.
 
-In one process only the first waiter of a resource looks at all: the others
-sleep until it leaves (``local_queues``), so that a thousand waiters cost
-what one does.
+In one process only the first waiter of a resource looks: the others sleep
+until it leaves (``local_queues``): a thousand waiters cost what one does.
 """
 
 from __future__ import annotations
@@ -95,10 +94,11 @@ class Wait:
     next_cycle_look: float = 0.0  # monotonic time of the next look for a cycle
     delayed: bool = False  # the last look found the lock in its lock-delay
     free_at: float | None = None  # when, by that look, it comes free (monotonic)
-    # The head's wait for a holder's release in the database (``release_wait``).
+    # The wait for a release in the database, at a gate (``release_wait``).
     release_of: str | None = None
     unannounced: str | None = None
     released: bool = False
+    chain: release_wait.Chain = field(default_factory=release_wait.Chain)
     # (``locking.told``) The lease a told grant gave where shorter than the ttl;
     # when the last step began (monotonic), and its look's (start, database now).
     lease: float | None = None
@@ -120,8 +120,7 @@ class Wait:
         self.began = time.monotonic()
         self.deadline = self.began + self.timeout
         self.queue = Queue(self.using)
-        # Queue rows written in the caller's transaction would be invisible to
-        # the other waiters; fail as the manager's calls do.
+        # Rows of the caller's transaction: unseen by other waiters. Fail as managers do.
         service_for(self.using).refuse_callers_transaction()
 
     def step(self) -> Hold | float:
@@ -245,6 +244,7 @@ class Wait:
                 if not self.queue.leave(self.resource, ticket):
                     self._give_back(ticket)
         finally:
+            release_wait.leave(self)  # its own gate, where it held one
             local_queues.leave(self)
             if self.watch is not None:
                 self.watch.close()
@@ -366,7 +366,7 @@ class Wait:
             shares_host=self.queue.waiters_share_host,
             refresh_in=WAITER_TTL / 2,
         )
-        sleep = min(sleep, self._remaining())
+        sleep = min(release_wait.chained_sleep(self, sleep), self._remaining())
         if self.holding:  # it may close a cycle: it looks again soon
             sleep = min(sleep, LOOK_EVERY)
         if local_queues.refresh_in(self) <= sleep:

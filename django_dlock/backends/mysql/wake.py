@@ -16,10 +16,18 @@ the wake-up grants nothing. A waiter never keeps the gate past its statement,
 so one that dies holds up nobody; the gate lives in its holder's session,
 and MariaDB gives it up when that session ends (a holder that crashed).
 
-Where the gate tells nothing (nobody holds it: the holder took the lock on
-another session than this one's, say), the waiter sleeps and looks as before;
-waiters further back than the head poll as before. Measurements, and the
-mechanisms not chosen: docs/databases.md.
+The chain: an exclusive waiter that waits at a gate holds its own gate
+meanwhile (the one its take would hold), and each waiter behind the head waits
+at the gate of the live waiter just ahead of it (``MySQLQueue.owner_ahead``)
+rather than polling. As the queue moves nobody has to move: the second in line
+waits at the head's gate, which becomes the holder's gate once the head takes
+the lock, so each release lets exactly the next waiter through, already
+blocked there. A waiter that leaves without the lock gives its gate up
+(``leave_gate``), one that dies loses it with its session: the waiter behind
+wakes and looks. Where the gate tells nothing (nobody holds it: the holder
+took the lock on another session than this one's, the waiter ahead has not
+reached a gate yet, a reader), the waiter sleeps and looks as before.
+Measurements, and the mechanisms not chosen: docs/databases.md.
 """
 
 from __future__ import annotations
@@ -40,6 +48,14 @@ GATE_WAIT = 0.001
 # SQL: this session holds the gate (%s twice), taking it if need be; never twice
 # (GET_LOCK counts a session's holds of one name, and one release must free it).
 HOLD_GATE = f"IF(IS_USED_LOCK(%s) <=> CONNECTION_ID(), 1, GET_LOCK(%s, {GATE_WAIT}))"
+# MariaDB's error where its deadlock detection refuses a wait (user locks too).
+ER_LOCK_DEADLOCK = 1213
+# SQL: this session holds the gate %(own)s unless another does (no wait), or
+# nothing where it is NULL: a waiter's own gate, held while it waits (the chain).
+HOLD_OWN_GATE = (
+    "IF(%(own)s IS NULL, NULL, IF(IS_USED_LOCK(%(own)s) <=> CONNECTION_ID(), 1, "
+    "GET_LOCK(%(own)s, 0)))"
+)
 # SQL: wait up to %(seconds)s for the gate's holder to give it up, and leave it
 # free: 1 once it did, 0 while it stays held, -1 where another session does not
 # hold it (nothing to wait for), NULL on an error (the wait killed).
