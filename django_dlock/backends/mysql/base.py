@@ -85,9 +85,12 @@ class MySQLBackend(LockBackend):
     def __init__(self, using: str) -> None:
         super().__init__(using)
         statements = OneRowStatements(
-            self.tables, self.queue.ticket_heads("%(ticket)s", "%(resource)s")
+            self.tables,
+            self.queue.ticket_heads("%(ticket)s", "%(resource)s"),
+            self.queue.nobody_queued("%(resource)s"),
         )
         self._one_take = Statement("dlock_take", statements.take)
+        self._one_take_behind = Statement("dlock_take_behind", statements.take_behind)
         self._one_release = Statement("dlock_release", statements.release)
         # The same, and the resource's gate held or given up (``mysql.wake``).
         self._kept_take = Statement("dlock_kept_take", kept_with_gate(statements.kept, take=True))
@@ -150,12 +153,13 @@ class MySQLBackend(LockBackend):
         portable operation decides (no row yet, shared holders)."""
         params = self._one_row_params(claim)
         kept = self._kept_take if conf.LISTEN is not False else self._kept
-        answer = self._update_one_row(connection, self._one_take, params, kept)
+        statement = self._one_take_behind if claim.behind_queue else self._one_take
+        answer = self._update_one_row(connection, statement, params, kept)
         if answer is None or answer[0] == one_row.PORTABLE:
             return None
         action, before, values = answer
         row = self._kept_row.row(values, connection)
-        if action == one_row.REFUSED:  # the row as the UPDATE left it: untouched
+        if action in (one_row.REFUSED, one_row.NOT_HEAD):  # the row as the UPDATE left it
             return Taken(row=None, previous_owner=before, renewed=False, refusal=Refusal.of(row))
         return Taken(row=row, previous_owner=before, renewed=action == one_row.AGAIN)
 
