@@ -90,7 +90,13 @@ class MySQLBackend(LockBackend):
             self.queue.nobody_queued("%(resource)s"),
         )
         self._one_take = Statement("dlock_take", statements.take)
-        self._one_take_behind = Statement("dlock_take_behind", statements.take_behind)
+        # It waits for no row lock: a holder's ``held.atomic()`` keeps the row
+        # locked, and a blocking lock() queues at once rather than wait there past
+        # its timeout (error 1205 at once: ``take`` refuses it, and the wait queues).
+        self._one_take_behind = Statement(
+            "dlock_take_behind",
+            f"SET STATEMENT innodb_lock_wait_timeout=0 FOR {statements.take_behind}",
+        )
         self._one_release = Statement("dlock_release", statements.release)
         # The same, and the resource's gate held or given up (``mysql.wake``).
         self._kept_take = Statement("dlock_kept_take", kept_with_gate(statements.kept, take=True))
@@ -121,6 +127,8 @@ class MySQLBackend(LockBackend):
             # keeps the row), that is a refusal as any other, and the statement
             # wrote nothing; else something is stuck, and the error is raised.
             timed_out = error.args and error.args[0] == ER_LOCK_WAIT_TIMEOUT
+            if timed_out and claim.behind_queue:  # it waits for no row lock: it queues
+                return Taken(row=None, previous_owner=None, renewed=False)
             if timed_out and self._held_by_another(claim.resource, claim.owner):
                 return Taken(row=None, previous_owner=None, renewed=False)
             raise
