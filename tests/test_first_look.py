@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from multiprocessing.process import BaseProcess
 
@@ -16,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_dlock import LockNotAcquired, lock
 from django_dlock.backends import backend_for
-from django_dlock.models import DistributedLock, LockWaiter
+from django_dlock.models import DistributedLock, LockHold, LockWaiter
 from tests import workers_waiting
 from tests.testapp.models import Counter
 from tests.utils import database_settings, expire, spawn, wait_for
@@ -99,3 +101,33 @@ def test_a_blocking_acquirer_does_not_pass_a_queued_waiter_of_a_free_lock(
     stopped_waiter.join(30)
     assert stopped_waiter.exitcode == 0
     assert Counter.objects.get(name="look:1:queued").value == 1
+
+
+@pytest.mark.skipif(
+    connection.vendor == "sqlite", reason="a guarded block holds SQLite's write lock"
+)
+def test_a_blocking_writer_queues_at_once_beside_a_readers_guarded_block() -> None:
+    # Beside shared holders the portable take decides, and its FOR UPDATE would
+    # wait for a reader's held.atomic(): the first take refuses instead, and the
+    # wait queues, so its timeout holds rather than the block's length.
+    reader = Locks.acquire("look:2", owner="reader", ttl=30, shared=True)
+    assert isinstance(reader, LockHold)  # a reader's hold
+    entered, leave = threading.Event(), threading.Event()
+
+    def guarded() -> None:
+        with reader.atomic():
+            entered.set()
+            leave.wait(10)
+        connection.close()
+
+    block = threading.Thread(target=guarded, daemon=True)
+    block.start()
+    try:
+        assert entered.wait(10)
+        started = time.monotonic()
+        with pytest.raises(LockNotAcquired), lock("look:2", ttl=30, timeout=0.3):
+            pass
+        assert time.monotonic() - started < 2.0
+    finally:
+        leave.set()
+        block.join(10)

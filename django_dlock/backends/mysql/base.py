@@ -163,11 +163,13 @@ class MySQLBackend(LockBackend):
         kept = self._kept_take if conf.LISTEN is not False else self._kept
         statement = self._one_take_behind if claim.behind_queue else self._one_take
         answer = self._update_one_row(connection, statement, params, kept)
-        if answer is None or answer[0] == one_row.PORTABLE:
+        if answer is None or (answer[0] == one_row.PORTABLE and not claim.behind_queue):
             return None
         action, before, values = answer
         row = self._kept_row.row(values, connection)
-        if action in (one_row.REFUSED, one_row.NOT_HEAD):  # the row as the UPDATE left it
+        # The row as the UPDATE left it. (Beside shared holders a blocking lock()
+        # queues, rather than wait in the portable take for their guarded blocks.)
+        if action in (one_row.REFUSED, one_row.NOT_HEAD, one_row.PORTABLE):
             return Taken(row=None, previous_owner=before, renewed=False, refusal=Refusal.of(row))
         return Taken(row=row, previous_owner=before, renewed=action == one_row.AGAIN)
 

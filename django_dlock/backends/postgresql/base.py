@@ -102,7 +102,9 @@ class PostgreSQLBackend(LockBackend):
                 statement = exclusive.take_behind
             taken = self._alone(lambda: self._taken(statement, params))
         if taken.row is None and taken.previous_owner == SHARED_HOLDERS:
-            return None
+            # Beside readers or permits the portable take decides, its FOR UPDATE
+            # waiting for their guarded blocks; a blocking lock() queues instead.
+            return taken if claim.behind_queue else None
         return taken
 
     def _take_shared(self, claim: Claim) -> Taken | None:
