@@ -92,6 +92,33 @@ def test_a_lock_wait_timeout_raises(other_session: Any) -> None:
     assert Locks.get(resource="job:held").owner == "a"
 
 
+def test_a_blocking_lock_queues_at_once_while_a_guarded_block_keeps_the_row(
+    other_session: Any,
+) -> None:
+    # Its first take (``Claim.behind_queue``) waits for no row lock: a holder's
+    # held.atomic() keeps the row (LOCK IN SHARE MODE), and the waiter's timeout
+    # holds, not the block's length (here 3 s, innodb_lock_wait_timeout).
+    from django_dlock import LockNotAcquired, lock
+
+    Locks.acquire("job:guarded", owner="a", ttl=30)
+    cursor = other_session.cursor()
+    cursor.execute(
+        "SELECT id FROM distributed_locks WHERE resource = 'job:guarded' LOCK IN SHARE MODE"
+    )
+    with connection.cursor() as own:
+        own.execute("SET SESSION innodb_lock_wait_timeout = 3")
+    try:
+        started = time.monotonic()
+        with pytest.raises(LockNotAcquired), lock("job:guarded", ttl=30, timeout=0.3):
+            pass
+        assert time.monotonic() - started < 2.0
+    finally:
+        other_session.rollback()
+        with connection.cursor() as own:
+            own.execute("SET SESSION innodb_lock_wait_timeout = DEFAULT")
+    assert Locks.get(resource="job:guarded").owner == "a"
+
+
 def test_an_acquire_chosen_as_a_deadlock_victim_runs_again(other_session: Any) -> None:
     # The deadlock the churn test met now and then, made on purpose: this
     # acquire has locked the fencing floor for a first insert and waits for the

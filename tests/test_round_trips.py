@@ -148,6 +148,16 @@ def test_lock_context_takes_one_round_trip_each_way(proxy: DelayProxy) -> None:
     assert round_trips(proxy, lambda: held.__exit__(None, None, None)) == 1
 
 
+def test_a_blocking_lock_takes_one_round_trip_each_way(proxy: DelayProxy) -> None:
+    # Uncontended, its first look is the take (``Claim.behind_queue``): no look before.
+    with lock("rt:10", ttl=30, using=ALIAS):  # the resource's row exists
+        pass
+    blocking = lock("rt:10", ttl=30, timeout=30, using=ALIAS)
+
+    assert round_trips(proxy, blocking.__enter__) == 1
+    assert round_trips(proxy, lambda: blocking.__exit__(None, None, None)) == 1
+
+
 def test_execute_wrappers_and_the_query_log_see_every_statement(proxy: DelayProxy) -> None:
     locks = DistributedLock.objects.db_manager(ALIAS)
     connection = connections[ALIAS]

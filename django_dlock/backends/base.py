@@ -55,6 +55,7 @@ from django_dlock.backends.transactions import in_lock_transaction
 from django_dlock.rules import ReleaseResult, same_owner
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.grant import revoked
+from django_dlock.rules.predicates import is_head
 
 __all__ = ["LockBackend"]
 
@@ -136,6 +137,10 @@ class LockBackend:
         # as the head (a reader or a permit: ``admit`` counts those ahead).
         head_of = claim.resource if claim.exclusive else None
         if claim.ticket is not None and not self.queue.ticket_counts(claim.ticket, head_of=head_of):
+            return Taken(row=None, previous_owner=None, renewed=False)
+        # A blocking lock() before it queues: only where nobody waits (``IS_HEAD``).
+        behind = claim.behind_queue and claim.exclusive and claim.ticket is None
+        if behind and not is_head(self.queue.queued_before(claim.resource, None)[0]):
             return Taken(row=None, previous_owner=None, renewed=False)
         if header is None:
             if claim.exclusive:

@@ -152,6 +152,12 @@ class WaiterQueue:
         is_head = IS_HEAD.sql(self.tables.sql_row.spelling(ahead=ahead))
         return f"{self.ticket_counts_sql(ticket)} AND {is_head}"
 
+    def nobody_queued(self, resource: str = "%s") -> str:
+        """SQL: no live waiter of ``resource`` (SQL) is queued, so a claim without
+        a ticket heads the queue (``IS_HEAD``): ``Claim.behind_queue``'s take."""
+        ahead = f"(SELECT COUNT(*) {self.queued_before_sql(resource, str(NO_TICKET))})"
+        return str(IS_HEAD.sql(self.tables.sql_row.spelling(ahead=ahead)))
+
     def _queue_state_sql(self, ticket_queued: str) -> str:
         # Waiters run this in a loop, so it is one hand-written SELECT rather than
         # ORM queries, which cost more to build than to run.

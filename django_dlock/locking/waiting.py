@@ -133,12 +133,12 @@ class Wait:
             if not local_queues.first(self):
                 return self._remaining()
         elif self.ticket is None:
-            state = queue_state(self.using, self.claim, None)
-            if state.admissible:
-                # Nobody queued ahead and the lock free for it: take it straight away.
-                acquired = self._try(queued=False)
-                if acquired is not None:
-                    return acquired
+            # The first look is the take itself: it takes only where the lock is
+            # free for it and nobody is queued (``Claim.behind_queue``), one
+            # statement where the lock is not contended.
+            acquired = self._try(queued=False)
+            if acquired is not None:
+                return acquired
             self._watch()
             # Queuing looks again: the lock may have been taken or come free meanwhile,
             # or released before the ticket existed (so that no release names it).
@@ -260,7 +260,8 @@ class Wait:
         self.tries += 1
         self.started = time.monotonic()
         leaving = self.ticket if queued else None
-        acquired = service_for(self.using).take(replace(self.claim, ticket=leaving), instance=False)
+        claim = replace(self.claim, ticket=leaving, behind_queue=leaving is None)
+        acquired = service_for(self.using).take(claim, instance=False)
         if isinstance(acquired, Refusal):
             return None
         if leaving is not None:

@@ -37,6 +37,11 @@ class Claim:
     lock_delay: timedelta | None = None
     # lock()'s place in the wait queue: higher first (see ``backends.tickets.PRIORITY_STEP``).
     priority: int = 0
+    # A blocking lock()'s first take, before it queues (no ticket): admitted
+    # only where no live waiter is queued (``IS_HEAD``, counting every waiter),
+    # so that it folds the wait's first look into the take and never passes
+    # those already waiting. A reader's or a permit's take counts them anyway.
+    behind_queue: bool = False
 
     @property
     def exclusive(self) -> bool:

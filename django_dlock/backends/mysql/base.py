@@ -85,9 +85,18 @@ class MySQLBackend(LockBackend):
     def __init__(self, using: str) -> None:
         super().__init__(using)
         statements = OneRowStatements(
-            self.tables, self.queue.ticket_heads("%(ticket)s", "%(resource)s")
+            self.tables,
+            self.queue.ticket_heads("%(ticket)s", "%(resource)s"),
+            self.queue.nobody_queued("%(resource)s"),
         )
         self._one_take = Statement("dlock_take", statements.take)
+        # It waits for no row lock: a holder's ``held.atomic()`` keeps the row
+        # locked, and a blocking lock() queues at once rather than wait there past
+        # its timeout (error 1205 at once: ``take`` refuses it, and the wait queues).
+        self._one_take_behind = Statement(
+            "dlock_take_behind",
+            f"SET STATEMENT innodb_lock_wait_timeout=0 FOR {statements.take_behind}",
+        )
         self._one_release = Statement("dlock_release", statements.release)
         # The same, and the resource's gate held or given up (``mysql.wake``).
         self._kept_take = Statement("dlock_kept_take", kept_with_gate(statements.kept, take=True))
@@ -118,6 +127,8 @@ class MySQLBackend(LockBackend):
             # keeps the row), that is a refusal as any other, and the statement
             # wrote nothing; else something is stuck, and the error is raised.
             timed_out = error.args and error.args[0] == ER_LOCK_WAIT_TIMEOUT
+            if timed_out and claim.behind_queue:  # it waits for no row lock: it queues
+                return Taken(row=None, previous_owner=None, renewed=False)
             if timed_out and self._held_by_another(claim.resource, claim.owner):
                 return Taken(row=None, previous_owner=None, renewed=False)
             raise
@@ -150,12 +161,15 @@ class MySQLBackend(LockBackend):
         portable operation decides (no row yet, shared holders)."""
         params = self._one_row_params(claim)
         kept = self._kept_take if conf.LISTEN is not False else self._kept
-        answer = self._update_one_row(connection, self._one_take, params, kept)
-        if answer is None or answer[0] == one_row.PORTABLE:
+        statement = self._one_take_behind if claim.behind_queue else self._one_take
+        answer = self._update_one_row(connection, statement, params, kept)
+        if answer is None or (answer[0] == one_row.PORTABLE and not claim.behind_queue):
             return None
         action, before, values = answer
         row = self._kept_row.row(values, connection)
-        if action == one_row.REFUSED:  # the row as the UPDATE left it: untouched
+        # The row as the UPDATE left it. (Beside shared holders a blocking lock()
+        # queues, rather than wait in the portable take for their guarded blocks.)
+        if action in (one_row.REFUSED, one_row.NOT_HEAD, one_row.PORTABLE):
             return Taken(row=None, previous_owner=before, renewed=False, refusal=Refusal.of(row))
         return Taken(row=row, previous_owner=before, renewed=action == one_row.AGAIN)
 

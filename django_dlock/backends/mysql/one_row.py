@@ -49,7 +49,7 @@ RELEASED = "released"
 DECREMENTED = "decremented"
 FORBIDDEN = "forbidden"
 NOT_FOUND = "not_found"
-NOT_HEAD = "not_head"  # a waiter's ticket no longer counts, or is not the head
+NOT_HEAD = "not_head"  # a waiter's ticket no longer counts, is not the head; or others wait
 
 # The session variable that keeps the value a column was written with.
 _KEPT = "@dlock_{}"
@@ -59,9 +59,10 @@ class OneRowStatements:
     """``take`` and ``release`` of the exclusive lock on one alias: the
     ``UPDATE`` and the ``SELECT`` of what it kept."""
 
-    def __init__(self, tables: LockTables, queued: str) -> None:
+    def __init__(self, tables: LockTables, queued: str, nobody_queued: str) -> None:
         """``queued``: SQL, the ticket ``%(ticket)s`` still counts and heads the
-        queue of ``%(resource)s`` (``WaiterQueue.ticket_heads``)."""
+        queue of ``%(resource)s`` (``WaiterQueue.ticket_heads``); ``nobody_queued``:
+        SQL, no live waiter of ``%(resource)s`` is queued (``WaiterQueue.nobody_queued``)."""
         # Only quoted identifiers, constants and Django-compiled SQL are
         # formatted in; values are parameters.
         c, table = tables.column_sql, tables.table
@@ -147,6 +148,9 @@ class OneRowStatements:
         self.take = take("")
         # A waiter's: its ticket (``%(ticket)s``) decided first (``queued``).
         self.queued_take = take(queued)
+        # A blocking lock()'s first take, before it queues (``Claim.behind_queue``):
+        # only where nobody is queued (else ``NOT_HEAD``: it queues, and looks).
+        self.take_behind = take(nobody_queued)
 
         # Release: one hold of several goes; the last leaves the row expired
         # and ownerless, to keep the fencing token counting.

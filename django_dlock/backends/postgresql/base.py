@@ -98,9 +98,13 @@ class PostgreSQLBackend(LockBackend):
             taken = self._alone(lambda: self._take_released(claim, params))
         else:
             statement = exclusive.take if claim.ticket is None else exclusive.take_leaving
+            if claim.ticket is None and claim.behind_queue:
+                statement = exclusive.take_behind
             taken = self._alone(lambda: self._taken(statement, params))
         if taken.row is None and taken.previous_owner == SHARED_HOLDERS:
-            return None
+            # Beside readers or permits the portable take decides, its FOR UPDATE
+            # waiting for their guarded blocks; a blocking lock() queues instead.
+            return taken if claim.behind_queue else None
         return taken
 
     def _take_shared(self, claim: Claim) -> Taken | None:
@@ -135,14 +139,21 @@ class PostgreSQLBackend(LockBackend):
         it (released, or the owner's own hold: taken; another owner's valid
         hold: refused), else by ``take``: no row yet, an expired holder's (see
         ``ExclusiveStatements.take_released``)."""
-        owner, held, expires_at, now, *written = self._answer(self._exclusive.take_released, params)
+        exclusive = self._exclusive
+        behind = claim.behind_queue
+        short = exclusive.take_released_behind if behind else exclusive.take_released
+        owner, held, expires_at, now, *written = self._answer(short, params)
         if written[0] is not None:
             row = self.tables.row(written)
             return Taken(row=row, previous_owner=owner, renewed=row.acquired_at < row.now)
         if held and owner != claim.owner:  # refused; shared holders: see take()
             refusal = Refusal(now=now, until=expires_at)
             return Taken(row=None, previous_owner=owner, renewed=False, refusal=refusal)
-        return self._taken(self._exclusive.take, params)
+        if behind and owner == "" and not held:
+            # Released, yet not written: someone is queued (or a lock-delay runs).
+            # The blocking caller queues and looks (``Wait.step``): no statement more.
+            return Taken(row=None, previous_owner=owner, renewed=False)
+        return self._taken(exclusive.take_behind if behind else exclusive.take, params)
 
     def _taken(self, statement: Statement, params: dict[str, Any]) -> Taken:
         owner, _, locked, row = self._decided(statement, params)

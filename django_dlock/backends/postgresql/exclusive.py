@@ -140,14 +140,25 @@ class ExclusiveStatements:
         # as it was locked), or one released by an operator with a lock-delay
         # (refused while it runs).
         released = f"{table}.{c['owner']} = '' AND {table}.{c['lock_delay']} IS NULL"
-        self.take_released = Statement(
-            "take_released",
-            f"WITH written AS (UPDATE {table} SET {take} "  # noqa: S608
-            f"WHERE {c['resource']} = %(resource)s AND (({released}) OR {mine}) "
-            f"RETURNING {after}, {now}) SELECT snapshot.{c['owner']}, "
-            f"{valid_in('snapshot.')}, snapshot.{c['expires_at']}, {now}, written.* "
-            f"FROM (SELECT) one LEFT JOIN {table} snapshot "
-            f"ON snapshot.{c['resource']} = %(resource)s LEFT JOIN written ON TRUE",
+
+        def take_released(name: str, condition: str = "") -> Statement:
+            return Statement(
+                name,
+                f"WITH written AS (UPDATE {table} SET {take} "  # noqa: S608
+                f"WHERE {c['resource']} = %(resource)s AND (({released}) OR {mine}) "
+                f"{condition} RETURNING {after}, {now}) SELECT snapshot.{c['owner']}, "
+                f"{valid_in('snapshot.')}, snapshot.{c['expires_at']}, {now}, written.* "
+                f"FROM (SELECT) one LEFT JOIN {table} snapshot "
+                f"ON snapshot.{c['resource']} = %(resource)s LEFT JOIN written ON TRUE",
+            )
+
+        self.take_released = take_released("take_released")
+        # A blocking lock()'s first take, before it queues (``Claim.behind_queue``):
+        # the same, only where nobody is queued (``WaiterQueue.nobody_queued``).
+        nobody_queued = f"AND {backend.queue.nobody_queued('%(resource)s')}"
+        self.take_released_behind = take_released("take_released_behind", nobody_queued)
+        self.take_behind = Statement(
+            "take_behind", f"{taken_if(nobody_queued)} {answer} LEFT JOIN written ON TRUE"
         )
         # lock()'s waiter that takes the lock leaves its queue in the same
         # statement; one whose ticket lapsed, or that no longer heads the queue
