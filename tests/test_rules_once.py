@@ -53,8 +53,9 @@ COPIES = {
     "may join (Python)": re.compile(
         r"writers\w*\s*==\s*0|ahead_exclusive\s*==\s*0|\+\s*[\w.]*ahead\s*<|holders\s*\+\s*\w"
     ),
+    # (the first ticket; the waiter just ahead, ``ORDER BY id DESC``, is another question)
     "is the head (SQL)": re.compile(
-        r"(ORDER BY|MIN\()\s*\w*\.?\{?(qn\(['\"])?id\b[^,]*(LIMIT 1|\))"
+        r"(ORDER BY|MIN\()\s*\w*\.?\{?(qn\(['\"])?id\b(?![^,]*DESC)[^,]*(LIMIT 1|\))"
     ),
     "is the head (Python)": re.compile(
         r"ahead\s*==\s*0|\.ahead\s+(and|or)\b|not\s+[\w.]*\.ahead\b"
