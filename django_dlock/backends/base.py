@@ -2,24 +2,19 @@
 portable version of each lock operation.
 
 A backend is composed of named parts, as Django's ``DatabaseWrapper`` is of
-``ops``, ``features`` and ``introspection``: ``features`` (what it can do),
-``tables`` (the names and row conversions every part shares), ``rows`` (the
-lock rows' statements), ``holds`` (the shared holds'), ``queue`` (the waiter
-queue's), ``purge``, ``renewals``, ``grants`` (the writes of an
-admission), ``offers`` (taking a hand-over's offer), ``throttles`` (a
-throttle's use) and ``guard`` (``held.atomic()``'s statements). A vendor names
-its part classes (``queue_class = PostgreSQLQueue``) and overrides whole
-methods in them.
+``ops`` and ``features``: ``features``, ``tables`` (names and row conversions),
+``rows``, ``holds``, ``queue``, ``purge``, ``renewals``, ``grants`` (an
+admission's writes), ``offers`` (a hand-over's offer), ``throttles`` and
+``guard`` (``held.atomic()``). A vendor names its part classes (``queue_class =
+PostgreSQLQueue``) and overrides whole methods in them.
 
-Each lock operation is one method of ``LockBackend`` (``take``, ``extend``,
-``give_up``, ...), and the decision it makes lives there: here, in Python,
-between a ``SELECT ... FOR UPDATE`` of the resource's row and the write, inside
-one transaction of the operation's own (``in_lock_transaction``). A vendor
-overrides an operation with a form that decides in SQL, in fewer statements:
-its override is the operation's one entry, which dispatches once, to its
-statement or, where that form does not apply, to the portable operation
-(``take_portable``, ``extend_portable``, ``give_up_portable``); no operation
-re-enters itself through ``super()``.
+Each lock operation is one method here (``take``, ``extend``, ``give_up``, ...),
+deciding in Python between a ``SELECT ... FOR UPDATE`` of the resource's row and
+the write, in a lock transaction of its own (``in_lock_transaction``). A
+vendor's override decides in SQL, in fewer statements, and dispatches once: to
+its statement, or to the portable operation (``take_portable``,
+``extend_portable``, ``give_up_portable``); no operation re-enters itself
+through ``super()``.
 """
 
 from __future__ import annotations
@@ -41,7 +36,7 @@ from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.grants import Grants
 from django_dlock.backends.guard import guard_for
 from django_dlock.backends.holds import Holds
-from django_dlock.backends.lock_rows import LockRows
+from django_dlock.backends.lock_rows import LockRows, RowLocked
 from django_dlock.backends.offers import Offers
 from django_dlock.backends.purge import Purge, PurgedBatch
 from django_dlock.backends.queue import WaiterQueue
@@ -114,23 +109,27 @@ class LockBackend:
     def take(self, claim: Claim) -> Taken:
         """Acquire, as ``backends.admission`` decides: the claimant becomes a
         holder (a new token), or the holder again (a later expiry, the same
-        token; reentrant, one hold more), or nothing. Without a row, the first
-        one is inserted. Once admitted, the waiter ticket ``claim.ticket``
-        leaves its queue in the same transaction (one commit, and no moment
-        where the next waiter sees the new holder still queued ahead of it);
-        a ticket that no longer counts (``WaiterQueue.ticket_counts_sql``), or
-        an exclusive one that does not head its queue, is refused. The
-        operation's one entry: a vendor's dispatches to its statements or to
-        ``take_portable``."""
+        token; reentrant, one hold more), or nothing; the first row inserted.
+        The waiter ticket ``claim.ticket`` leaves its queue in the same
+        transaction (no moment where the next waiter sees the new holder still
+        queued ahead of it); a ticket that no longer counts, or an exclusive
+        one not at the head, is refused. A vendor's entry dispatches to its
+        statements or to ``take_portable``."""
         return self.take_portable(claim)
 
     def take_portable(self, claim: Claim) -> Taken:
         """``take`` as every database can: its decision in Python (``admit``),
         between a ``SELECT ... FOR UPDATE`` and the write, in a lock transaction."""
-        return in_lock_transaction(self, lambda: self._take(claim))
+        try:
+            return in_lock_transaction(self, lambda: self._take(claim))
+        except RowLocked:  # (a blocking lock()'s first take: the caller queues)
+            return Taken(row=None, previous_owner=None, renewed=False)
 
     def _take(self, claim: Claim) -> Taken:
-        header = self.rows.select_for_update(claim.resource)
+        # A blocking lock() before it queues takes only where nobody waits
+        # (``IS_HEAD``), nor waits for a row lock (a holder's guarded block).
+        behind = claim.behind_queue and claim.exclusive and claim.ticket is None
+        header = self.rows.select_for_update(claim.resource, nowait=behind)
         if header is None and claim.held_token is not None:  # purged: the grant is lost
             return Taken(row=None, previous_owner=None, renewed=False)
         # A waiter takes on a ticket that still counts; an exclusive one only
@@ -138,8 +137,6 @@ class LockBackend:
         head_of = claim.resource if claim.exclusive else None
         if claim.ticket is not None and not self.queue.ticket_counts(claim.ticket, head_of=head_of):
             return Taken(row=None, previous_owner=None, renewed=False)
-        # A blocking lock() before it queues: only where nobody waits (``IS_HEAD``).
-        behind = claim.behind_queue and claim.exclusive and claim.ticket is None
         if behind and not is_head(self.queue.queued_before(claim.resource, None)[0]):
             return Taken(row=None, previous_owner=None, renewed=False)
         if header is None:
@@ -279,8 +276,7 @@ class LockBackend:
         )
 
     def holders(self, resource: str) -> list[LockRow]:
-        """The valid holds of ``resource``, oldest first (two reads, no lock:
-        for display)."""
+        """The valid holds of ``resource``, oldest first (two reads, no lock: for display)."""
         header = self.tables.fetch_row(self.rows.read_sql, [resource])
         if header is None or not header.held:
             return []

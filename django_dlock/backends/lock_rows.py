@@ -17,10 +17,20 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
+from django.db import OperationalError
+
 from django_dlock.backends.results import LockRow
 from django_dlock.backends.tables import PLACEHOLDER, LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules.clock import DatabaseNow, now_plus
+
+# A row lock NOWAIT found taken: PostgreSQL's lock_not_available; MariaDB's
+# lock wait timeout (1205), MySQL's ER_LOCK_NOWAIT (3572).
+ROW_LOCKED_SQLSTATE, ROW_LOCKED_CODES = "55P03", (1205, 3572)
+
+
+class RowLocked(Exception):
+    """``select_for_update(nowait=True)`` found the row locked by another transaction."""
 
 
 class LockRows:
@@ -48,9 +58,27 @@ class LockRows:
         """The same SELECT without a row lock, for reads outside a transaction."""
         return self.tables.compiled(self.tables.row_query())[0]
 
-    def select_for_update(self, resource: str) -> LockRow | None:
-        """The resource's row, locked until commit; ``None`` if there is none."""
-        return self.tables.fetch_row(self.select_sql, [resource])
+    @cached_property
+    def select_nowait_sql(self) -> str:
+        """``select_sql`` that does not wait for another transaction's row lock."""
+        tables = self.tables
+        return str(tables.compiled(tables.row_query().select_for_update(nowait=True))[0])
+
+    def select_for_update(self, resource: str, *, nowait: bool = False) -> LockRow | None:
+        """The resource's row, locked until commit; ``None`` if there is none.
+        ``nowait``: raise ``RowLocked`` rather than wait where another
+        transaction locks it (where the database can say so)."""
+        if not nowait or not self.tables.connection.features.has_select_for_update_nowait:
+            return self.tables.fetch_row(self.select_sql, [resource])
+        try:
+            return self.tables.fetch_row(self.select_nowait_sql, [resource])
+        except OperationalError as error:
+            cause = error.__cause__
+            if getattr(cause, "sqlstate", None) == ROW_LOCKED_SQLSTATE or (
+                error.args and error.args[0] in ROW_LOCKED_CODES
+            ):
+                raise RowLocked from error
+            raise
 
     def insert(
         self,
