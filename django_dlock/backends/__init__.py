@@ -13,7 +13,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.queue import QueueRow
+from django_dlock.backends.queue_row import QueueRow
 
 __all__ = [
     "BACKENDS",

@@ -35,7 +35,8 @@ from functools import cached_property
 from django_dlock.backends.grants import HEADER_WRITTEN
 from django_dlock.backends.holds import Holds
 from django_dlock.backends.lock_rows import LockRows
-from django_dlock.backends.queue import HANDOVER_LEASE, WaiterQueue, _to_timedelta
+from django_dlock.backends.queue import HANDOVER_LEASE, WaiterQueue
+from django_dlock.backends.queue_row import to_timedelta
 from django_dlock.backends.results import LockRow
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, same_owner
 from django_dlock.rules.grant import GRANT_MARK, OFFER_LEASE, revoked
@@ -101,7 +102,7 @@ class SharedGrants:
             cursor.execute(self._queue_sql, [resource, head])
             rows = cursor.fetchall()
         return [
-            _Waiter(int(t), c or "", o, _to_timedelta(ttl), m, lim, lab or "")
+            _Waiter(int(t), c or "", o, to_timedelta(ttl), m, lim, lab or "")
             for t, c, o, ttl, m, lim, lab in rows
         ]
 

@@ -15,7 +15,8 @@ from datetime import datetime
 from django.db import IntegrityError
 
 from django_dlock.backends.features import BackendFeatures
-from django_dlock.backends.queue import QueueRow, WaiterQueue
+from django_dlock.backends.queue import WaiterQueue
+from django_dlock.backends.queue_row import QueueRow
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import time_left

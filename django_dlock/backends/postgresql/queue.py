@@ -10,7 +10,8 @@ from django_dlock.backends.postgresql.wake import (
     head_sql,
     wake_sql,
 )
-from django_dlock.backends.queue import WANTS, QueueRow, WaiterQueue
+from django_dlock.backends.queue import WANTS, WaiterQueue
+from django_dlock.backends.queue_row import QueueRow
 from django_dlock.backends.tickets import record_ticket
 from django_dlock.django_private import compile_expression
 from django_dlock.rules.claim import Claim

@@ -8,7 +8,8 @@ from typing import TypeVar
 
 from django.db import transaction
 
-from django_dlock.backends.queue import QueueRow, WaiterQueue
+from django_dlock.backends.queue import WaiterQueue
+from django_dlock.backends.queue_row import QueueRow
 from django_dlock.backends.transactions import in_lock_transaction
 from django_dlock.django_private import atomic_depth
 from django_dlock.listeners.sqlite import alive, wake
