@@ -7,7 +7,8 @@ asked and by whom, and what must come of it (CONTRACT.md): the answer, the
 holds left (with their tokens and starts unchanged, and an expiry moved only
 by a renewal), the resource's fencing token still counting, and, where the
 database hands a freed lock to the head of its queue (``grants_on_release``),
-whether the head was offered it. Each case is built in the database under test
+whether the head was offered it, and where it grants readers and permits their
+holds too (``grants_shared_on_release``), how many waiters it told. Each case is built in the database under test
 and run through every path that vendor has: the portable operation, the
 vendor's statements (PostgreSQL's one statement, MariaDB's one-row
 ``UPDATE``), which hand some cases to the portable one (``decided_by_portable``),
@@ -56,6 +57,11 @@ def grants_on_release(backend: LockBackend) -> bool:
     return backend.features.grants_on_release
 
 
+def grants_shared_on_release(backend: LockBackend) -> bool:
+    """Whether it grants readers and permits their holds too (``shared_grants``)."""
+    return backend.features.grants_shared_on_release
+
+
 # -- the table -----------------------------------------------------------------------
 
 RELEASE, RENEW, FORCE = "release", "renew", "force-release"
@@ -92,12 +98,15 @@ class Outcome:
     released: tuple[str, ...] = ()  # the holders released
     renewed: str | None = None  # the holder whose expiry moves
     offered: bool = False  # the freed lock goes to the head of the queue, where it is handed over
+    # How many readers or permit waiters (the head first) get their holds from
+    # the release, where it grants them (``grants_shared_on_release``).
+    told: int = 0
 
 
 def released(
-    *owners: str, left: tuple[tuple[str, int], ...] = (), offered: bool = False
+    *owners: str, left: tuple[tuple[str, int], ...] = (), offered: bool = False, told: int = 0
 ) -> Outcome:
-    return Outcome("RELEASED", left=left, released=owners, offered=offered)
+    return Outcome("RELEASED", left=left, released=owners, offered=offered, told=told)
 
 
 def decremented(owner: str, holds: int) -> Outcome:
@@ -186,13 +195,14 @@ CASES = (
     Case(
         "writer/release-to-writer", (A,), release("a"), released("a", offered=True), queued=WRITER
     ),
-    # A reader, a permit and a waiter that polls take the lock themselves.
-    Case("writer/release-to-reader", (A,), release("a"), released("a"), queued=READER),
+    # A reader and a permit get their holds where the release grants them
+    # (``told``); a waiter that polls takes the lock itself.
+    Case("writer/release-to-reader", (A,), release("a"), released("a", told=1), queued=READER),
     Case(
         "writer/release-to-reader-then-writer",
         (A,),
         release("a"),
-        released("a"),
+        released("a", told=1),
         queued=READER + WRITER,
     ),
     Case(
@@ -226,7 +236,7 @@ CASES = (
     Case("writer/renew-by-other", (A,), renew("z"), REFUSED),
     Case("writer/force", (A,), force(), released("a")),
     Case("writer/force-to-writer", (A,), force(), released("a", offered=True), queued=WRITER),
-    Case("writer/force-holder", (A,), force("a"), released("a"), queued=READER),
+    Case("writer/force-holder", (A,), force("a"), released("a", told=1), queued=READER),
     Case("writer/force-other", (A,), force("z"), FORBIDDEN, queued=WRITER),
     # -- a reentrant exclusive holder -------------------------------------------------
     Case("writer-entered-twice/release", A2, release("a"), decremented("a", 1), queued=WRITER),
@@ -245,7 +255,7 @@ CASES = (
     Case(
         "reader/release-to-writer", READ_A, release("a"), released("a", offered=True), queued=WRITER
     ),
-    Case("reader/release-to-reader", READ_A, release("a"), released("a"), queued=READER),
+    Case("reader/release-to-reader", READ_A, release("a"), released("a", told=1), queued=READER),
     Case("reader/release-by-other", READ_A, release("z"), FORBIDDEN, queued=WRITER),
     Case("reader/renew", READ_A, renew("a"), renewed("a")),
     Case("reader/renew-by-other", READ_A, renew("z"), REFUSED),
@@ -306,27 +316,27 @@ CASES = (
         queued=WRITER,
     ),
     Case("readers-one-expired/force-expired", READ_AB_A_EXPIRED, force("a"), FORBIDDEN),
-    # -- a semaphore: a freed permit is no hand-over ---------------------------------
-    Case("semaphore-2-of-1/release", PERMIT_A, release("a"), released("a"), queued=PERMITS),
+    # -- a semaphore: a freed permit is granted where readers are (``told``) ----------
+    Case("semaphore-2-of-1/release", PERMIT_A, release("a"), released("a", told=2), queued=PERMITS),
     Case(
         "semaphore-2-of-2/release-one",
         PERMIT_AB,
         release("a"),
-        released("a", left=(("b", 1),)),
+        released("a", left=(("b", 1),), told=1),
         queued=PERMITS,
     ),
     Case(
         "semaphore-2-of-2/release-both",
         PERMIT_AB,
         release("a"),
-        released("a"),
+        released("a", told=2),
         queued=PERMITS,
         then="b",
     ),
     Case("semaphore-2-of-2/release-by-other", PERMIT_AB, release("z"), FORBIDDEN, queued=PERMITS),
     Case("semaphore-2-of-2/renew-one", PERMIT_AB, renew("a"), renewed("a")),
     Case("semaphore-2-of-2/renew-by-other", PERMIT_AB, renew("z"), REFUSED),
-    Case("semaphore-2-of-2/force", PERMIT_AB, force(), released("a", "b"), queued=PERMITS),
+    Case("semaphore-2-of-2/force", PERMIT_AB, force(), released("a", "b", told=2), queued=PERMITS),
     Case(
         "semaphore-one-expired/release-by-expired",
         PERMIT_AB_A_EXPIRED,
@@ -338,12 +348,16 @@ CASES = (
         "semaphore-one-expired/release-by-valid",
         PERMIT_AB_A_EXPIRED,
         release("b"),
-        released("b"),
+        released("b", told=2),
         queued=PERMITS,
     ),
     Case("semaphore-one-expired/renew-by-expired", PERMIT_AB_A_EXPIRED, renew("a"), REFUSED),
     Case(
-        "semaphore-one-expired/force", PERMIT_AB_A_EXPIRED, force(), released("b"), queued=PERMITS
+        "semaphore-one-expired/force",
+        PERMIT_AB_A_EXPIRED,
+        force(),
+        released("b", told=2),
+        queued=PERMITS,
     ),
 )
 
@@ -431,12 +445,15 @@ def state_after(backend: LockBackend, resource: str, before: Before) -> str:
     expiry moved or the grant changed), or whether it is free with its token
     still counting, and what became of the live waiters' tickets."""
     parts: list[str] = []
-    for now in backend.holders(resource):
+    holders = backend.holders(resource)
+    new = sorted(now.fencing_token for now in holders if now.owner not in before.holds)
+    for now in holders:
         was = before.holds.get(now.owner)
         if was is None:
-            who = "head" if now.owner == before.head else now.owner
+            # The head, and those granted beside it ("behind"), each the next token in turn.
+            who = "head" if now.owner == before.head else "behind"
             text = f"{who}×{now.hold_count} offered"
-            if now.fencing_token != before.highest + 1:
+            if now.fencing_token != before.highest + 1 + new.index(now.fencing_token):
                 text += f" with token {now.fencing_token} (highest {before.highest})"
         else:
             text = f"{now.owner}×{now.hold_count}"
@@ -454,6 +471,8 @@ def state_after(backend: LockBackend, resource: str, before: Before) -> str:
             parts.append("queue kept")
         elif left == set(before.live[1:]):
             parts.append("head dequeued")
+        elif len(new) > 1 and left == set(before.live[len(new) :]):
+            parts.append(f"{len(new)} dequeued")
         else:
             parts.append(f"tickets left: {sorted(left)} of {before.live}")
     return "; ".join(parts)
@@ -477,8 +496,9 @@ def free_state(resource: str, highest: int) -> str:
     return "expired" if row.owner else "free"  # expired: nobody released it
 
 
-def expected_state(case: Case, offered: bool) -> str:
-    """``state_after`` as ``case`` expects it, with the head ``offered`` the lock or not."""
+def expected_state(case: Case, offered: bool, told: int = 0) -> str:
+    """``state_after`` as ``case`` expects it, with the head ``offered`` the lock
+    or not, and ``told`` waiters granted their shared holds."""
     outcome = case.expected
     left = outcome.left
     if left is None:  # as before
@@ -488,13 +508,15 @@ def expected_state(case: Case, offered: bool) -> str:
     parts = [
         f"{owner}×{holds}{' +expiry' if owner == outcome.renewed else ''}" for owner, holds in left
     ]
-    if offered:
+    if offered or told:
         parts.append("head×1 offered")
+    parts += ["behind×1 offered"] * (told - 1)
     if not parts:
         parts.append(expected_free_state(case))
     parts.sort()
     if any(waiter.live for waiter in case.queued):
-        parts.append("head dequeued" if offered else "queue kept")
+        dequeued = "head dequeued" if offered or told == 1 else f"{told} dequeued"
+        parts.append(dequeued if offered or told else "queue kept")
     return "; ".join(parts)
 
 
@@ -570,6 +592,7 @@ def test_every_path_of_the_database(
     backend = backend_for(conf.DATABASE)
     method = "extend" if case.asks.operation == RENEW else "give_up"
     offered = case.expected.offered and grants_on_release(backend)
+    told = case.expected.told if grants_shared_on_release(backend) else 0
     answers: dict[str, str] = {}
     expected: dict[str, str] = {}
     for name, run in operation_paths(backend, case.asks).items():
@@ -586,7 +609,7 @@ def test_every_path_of_the_database(
         handed = statements and decided_by_portable(backend.vendor, case)
         expected[name] = (
             f"{expected_answer(case, name)}{HANDED if handed else ''}; "
-            f"{expected_state(case, offered)}"
+            f"{expected_state(case, offered, told)}"
         )
         if statements and backend.vendor == "postgresql" and case.id in POSTGRESQL_STATEMENTS_GIVE:
             expected[name] = POSTGRESQL_STATEMENTS_GIVE[case.id]
