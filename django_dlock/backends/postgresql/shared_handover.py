@@ -28,7 +28,7 @@ from django_dlock.backends.postgresql.handover import SHARED_GRANTS, micros
 from django_dlock.backends.postgresql.wake import GRANTED_COLUMNS, fitting_sql
 from django_dlock.backends.queue import HANDOVER_LEASE, WaiterQueue
 from django_dlock.backends.results import LockRow
-from django_dlock.backends.shared_grants import SharedGrants
+from django_dlock.backends.shared_grants import READ_AT_MOST, SharedGrants
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED, SHARED_HOLDERS
 from django_dlock.rules.clock import DatabaseNow
@@ -71,9 +71,10 @@ def shared_handover_sql(queue: WaiterQueue, *, room: str, beside: str) -> str:
         f"w.{qn('channel')} AS channel, {wants})"
     )
     lease = f"LEAST(n.ttl, make_interval(secs => {HANDOVER_LEASE}))"
+    in_line = "n.id"  # the queue's order (``IS_HEAD``'s): the tokens follow it
     numbered = (
         "numbered AS (SELECT n.*, "  # noqa: S608
-        f"l.{c['fencing_token']} + ROW_NUMBER() OVER (ORDER BY n.id) AS token, "
+        f"l.{c['fencing_token']} + ROW_NUMBER() OVER (ORDER BY {in_line}) AS token, "
         f"{now} AS since, {now} + {lease} AS until FROM granted n, locked l)"
     )
     names = (
@@ -126,32 +127,38 @@ def header_values(
 
 class PortableGrants:
     """The portable operation's told grant on PostgreSQL (its release's
-    ``mark_released``, a permit's ``permit_freed``): the head of the queue,
-    locked as it is read, and those that fit beside it get their holds from
-    ``backends.shared_grants`` (the portable writes), and each is told its
-    grant in a ``NOTIFY``, sent as the lock transaction commits. A waiter that
-    left meanwhile may still be granted (its hold lapses with the offer lease):
-    the portable operation runs where the one statement does not."""
+    ``mark_released``, a permit's ``permit_freed``): the head of the queue and
+    those that fit beside it get their holds from ``backends.shared_grants``
+    (the portable writes), and each is told its grant in a ``NOTIFY``, sent as
+    the lock transaction commits. The live waiters it may read are locked
+    first, in the queue's order: a waiter that leaves meanwhile (its ``DELETE``
+    in flight) is waited for and passed over, never granted."""
 
     def __init__(self, queue: WaiterQueue, grants: SharedGrants) -> None:
         self.queue = queue
         self.grants = grants
 
     @cached_property
-    def _head_sql(self) -> str:
-        return self.queue.head_sql(f"w.{self.queue.tables.qn('id')}", locked=True)
+    def _queue_sql(self) -> str:
+        tables = self.queue.tables
+        in_line = f"w.{tables.qn('id')}"  # the queue's order (``IS_HEAD``'s)
+        return (
+            f"SELECT {in_line} FROM {tables.waiters_table} w "  # noqa: S608
+            f"WHERE w.{tables.qn('resource')} = %s AND {self.queue.live_waiter_sql('w.')} "
+            f"ORDER BY {in_line} LIMIT {READ_AT_MOST} FOR UPDATE OF w"
+        )
 
     def grant(self, header: LockRow, held: list[LockRow] | None = None) -> bool:
         """Grant the waiters that fit from the head of the queue of ``header``'s
         resource their holds, beside ``held`` (None: the lock came free), and
         tell them; whether any was granted (else nothing was written)."""
         with self.queue.tables.connection.cursor() as cursor:
-            cursor.execute(self._head_sql, [header.resource])
-            head = cursor.fetchone()
-            if head is None:
+            cursor.execute(self._queue_sql, [header.resource])
+            queued = cursor.fetchall()
+            if not queued:
                 return False
             # The queue's liveness is read in SQL (``live_waiter_sql``).
-            told = self.grants.grant(header, int(head[0]), lambda _channel: True, held)
+            told = self.grants.grant(header, int(queued[0][0]), lambda _channel: True, held)
             for granted in told:
                 cursor.execute("SELECT pg_notify(%s, %s)", [granted.channel, granted.payload])
         return bool(told)
