@@ -81,7 +81,7 @@ def _statements(top: int = 4) -> list[dict[str, Any]]:
     return [{"calls": c, "mean_ms": m, "query": q} for c, m, q in rows]
 
 
-def measure(rounds: int, seconds: float) -> dict[str, Any]:
+def measure(rounds: int, seconds: float, only: str = "") -> dict[str, Any]:
     setup.configure(None, other_apps=())
     setup.migrate()
     from django.db import connection
@@ -92,6 +92,8 @@ def measure(rounds: int, seconds: float) -> dict[str, Any]:
     results: dict[str, dict[str, list[Any]]] = {}
     for number in range(rounds):
         for name, make in CASES.items():
+            if only not in name:
+                continue
             print(f"  {name}, round {number + 1}/{rounds}", file=sys.stderr)
             _statements()  # reset
             eight = clients.contention(make, True, PROCESSES, seconds, HOLD)
@@ -114,9 +116,10 @@ def main() -> None:
     parser.add_argument("--json", required=True, help="where to write the figures (not docs/)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--case", default="", help="only the cases whose name has this")
     options = parser.parse_args()
     load = os.getloadavg()
-    table = measure(options.rounds, options.seconds)
+    table = measure(options.rounds, options.seconds, options.case)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in load)}; after: ", end="")
     print(" ".join(f"{x:.2f}" for x in os.getloadavg()))
     for name, row in table.items():
