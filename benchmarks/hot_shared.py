@@ -69,7 +69,7 @@ def _statements(top: int = 4) -> list[dict[str, Any]]:
     with connection.cursor() as cursor:
         try:
             cursor.execute(
-                "SELECT calls, mean_exec_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 60) "
+                "SELECT calls, mean_exec_time, plans, mean_plan_time, left(regexp_replace(query, '\\s+', ' ', 'g'), 60) "
                 "FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT %s",
                 [top],
             )
@@ -78,7 +78,9 @@ def _statements(top: int = 4) -> list[dict[str, Any]]:
         rows = cursor.fetchall()
         cursor.execute("SELECT pg_stat_statements_reset()")
     connection.close()
-    return [{"calls": c, "mean_ms": m, "query": q} for c, m, q in rows]
+    return [
+        {"calls": c, "mean_ms": m, "plans": p, "plan_ms": pm, "query": q} for c, m, p, pm, q in rows
+    ]
 
 
 def measure(rounds: int, seconds: float, only: str = "") -> dict[str, Any]:
@@ -127,6 +129,7 @@ def main() -> None:
         for statement in row["statements"]:
             print(
                 f"    {statement['calls']:>6} calls {statement['mean_ms']:>7.3f} ms  "
+                f"{statement['plans']:>5} plans {statement['plan_ms']:>6.3f} ms  "
                 f"{statement['query']}"
             )
     with open(options.json, "w") as out:

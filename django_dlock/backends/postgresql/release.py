@@ -136,7 +136,9 @@ class ReleaseStatement:
             f"AND o.{h['expires_at']} > {now} AND o.{h['id']} <> m.{h['id']})"
         )
         none_other = f"({unchanged} AND NOT {others_valid})"
-        last = f"({table}.{c['hold_count']} <= 1 OR {none_other})"
+        # (``frees`` below, decided once in ``freeing``: the shared header is
+        # written where a hold is gone, and then it is the last one's release.)
+        last = "(SELECT frees FROM freeing)"
         as_left = {
             "hold_count": f"GREATEST({table}.{c['hold_count']} - 1, 0)",
             "owner": f"CASE WHEN {last} THEN '' ELSE {table}.{c['owner']} END",
@@ -162,14 +164,18 @@ class ReleaseStatement:
         )
         # Released, or a permit freed: a head that reads or wants a permit is
         # granted its hold, with those that fit beside it (``shared_handover``),
-        # counting the holds left by the locked row.
-        room = (
-            f"({frees} OR EXISTS (SELECT FROM locked l WHERE {shared} "  # noqa: S608
-            f"AND l.{c['limit']} IS NOT NULL AND EXISTS (SELECT FROM gone)))"
+        # counting the holds left by the locked row. Decided once, in the CTE
+        # ``freeing``, which the hand-over and the grants read: each copy of the
+        # SQL would add its nodes to the plan, which every execution starts.
+        freeing = (
+            "freeing AS (SELECT f.frees, f.frees OR f.permit AS room, "  # noqa: S608
+            f"CASE WHEN f.frees THEN 0 ELSE GREATEST(l.{c['hold_count']} - 1, 0) END AS beside "
+            f"FROM (SELECT {frees} AS frees, EXISTS (SELECT FROM locked l WHERE {shared} "
+            f"AND l.{c['limit']} IS NOT NULL AND EXISTS (SELECT FROM gone)) AS permit) f "
+            "LEFT JOIN locked l ON TRUE)"
         )
-        left = (
-            f"(SELECT CASE WHEN {frees} THEN 0 "  # noqa: S608
-            f"ELSE GREATEST(l.{c['hold_count']} - 1, 0) END FROM locked l)"
+        grants = shared_handover_sql(
+            queue, room="(SELECT room FROM freeing)", beside="(SELECT beside FROM freeing)"
         )
         # Released, or a permit freed: the head of the queue looks, and the
         # readers that fit beside it when it reads.
@@ -199,9 +205,9 @@ class ReleaseStatement:
             queue, resource="%(resource)s", ticket=str(NO_TICKET_EXCLUDED), locked=True
         )
         release = (
-            f"{locked}, {my_hold}, {gone}, head AS ({release_head}), "  # noqa: S608
-            f"{fitting_sql(queue, leaving='(SELECT COUNT(*) FROM gone)')}, "
-            f"{handed_sql(tables, frees)}, {shared_handover_sql(queue, room=room, beside=left)}, "
+            f"{locked}, {my_hold}, {gone}, {freeing}, head AS ({release_head}), "  # noqa: S608
+            f"{fitting_sql(queue, holders='(SELECT beside FROM freeing)')}, "
+            f"{handed_sql(tables, '(SELECT frees FROM freeing)')}, {grants}, "
             f"{exclusive}, {one_less}, {shared_header} "
             f"SELECT {outcome}, l.{c['owner']}, ({release_woken}), e.*, w.* "
             "FROM (SELECT) one LEFT JOIN locked l ON TRUE LEFT JOIN exclusive e ON TRUE "

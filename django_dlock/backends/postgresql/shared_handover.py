@@ -25,7 +25,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from django_dlock.backends.postgresql.handover import SHARED_GRANTS, micros
-from django_dlock.backends.postgresql.wake import GRANTED_COLUMNS, fitting_sql
+from django_dlock.backends.postgresql.wake import GRANTED_COLUMNS
 from django_dlock.backends.queue import HANDOVER_LEASE, WaiterQueue
 from django_dlock.backends.results import LockRow
 from django_dlock.backends.shared_grants import READ_AT_MOST, SharedGrants
@@ -39,8 +39,8 @@ TOLD = "told"
 
 
 def shared_handover_sql(queue: WaiterQueue, *, room: str, beside: str) -> str:
-    """SQL: the CTEs that grant the shared holds, after ``head`` (locked) and
-    ``locked``: where ``room`` (SQL: the release frees the lock or a permit),
+    """SQL: the CTEs that grant the shared holds, after ``head`` (locked),
+    ``locked`` and ``fitting`` (``wake.fitting_sql`` with ``holders``): where ``room`` (SQL: the release frees the lock or a permit),
     the head and those that fit beside it, ``beside`` (SQL: the valid holds
     left, counted under the row's lock) and the head counted, get their holds;
     their tickets go. ``TOLD`` names each with its notice, and ``grants`` (one
@@ -61,12 +61,12 @@ def shared_handover_sql(queue: WaiterQueue, *, room: str, beside: str) -> str:
         f"AND head.channel <> '' AND head.ttl IS NOT NULL AND ({room}) AND (({beside}) = 0 "
         f"OR head.{qn('limit')} IS NOT DISTINCT FROM l.{c['limit']}) AND {head_joins})"
     )
-    fitting = fitting_sql(queue, holders=beside, name="grant_fitting")
     # Deleted under the row's lock: a waiter that left meanwhile is not granted.
     wants = ", ".join(f"w.{qn(column)} AS {qn(column)}" for column in GRANTED_COLUMNS)
     granted = (
         f"granted AS (DELETE FROM {tables.waiters_table} w USING (SELECT id FROM head_grant "  # noqa: S608
-        "UNION ALL SELECT id FROM grant_fitting WHERE EXISTS (SELECT FROM head_grant)) chosen "
+        "UNION ALL SELECT id FROM fitting WHERE ttl IS NOT NULL "
+        "AND EXISTS (SELECT FROM head_grant)) chosen "
         f"WHERE w.{qn('id')} = chosen.id RETURNING w.{qn('id')} AS id, "
         f"w.{qn('channel')} AS channel, {wants})"
     )
@@ -100,7 +100,7 @@ def shared_handover_sql(queue: WaiterQueue, *, room: str, beside: str) -> str:
         f"grants AS (SELECT COUNT(*) AS n, MAX(until) AS until, MAX(n.{qn('limit')}) AS lim "  # noqa: S608
         "FROM numbered n)"
     )
-    return f"{head_grant}, {fitting}, {granted}, {numbered}, {new_holds}, {told}, {summary}"
+    return f"{head_grant}, {granted}, {numbered}, {new_holds}, {told}, {summary}"
 
 
 def header_values(

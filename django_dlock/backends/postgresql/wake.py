@@ -55,9 +55,7 @@ def wake_sql(condition: str = "", *, readers: bool = False, grant: str = "", tol
     )
 
 
-def fitting_sql(
-    queue: WaiterQueue, *, leaving: str = "0", holders: str = "", name: str = "fitting"
-) -> str:
+def fitting_sql(queue: WaiterQueue, *, leaving: str = "0", holders: str = "") -> str:
     """SQL: the CTE ``fitting``: the listening waiters behind the head of the
     queue (the CTE ``head``) that may be admitted beside it. When the head is a
     reader, the readers queued before the first writer; when it wants a permit,
@@ -73,9 +71,9 @@ def fitting_sql(
     statement itself deletes.)
 
     With ``holders`` (SQL: the holds left beside the head, counted under the
-    row's lock, never fewer than are valid), the CTE ``name`` is the waiters a
-    release may grant a hold beside the head (``shared_handover``): those with
-    a ttl, and what each wants."""
+    row's lock, never fewer than are valid, in place of the snapshot's less
+    ``leaving``), they are also the waiters a release may grant a hold beside
+    the head (``shared_handover``), with what each wants."""
     qn = queue.tables.qn
     between = queue.queued_before_sql("head.resource", f"w.{qn('id')}", after="head.id", alias="x")
     beside = holders or f"({queue.holders_sql('head.resource')}) - {leaving}"
@@ -90,14 +88,13 @@ def fitting_sql(
     )
     shared = f"head.{qn('mode')} = '{SHARED}' AND w.{qn('mode')} = '{SHARED}'"
     wants = "".join(f", w.{qn(column)} AS {qn(column)}" for column in GRANTED_COLUMNS)
-    with_ttl = f"AND w.{qn('ttl')} IS NOT NULL " if holders else ""
     return (
-        f"{name} AS (SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel"  # noqa: S608
+        f"fitting AS (SELECT w.{qn('id')} AS id, w.{qn('channel')} AS channel"  # noqa: S608
         f"{wants if holders else ''} "
         f"FROM head JOIN {queue.tables.waiters_table} w ON w.{qn('resource')} = head.resource "
         f"AND w.{qn('id')} > head.id WHERE {shared} "
         f"AND w.{qn('limit')} IS NOT DISTINCT FROM head.{qn('limit')} AND {joins} "
-        f"AND w.{qn('channel')} <> '' {with_ttl}"
+        f"AND w.{qn('channel')} <> '' "
         f"AND {queue.live_waiter_sql('w.')})"
     )
 
