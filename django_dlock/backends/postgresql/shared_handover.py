@@ -63,11 +63,11 @@ def shared_handover_sql(queue: WaiterQueue, *, room: str, beside: str) -> str:
     )
     # Deleted under the row's lock: a waiter that left meanwhile is not granted.
     wants = ", ".join(f"w.{qn(column)} AS {qn(column)}" for column in GRANTED_COLUMNS)
+    # (By their keys, as an array: none chosen reads no waiter's row.)
     granted = (
-        f"granted AS (DELETE FROM {tables.waiters_table} w USING (SELECT id FROM head_grant "  # noqa: S608
-        "UNION ALL SELECT id FROM fitting WHERE ttl IS NOT NULL "
-        "AND EXISTS (SELECT FROM head_grant)) chosen "
-        f"WHERE w.{qn('id')} = chosen.id RETURNING w.{qn('id')} AS id, "
+        f"granted AS (DELETE FROM {tables.waiters_table} w WHERE w.{qn('id')} = ANY(ARRAY("  # noqa: S608
+        "SELECT id FROM head_grant UNION ALL SELECT id FROM fitting WHERE ttl IS NOT NULL "
+        f"AND EXISTS (SELECT FROM head_grant))) RETURNING w.{qn('id')} AS id, "
         f"w.{qn('channel')} AS channel, {wants})"
     )
     lease = f"LEAST(n.ttl, make_interval(secs => {HANDOVER_LEASE}))"
