@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -15,8 +16,10 @@ from django.db import connection
 from django_dlock.backends import backend_for
 from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.kinds import LockKind
-from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
+from django_dlock.models import DistributedLock, LockHold, LockWaiter, ReleaseResult
+from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.claim import claim_for
+from django_dlock.rules.grant import GRANT_MARK
 from django_dlock.rules.notice import read_payload
 from tests.utils import postgres_dsn, wait_for
 
@@ -126,9 +129,9 @@ def test_a_reentrant_holder_hands_over_only_with_its_last_hold() -> None:
     [
         {"channel": ""},  # it polls: nothing would tell it
         {"ttl": None},  # its process predates the ttl column
-        {"shared": True},  # a reader is admitted by its own acquisition
+        {"shared": True, "channel": ""},  # a reader that polls
     ],
-    ids=["polling", "no-ttl", "reader"],
+    ids=["polling", "no-ttl", "polling-reader"],
 )
 def test_a_head_that_cannot_be_handed_the_lock_takes_it_itself(head: dict[str, object]) -> None:
     assert Locks.acquire("hand:3", "holder", ttl=60) is not None
@@ -162,8 +165,31 @@ def test_a_release_wakes_every_reader_that_fits_at_once(
         f"hand:6:{freed_by}", *(["holder"] if freed_by == "release" else [])
     )
     assert freed
-    assert notified(spy, every=True) == [str(ticket) for ticket in readers]
-    assert holder(f"hand:6:{freed_by}")[0] == ""  # readers take their holds themselves
+    told = [read_payload(payload) for payload in notified(spy, every=True)]
+    assert [ticket for ticket, _ in told] == readers
+    # The force-release's one statement grants nobody: they take their holds.
+    if freed_by == "force_release" and backend_for("default").features.one_statement:
+        assert holder(f"hand:6:{freed_by}")[0] == ""
+        return
+    assert_granted(f"hand:6:{freed_by}", told, ["r1", "r2", "r3"])
+
+
+def assert_granted(resource: str, told: list[tuple[int, Any]], owners: list[str]) -> None:
+    """The release granted ``owners`` (in queue order) their shared holds, the
+    next tokens, for the offer lease, and told each its own (``rules.notice``);
+    their tickets are gone."""
+    header = DistributedLock.objects.get(resource=resource)
+    holds = LockHold.objects.filter(resource=resource, owner__in=owners).order_by("fencing_token")
+    assert [hold.owner for hold in holds] == owners
+    first = header.fencing_token - len(owners) + 1
+    assert [hold.fencing_token for hold in holds] == list(range(first, header.fencing_token + 1))
+    for hold, (_, notice) in zip(holds, told, strict=True):
+        assert notice is not None
+        assert (notice.pk, notice.fencing_token) == (hold.pk, hold.fencing_token)
+        assert (notice.acquired_at, notice.expires_at) == (hold.acquired_at, hold.expires_at)
+        assert notice.lease == HANDOVER_LEASE
+    assert header.owner == SHARED_HOLDERS and header.lock_delay == GRANT_MARK
+    assert not LockWaiter.objects.filter(pk__in=[ticket for ticket, _ in told]).exists()
 
 
 @pytest.mark.parametrize("holding", [1, 2], ids=["last-permit", "one-of-two"])
@@ -181,7 +207,11 @@ def test_a_release_wakes_as_many_permit_waiters_as_it_leaves_permits(
 
     assert Locks.release(resource, "holder0") is ReleaseResult.RELEASED
     free = 3 - (holding - 1)
-    assert notified(spy, every=True) == [str(ticket) for ticket in waiters[:free]]
+    told = [read_payload(payload) for payload in notified(spy, every=True)]
+    assert [ticket for ticket, _ in told] == waiters[:free]
+    # Granted: each its permit, told in its wake-up.
+    assert_granted(resource, told, [f"w{index}" for index in range(free)])
+    assert DistributedLock.objects.get(resource=resource).hold_count == 3
 
 
 def test_a_writer_leaving_the_head_wakes_the_readers_behind_it(spy: psycopg.Connection) -> None:
@@ -242,6 +272,36 @@ def test_a_head_that_leaves_during_the_release_is_passed_over() -> None:
     assert answers == [ReleaseResult.RELEASED]
     assert holder("hand:5")[0] == "behind"
     assert not LockWaiter.objects.filter(pk=behind).exists()
+
+
+def test_a_reader_that_leaves_during_the_release_is_not_granted(spy: psycopg.Connection) -> None:
+    # As the head above: a reader beside the head whose DELETE of its ticket
+    # commits while the release runs gets no hold, and the tokens stay in a row.
+    assert Locks.acquire("hand:9", "holder", ttl=60) is not None
+    first = queue("hand:9", "r1", shared=True)
+    leaving = queue("hand:9", "r2", shared=True)
+    third = queue("hand:9", "r3", shared=True)
+    with psycopg.connect(postgres_dsn()) as other:
+        other.execute("DELETE FROM distributed_lock_waiters WHERE id = %s", [leaving])
+
+        def release() -> None:
+            try:
+                assert Locks.release("hand:9", "holder") is ReleaseResult.RELEASED
+            finally:
+                connection.close()
+
+        releasing = threading.Thread(target=release)
+        releasing.start()
+        wait_for(lambda: waiting_for_a_lock(other.info.backend_pid))
+        other.commit()
+    releasing.join(10)
+    told = [read_payload(payload) for payload in notified(spy, every=True)]
+    # (The leaving one may be woken in vain: its wake-up was read in the statement's snapshot.)
+    granted = [(ticket, notice) for ticket, notice in told if notice is not None]
+    assert [ticket for ticket, _ in granted] == [first, third]
+    assert {ticket for ticket, notice in told if notice is None} <= {leaving}
+    assert_granted("hand:9", granted, ["r1", "r3"])
+    assert not LockHold.objects.filter(resource="hand:9", owner="r2").exists()
 
 
 def connection_pid() -> int:

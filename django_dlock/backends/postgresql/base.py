@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
+from functools import cached_property
 from typing import Any, TypeVar, cast
 
 from django_dlock.backends.base import LockBackend
@@ -19,6 +20,7 @@ from django_dlock.backends.postgresql.prepared import PreparedStatements, Statem
 from django_dlock.backends.postgresql.purge import PostgreSQLPurge
 from django_dlock.backends.postgresql.queue import PostgreSQLQueue
 from django_dlock.backends.postgresql.raw_cursor import kept_cursor
+from django_dlock.backends.postgresql.shared_handover import PortableGrants
 from django_dlock.backends.postgresql.throttles import PostgreSQLThrottleUses
 from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
@@ -27,6 +29,7 @@ from django_dlock.backends.postgresql.wake import (
     wake_sql,
 )
 from django_dlock.backends.results import LockRow, Refusal, Released, Renewed, Taken
+from django_dlock.backends.shared_grants import SharedGrants
 from django_dlock.backends.tickets import NO_TICKET
 from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.django_private import atomic_depth
@@ -324,8 +327,21 @@ class PostgreSQLBackend(LockBackend):
             self._prepared.execute(cursor, raw, statement, params)
             return cast(Sequence[Any] | None, cursor.fetchone())
 
+    @cached_property
+    def _portable_grants(self) -> PortableGrants:
+        return PortableGrants(self.queue, SharedGrants(self.rows, self.holds, self.queue))
+
+    def permit_freed(self, header: LockRow, held: list[LockRow]) -> None:
+        # The portable release of a permit: the head and those that fit get it (``shared_handover``).
+        if not self._portable_grants.grant(header, held):
+            self.queue.wake_head(header.resource)
+
     def mark_released(self, row: LockRow) -> None:
-        # The portable release's write: the head takes the lock here too (``handover``).
+        # The portable release's write: a head that reads or wants a permit is
+        # granted its hold with those that fit beside it (``shared_handover``).
+        if self._portable_grants.grant(row):
+            return
+        # Else the head takes the lock here too (``handover``), or is woken.
         values = self.rows.released_values(row)
         tables, queue = self.tables, self.queue
         t = tables.table

@@ -11,6 +11,7 @@ from django_dlock.backends.features import BackendFeatures
 
 class PostgreSQLFeatures(BackendFeatures):
     grants_on_release = True
+    grants_shared_on_release = True
     listener_class = "django_dlock.listeners.postgresql.PostgresListener"
 
     def __init__(self, using: str) -> None:

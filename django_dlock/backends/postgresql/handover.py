@@ -31,6 +31,8 @@ from django_dlock.rules.clock import DatabaseNow
 
 # The alias of the ``handed`` CTE in a header's UPDATE (``FROM ... LEFT JOIN handed g``).
 HANDED = "g"
+# The alias of ``shared_handover``'s one-row summary of the shared holds granted.
+SHARED_GRANTS = "sg"
 
 
 def handed_sql(tables: LockTables, frees: str) -> str:
@@ -52,6 +54,11 @@ def _lease_end(now: str) -> str:
     return f"{now} + LEAST({HANDED}.ttl, make_interval(secs => {HANDOVER_LEASE}))"
 
 
+def micros(moment: str) -> str:
+    """SQL: ``moment`` (SQL, a timestamp) in microseconds since the epoch (``rules.notice``)."""
+    return f"CAST(EXTRACT(EPOCH FROM {moment}) * 1000000 AS BIGINT)"
+
+
 def grant_notice_sql(tables: LockTables) -> str:
     """SQL: the grant that ``granting`` writes, as the text its ``NOTIFY``
     appends to the head's ticket (``rules.notice``), so that the head starts
@@ -59,21 +66,24 @@ def grant_notice_sql(tables: LockTables) -> str:
     (``STATEMENT_TIMESTAMP()``, the database's now, is one value in a statement.)"""
     c, pk = tables.column_sql, tables.pk_column
     now, _ = compile_expression(tables.using, DatabaseNow())
-
-    def micros(moment: str) -> str:
-        return f"CAST(EXTRACT(EPOCH FROM {moment}) * 1000000 AS BIGINT)"
-
     return (
         f"(SELECT ' ' || l.{pk} || ' ' || (l.{c['fencing_token']} + 1) || ' ' || "  # noqa: S608
         f"{micros(now)} || ' ' || {micros(_lease_end(now))} FROM locked l, handed {HANDED})"
     )
 
 
-def granting(tables: LockTables, released: Mapping[str, str], row: str) -> str:
+def granting(
+    tables: LockTables,
+    released: Mapping[str, str],
+    row: str,
+    shared: Mapping[str, str] | None = None,
+) -> str:
     """SQL: the assignments of a header's UPDATE that joins ``handed`` as
     ``g``: the head's grant where there is one, else ``released`` (attname:
     SQL) and, for the other columns, the row (``row``, a table alias and dot)
-    as it is."""
+    as it is. With ``shared`` (attname: SQL, every column; the UPDATE joins
+    ``shared_handover``'s summary as ``SHARED_GRANTS``): the header of the
+    shared holds the release granted, where it granted any."""
     c = tables.column_sql
     now, _ = compile_expression(tables.using, DatabaseNow())
     grant = {
@@ -90,8 +100,12 @@ def granting(tables: LockTables, released: Mapping[str, str], row: str) -> str:
         # The head writes its own delay as it takes the offer.
         "lock_delay": "make_interval()",
     }
+
+    def shared_branch(name: str) -> str:
+        return f"WHEN {SHARED_GRANTS}.n > 0 THEN {shared[name]} " if shared else ""
+
     return ", ".join(
         f"{c[name]} = CASE WHEN {HANDED}.owner IS NOT NULL THEN {value} "
-        f"ELSE {released.get(name, row + c[name])} END"
+        f"{shared_branch(name)}ELSE {released.get(name, row + c[name])} END"
         for name, value in grant.items()
     )

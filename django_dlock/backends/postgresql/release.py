@@ -11,12 +11,18 @@ from __future__ import annotations
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.postgresql.handover import (
     HANDED,
+    SHARED_GRANTS,
     grant_notice_sql,
     granting,
     handed_sql,
 )
 from django_dlock.backends.postgresql.locked import PORTABLE, LockedRow
 from django_dlock.backends.postgresql.prepared import Statement
+from django_dlock.backends.postgresql.shared_handover import (
+    TOLD,
+    header_values,
+    shared_handover_sql,
+)
 from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
     fitting_sql,
@@ -91,8 +97,10 @@ class ReleaseStatement:
             f"{as_released.get(name, f'l.{column}')} AS {column}" for name, column in c.items()
         )
         exclusive = (
-            f"exclusive AS (UPDATE {table} SET {granting(tables, as_released, 'l.')} "  # noqa: S608
-            f"FROM locked l LEFT JOIN handed {HANDED} ON TRUE WHERE {table}.{pk} = l.{pk} "
+            f"exclusive AS (UPDATE {table} SET "  # noqa: S608
+            f"{granting(tables, as_released, 'l.', header_values(queue, 'l.'))} "
+            f"FROM locked l LEFT JOIN handed {HANDED} ON TRUE CROSS JOIN grants {SHARED_GRANTS} "
+            f"WHERE {table}.{pk} = l.{pk} "
             f"AND {held} AND l.{c['owner']} = %(owner)s "
             f"RETURNING {released_columns}, {now} AS db_now)"
         )
@@ -128,16 +136,22 @@ class ReleaseStatement:
             f"AND o.{h['expires_at']} > {now} AND o.{h['id']} <> m.{h['id']})"
         )
         none_other = f"({unchanged} AND NOT {others_valid})"
-        last = f"({table}.{c['hold_count']} <= 1 OR {none_other})"
+        # (``frees`` below, decided once in ``freeing``: the shared header is
+        # written where a hold is gone, and then it is the last one's release.)
+        last = "(SELECT frees FROM freeing)"
         as_left = {
             "hold_count": f"GREATEST({table}.{c['hold_count']} - 1, 0)",
             "owner": f"CASE WHEN {last} THEN '' ELSE {table}.{c['owner']} END",
             "expires_at": f"CASE WHEN {last} THEN {now} ELSE {table}.{c['expires_at']} END",
             "limit": f"CASE WHEN {last} THEN NULL ELSE {table}.{c['limit']} END",
         }
+        # Beside the holds left, a permit's grant counts them, and lasts as long as they do.
+        beside = header_values(
+            queue, table + ".", held=as_left["hold_count"], expires=as_left["expires_at"]
+        )
         shared_header = (
-            f"shared_header AS (UPDATE {table} SET {granting(tables, as_left, table + '.')} "  # noqa: S608
-            f"FROM locked l LEFT JOIN handed {HANDED} ON TRUE "
+            f"shared_header AS (UPDATE {table} SET {granting(tables, as_left, table + '.', beside)} "  # noqa: S608
+            f"FROM locked l LEFT JOIN handed {HANDED} ON TRUE CROSS JOIN grants {SHARED_GRANTS} "
             f"WHERE {table}.{pk} = l.{pk} AND EXISTS (SELECT FROM gone) "
             f"RETURNING {table}.{c['owner']} AS left_owner, {table}.{c['limit']} AS left_limit)"
         )
@@ -148,6 +162,21 @@ class ReleaseStatement:
             f"AND {held} AND l.{c['owner']} = %(owner)s) OR ({shared} AND EXISTS "
             f"(SELECT FROM gone) AND (l.{c['hold_count']} <= 1 OR {none_other})))"
         )
+        # Released, or a permit freed: a head that reads or wants a permit is
+        # granted its hold, with those that fit beside it (``shared_handover``),
+        # counting the holds left by the locked row. Decided once, in the CTE
+        # ``freeing``, which the hand-over and the grants read: each copy of the
+        # SQL would add its nodes to the plan, which every execution starts.
+        freeing = (
+            "freeing AS (SELECT f.frees, f.frees OR f.permit AS room, "  # noqa: S608
+            f"CASE WHEN f.frees THEN 0 ELSE GREATEST(l.{c['hold_count']} - 1, 0) END AS beside "
+            f"FROM (SELECT {frees} AS frees, EXISTS (SELECT FROM locked l WHERE {shared} "
+            f"AND l.{c['limit']} IS NOT NULL AND EXISTS (SELECT FROM gone)) AS permit) f "
+            "LEFT JOIN locked l ON TRUE)"
+        )
+        grants = shared_handover_sql(
+            queue, room="(SELECT room FROM freeing)", beside="(SELECT beside FROM freeing)"
+        )
         # Released, or a permit freed: the head of the queue looks, and the
         # readers that fit beside it when it reads.
         freed = (
@@ -155,10 +184,11 @@ class ReleaseStatement:
             "UNION ALL SELECT left_owner, left_limit FROM shared_header)"
         )
         release_woken = wake_sql(
-            "AND (EXISTS (SELECT FROM handed) OR EXISTS (SELECT FROM "  # noqa: S608
-            f"{freed} f WHERE f.left_owner = '' OR f.left_limit IS NOT NULL))",
+            "AND (EXISTS (SELECT FROM handed) OR EXISTS (SELECT FROM granted) OR EXISTS "  # noqa: S608
+            f"(SELECT FROM {freed} f WHERE f.left_owner = '' OR f.left_limit IS NOT NULL))",
             readers=True,
             grant=grant_notice_sql(tables),
+            told=TOLD,
         )
         outcome = (
             f"CASE WHEN NOT {held} OR l.{c['owner']} IS NULL THEN '{NOT_FOUND}' "  # noqa: S608
@@ -175,9 +205,10 @@ class ReleaseStatement:
             queue, resource="%(resource)s", ticket=str(NO_TICKET_EXCLUDED), locked=True
         )
         release = (
-            f"{locked}, {my_hold}, {gone}, head AS ({release_head}), "  # noqa: S608
-            f"{fitting_sql(queue, leaving='(SELECT COUNT(*) FROM gone)')}, "
-            f"{handed_sql(tables, frees)}, {exclusive}, {one_less}, {shared_header} "
+            f"{locked}, {my_hold}, {gone}, {freeing}, head AS ({release_head}), "  # noqa: S608
+            f"{fitting_sql(queue, holders='(SELECT beside FROM freeing)')}, "
+            f"{handed_sql(tables, '(SELECT frees FROM freeing)')}, {grants}, "
+            f"{exclusive}, {one_less}, {shared_header} "
             f"SELECT {outcome}, l.{c['owner']}, ({release_woken}), e.*, w.* "
             "FROM (SELECT) one LEFT JOIN locked l ON TRUE LEFT JOIN exclusive e ON TRUE "
             "LEFT JOIN (SELECT * FROM one_less UNION ALL SELECT * FROM gone) w ON TRUE"
