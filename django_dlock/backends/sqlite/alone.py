@@ -19,18 +19,18 @@ queue), at the cost of one statement more; a take refused by another's hold
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, cast
+
+from django.db import connections
 
 from django_dlock.backends.admission import Action, admit
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.results import Refusal, Released, Taken
+from django_dlock.backends.results import LockRow, Refusal, Released, Taken
 from django_dlock.backends.transactions import (
     in_lock_transaction,
     refuse_callers_transaction,
     run_again_after_lost_races,
 )
-from django_dlock.django_private import atomic_depth
 from django_dlock.rules import ReleaseResult
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.predicates import FREE_FOR_OWNER, HELD_BY_OWNER
@@ -128,16 +128,15 @@ class Alone:
             "lock_delay": rows.duration_value(claim.lock_delay),
             "held": None,
         }
-        tables = self.backend.tables
-        answer = self._run(self.statements.take, params)
-        if answer is not None:
+        row = self._run(self.statements.take, params)
+        if row is not None:
             # Released before, or no row: nobody's lock was taken over.
-            return Taken(row=tables.row(answer), previous_owner="", renewed=False)
+            return Taken(row=row, previous_owner="", renewed=False)
         # Nothing written: where the row, read now, shows the lock held by
         # another holder (or a lock-delay running), the rule refuses the claim
         # at this read (``admit``), and the refusal says why; else the portable
         # operation decides under the write lock.
-        header = tables.fetch_row(rows.read_sql, [claim.resource])
+        header = self.backend.tables.fetch_row(rows.read_sql, [claim.resource])
         if header is None or header.held_by_shared:
             return None
         if admit(header, [], claim, (0, 0)).action is not Action.REFUSE:
@@ -149,18 +148,18 @@ class Alone:
     def release(self, resource: str, owner: str) -> Released | None:
         """The owner's release of its exclusive hold where nobody waits; None:
         the portable operation decides."""
-        answer = self._run(self.statements.release, {"resource": resource, "owner": owner})
-        if answer is None:
+        row = self._run(self.statements.release, {"resource": resource, "owner": owner})
+        if row is None:
             return None
-        row = self.backend.tables.row(answer)
         if row.owner:  # one hold of several went
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
-        # The row comes back as released (no owner); the hold, as it was held.
-        held = replace(row, owner=owner)
-        return Released(row=row, owner=owner, result=ReleaseResult.RELEASED, released=(held,))
+        # The row comes back as released (no owner). (``Released.released``
+        # lists a force-release's holds: none here.)
+        return Released(row=row, owner=owner, result=ReleaseResult.RELEASED)
 
-    def _run(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any] | None:
-        """Run ``statement`` as a transaction of its own; its row, or None.
+    def _run(self, statement: Statement, params: dict[str, Any]) -> LockRow | None:
+        """Run ``statement`` as a transaction of its own; the lock's row it
+        answers, or None.
 
         Inside Django's TestCase transaction, in a lock transaction (a
         savepoint), as every operation; inside a transaction of the caller's,
@@ -171,14 +170,15 @@ class Alone:
         on the driver's connection, which costs the client less.
         """
         backend = self.backend
-        connection = backend.connection
-        if atomic_depth(connection):
-            return in_lock_transaction(backend, lambda: self._on_cursor(statement, params))
+        connection = connections[backend.using]
+        if connection.atomic_blocks:
+            answer = in_lock_transaction(backend, lambda: self._on_cursor(statement, params))
+            return None if answer is None else backend.tables.row(answer, connection)
         refuse_callers_transaction(backend.using, connection)
         watched = bool(connection.execute_wrappers or connection.queries_logged)
 
         def attempt() -> Sequence[Any] | None:
-            connection.ensure_connection()
+            connection.ensure_connection()  # (and Django's refusal inside an event loop)
             session = connection.connection
             (busy_ms,) = session.execute("PRAGMA busy_timeout").fetchone()
             session.execute("PRAGMA busy_timeout = 0")
@@ -193,7 +193,8 @@ class Alone:
                 if connection.connection is session:  # not closed meanwhile
                     session.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
 
-        return run_again_after_lost_races(backend, attempt)
+        answer = run_again_after_lost_races(backend, attempt)
+        return None if answer is None else backend.tables.row(answer, connection)
 
     def _on_cursor(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any] | None:
         with self.backend.connection.cursor() as cursor:
