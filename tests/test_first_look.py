@@ -49,6 +49,12 @@ def test_an_uncontended_blocking_lock_sends_the_take_and_the_release_alone() -> 
     vendor, one_statement = connection.vendor, backend_for("default").features.one_statement
     if vendor == "postgresql" and one_statement:
         assert (len(blocking), len(released)) == (1, 1)
+    elif vendor == "sqlite":
+        # One statement each way (``backends/sqlite/alone.py``), the take asking
+        # that nobody is queued.
+        assert (len(blocking), len(released)) == (1, 1)
+        assert "distributed_lock_waiters" in blocking[0]
+        assert "distributed_lock_waiters" not in alone[0]
     elif vendor == "mysql" and one_statement:
         # The UPDATE and the SELECT of what it decided, each way.
         assert (len(blocking), len(released)) == (2, 2)
@@ -83,12 +89,16 @@ def stopped_waiter() -> Iterator[BaseProcess]:
         waiter.kill()
 
 
+@pytest.mark.parametrize("freed", ["expired", "released"])
 def test_a_blocking_acquirer_does_not_pass_a_queued_waiter_of_a_free_lock(
-    stopped_waiter: BaseProcess,
+    stopped_waiter: BaseProcess, freed: str
 ) -> None:
-    # The holder's lease runs out (as a crashed holder's does); no release names
-    # the head, which is stopped: the lock is free, and someone is queued for it.
+    # The holder's lease runs out (as a crashed holder's does), or a release
+    # left the row nobody's (as it does for a head that polls): the head is
+    # stopped, the lock is free, and someone is queued for it.
     expire("look:1")
+    if freed == "released":
+        DistributedLock.objects.filter(resource="look:1").update(owner="")
     assert not Locks.holders("look:1")
     # A later blocking acquirer queues behind it rather than take the free lock
     # (its wait ends before it would pass a head that stopped answering).

@@ -152,6 +152,8 @@ class LockRows:
     def duration_value(self, value: timedelta | None) -> Any:
         """``value`` as the driver takes the lock-delay column (SQLite and
         MariaDB: microseconds)."""
+        if value is None:  # (the common lock-delay: none)
+            return None
         tables = self.tables
         return tables.fields["lock_delay"].get_db_prep_save(value, tables.connection)
 

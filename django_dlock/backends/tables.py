@@ -126,16 +126,37 @@ class LockTables:
             row = cursor.fetchone()
         return None if row is None else self.row(row)
 
-    def row(self, values: Sequence[Any]) -> LockRow:
+    def row(self, values: Sequence[Any], connection: BaseDatabaseWrapper | None = None) -> LockRow:
         """A ``LockRow`` of the model's columns followed by the database's now,
-        converted as Django converts them, each value named by its column."""
+        converted as Django converts them, each value named by its column
+        (``connection``: this alias's, where the caller has it at hand)."""
         converters = self.converters
         # PostgreSQL's driver answers Python values: no converters.
-        return row_of(self.attnames, self.convert(values, converters) if converters else values)
+        if converters:
+            values = self.convert(values, converters, connection)
+        if not self._in_field_order:
+            return row_of(self.attnames, values)
+        # The model's fields in the order of LOCK_FIELDS (as the model
+        # declares them): each value by its place, without naming them first.
+        return LockRow(
+            pk=values[0], resource=values[1], owner=values[2], acquired_at=values[3],
+            expires_at=values[4], fencing_token=values[5], hold_count=values[6],
+            label=values[7], limit=values[8], lock_delay=values[9], now=values[10],
+        )  # fmt: skip
 
-    def convert(self, values: Sequence[Any], converters: Converters) -> list[Any]:
+    @cached_property
+    def _in_field_order(self) -> bool:
+        return tuple(self.attnames) == LOCK_FIELDS
+
+    def convert(
+        self,
+        values: Sequence[Any],
+        converters: Converters,
+        connection: BaseDatabaseWrapper | None = None,
+    ) -> list[Any]:
         """``values`` of a SELECT, converted by its ``converters``."""
-        connection = self.connection
+        if connection is None:
+            connection = self.connection
         converted = list(values)
         for index, (functions, expression) in converters.items():
             if index < len(converted):

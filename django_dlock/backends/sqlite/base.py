@@ -16,8 +16,9 @@ from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.queue import HANDOVER_LEASE
-from django_dlock.backends.results import LockRow
+from django_dlock.backends.results import LockRow, Released, Taken
 from django_dlock.backends.shared_grants import Granted
+from django_dlock.backends.sqlite.alone import Alone
 from django_dlock.backends.sqlite.checks import SQLiteChecks
 from django_dlock.backends.sqlite.features import SQLiteFeatures
 from django_dlock.backends.sqlite.purge import SQLitePurge
@@ -25,7 +26,8 @@ from django_dlock.backends.sqlite.queue import SQLiteQueue, listening
 from django_dlock.backends.sqlite.throttles import SQLiteThrottleUses
 from django_dlock.django_private import atomic_depth, compile_expression, sqlite_begin_immediate
 from django_dlock.listeners.sqlite import alive, wake
-from django_dlock.rules import EXCLUSIVE
+from django_dlock.rules import EXCLUSIVE, SHARED
+from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
 from django_dlock.rules.notice import GrantNotice
 
@@ -45,6 +47,38 @@ class SQLiteBackend(LockBackend):
     checks_class = SQLiteChecks
     throttles_class = SQLiteThrottleUses
     queue: SQLiteQueue
+
+    def __init__(self, using: str) -> None:
+        super().__init__(using)
+        self._alone = Alone(self)
+
+    # Each operation has one entry, which dispatches once: to the statement
+    # that settles the common case (``sqlite.alone``), else (None from it) to
+    # the portable operation.
+
+    def take(self, claim: Claim) -> Taken:
+        taken = None
+        if claim.exclusive and claim.ticket is None and claim.held_token is None:
+            taken = self._alone.take(claim)
+        return self.take_portable(claim) if taken is None else taken
+
+    def give_up(
+        self,
+        resource: str,
+        owner: str | None,
+        *,
+        forced: bool = False,
+        mode: str | None = None,
+        queued: bool = False,
+    ) -> Released:
+        # A hold its holder knows is shared, or was handed over by a release
+        # (waiters are likely queued still): the one statement would write nothing.
+        released = None
+        if owner is not None and not forced and mode != SHARED and not queued:
+            released = self._alone.release(resource, owner)
+        return (
+            self.give_up_portable(resource, owner, forced=forced) if released is None else released
+        )
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
