@@ -12,7 +12,7 @@ as ahead). Only a waiter that listens, lives (``live_waiter_sql``) and says its
 ttl is granted; one that does not counts as ahead meanwhile. The holds left are
 counted by the locked row (its ``hold_count`` less the one released, never
 fewer than are valid), not by the statement's snapshot: a grant never puts a
-permit over the limit. Each hold is for the offer lease (``HANDOVER_LEASE``, or
+permit over the limit. Each hold is for the offer lease (``OFFER_LEASE``, or
 the ttl where shorter) with a token of its own (the row's next, by ticket
 order); the resource's row is marked as the exclusive grant's is
 (``rules.grant``: lock-delay ``GRANT_MARK``, its start the grant's), so that an
@@ -26,12 +26,13 @@ from functools import cached_property
 
 from django_dlock.backends.postgresql.handover import SHARED_GRANTS, micros
 from django_dlock.backends.postgresql.wake import GRANTED_COLUMNS
-from django_dlock.backends.queue import HANDOVER_LEASE, WaiterQueue
+from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.results import LockRow
 from django_dlock.backends.shared_grants import READ_AT_MOST, SharedGrants
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED, SHARED_HOLDERS
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.grant import OFFER_LEASE
 from django_dlock.rules.predicates import MAY_JOIN
 
 # The CTE of the waiters granted, each with its notice: (id, channel, notice).
@@ -70,7 +71,7 @@ def shared_handover_sql(queue: WaiterQueue, *, room: str, beside: str) -> str:
         f"AND EXISTS (SELECT FROM head_grant))) RETURNING w.{qn('id')} AS id, "
         f"w.{qn('channel')} AS channel, {wants})"
     )
-    lease = f"LEAST(n.ttl, make_interval(secs => {HANDOVER_LEASE}))"
+    lease = f"LEAST(n.ttl, make_interval(secs => {OFFER_LEASE}))"
     in_line = "n.id"  # the queue's order (``IS_HEAD``'s): the tokens follow it
     numbered = (
         "numbered AS (SELECT n.*, "  # noqa: S608
