@@ -203,7 +203,9 @@ class SharedGrants:
                 head.limit, holders=held + 1, ahead=len(between), writers_ahead=writers
             ):
                 break  # a writer ahead, or no permit left: nor for any later waiter
-            if _grantable(waiter, holding) and waiter.limit == head.limit and alive(waiter.channel):
+            # (One waiter per owner: a second hold of one owner would replace the first.)
+            owners = holding.union(other.owner for other in chosen)
+            if _grantable(waiter, owners) and waiter.limit == head.limit and alive(waiter.channel):
                 chosen.append(waiter)
         return chosen
 

@@ -55,20 +55,36 @@ def shared_handover_sql(queue: WaiterQueue, *, room: str, beside: str) -> str:
             limit=f"head.{qn('limit')}", holders=f"({beside})", ahead="0", writers_ahead="0"
         )
     )
+
+    # A waiter whose owner holds already (an explicit owner's other hold) is not
+    # granted: a new hold would replace that one (``SharedGrants._fitting``).
+    def holds_none(owner: str) -> str:
+        return (
+            f"NOT EXISTS (SELECT FROM {holds} o WHERE o.{h['resource']} = %(resource)s "
+            f"AND o.{h['owner']} = {owner} AND o.{h['expires_at']} > {now})"
+        )
+
     # The head: a reader or a permit that listens, says its ttl, and fits (of
     # the kind of the holds left, where any are).
     head_grant = (
-        f"head_grant AS (SELECT head.id FROM head, locked l WHERE head.mode = '{SHARED}' "  # noqa: S608
+        f"head_grant AS (SELECT head.id, head.owner FROM head, locked l "  # noqa: S608
+        f"WHERE head.mode = '{SHARED}' "
         f"AND head.channel <> '' AND head.ttl IS NOT NULL AND ({room}) AND (({beside}) = 0 "
-        f"OR head.{qn('limit')} IS NOT DISTINCT FROM l.{c['limit']}) AND {head_joins})"
+        f"OR head.{qn('limit')} IS NOT DISTINCT FROM l.{c['limit']}) AND {head_joins} "
+        f"AND {holds_none('head.owner')})"
+    )
+    # Beside it, one waiter per owner (the first in line), none of the head's.
+    beside_head = (
+        "SELECT f.id FROM fitting f, head_grant g WHERE f.ttl IS NOT NULL "  # noqa: S608
+        "AND f.owner <> g.owner AND NOT EXISTS (SELECT FROM fitting e "
+        f"WHERE e.owner = f.owner AND e.id < f.id) AND {holds_none('f.owner')}"
     )
     # Deleted under the row's lock: a waiter that left meanwhile is not granted.
     wants = ", ".join(f"w.{qn(column)} AS {qn(column)}" for column in GRANTED_COLUMNS)
     # (By their keys, as an array: none chosen reads no waiter's row.)
     granted = (
         f"granted AS (DELETE FROM {tables.waiters_table} w WHERE w.{qn('id')} = ANY(ARRAY("  # noqa: S608
-        "SELECT id FROM head_grant UNION ALL SELECT id FROM fitting WHERE ttl IS NOT NULL "
-        f"AND EXISTS (SELECT FROM head_grant))) RETURNING w.{qn('id')} AS id, "
+        f"SELECT id FROM head_grant UNION ALL {beside_head})) RETURNING w.{qn('id')} AS id, "
         f"w.{qn('channel')} AS channel, {wants})"
     )
     lease = f"LEAST(n.ttl, make_interval(secs => {OFFER_LEASE}))"
