@@ -1,7 +1,6 @@
 """The internal lock service of one database alias: what the manager's calls
 and ``lock()`` share. The claims they make, the acquisitions that carry them
-out with their signals, and the model instances of the rows the backend
-answers.
+out with their signals, and the model instances of the rows answered.
 
 Not public: ``DistributedLock.objects`` offers what the contract names and runs
 on it; ``django_dlock.locking`` (its waiters, its renewer, ``lock([...])``)
@@ -302,8 +301,10 @@ class LockService(Generic[_Lock]):
         return released.result, None if left is None else self.instance(left)
 
     def holders(self, resource: str) -> list[Hold]:
-        """The valid holds of ``resource``, oldest first."""
-        return [self.instance(row) for row in self._backend().holders(resource)]
+        """The valid holds of ``resource``, oldest first; not a revoked grant's (nobody's)."""
+        revoked = f"{SHARED_HOLDERS} "  # (``backends.shared_release.revoked_owner``)
+        rows = self._backend().holders(resource)
+        return [self.instance(row) for row in rows if not row.owner.startswith(revoked)]
 
     def release_all(self, resources: list[str], owner: str) -> list[ReleaseResult]:
         """``owner``'s releases of ``resources`` in one transaction, with their

@@ -14,12 +14,11 @@ import pytest
 from django.db import connection
 
 from django_dlock.backends import backend_for
-from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.kinds import LockKind
 from django_dlock.models import DistributedLock, LockHold, LockWaiter, ReleaseResult
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.claim import claim_for
-from django_dlock.rules.grant import GRANT_MARK
+from django_dlock.rules.grant import GRANT_MARK, OFFER_LEASE
 from django_dlock.rules.notice import read_payload
 from tests.utils import postgres_dsn, wait_for
 
@@ -85,7 +84,7 @@ def test_a_release_hands_the_lock_to_the_listening_head(spy: psycopg.Connection)
     # token, before it did anything; its ticket is gone, the one behind it still queued.
     lock = DistributedLock.objects.get(resource="hand:1")
     assert (lock.owner, lock.fencing_token) == ("head", held.fencing_token + 1)
-    assert lock.expires_at - lock.acquired_at == timedelta(seconds=HANDOVER_LEASE)
+    assert lock.expires_at - lock.acquired_at == timedelta(seconds=OFFER_LEASE)
     # The NOTIFY told the head all of it: the grant as written, to start on it
     # alone (the one-statement release's; the portable one names the ticket).
     assert ticket == head
@@ -187,7 +186,7 @@ def assert_granted(resource: str, told: list[tuple[int, Any]], owners: list[str]
         assert notice is not None
         assert (notice.pk, notice.fencing_token) == (hold.pk, hold.fencing_token)
         assert (notice.acquired_at, notice.expires_at) == (hold.acquired_at, hold.expires_at)
-        assert notice.lease == HANDOVER_LEASE
+        assert notice.lease == OFFER_LEASE
     assert header.owner == SHARED_HOLDERS and header.lock_delay == GRANT_MARK
     assert not LockWaiter.objects.filter(pk__in=[ticket for ticket, _ in told]).exists()
 

@@ -1,7 +1,7 @@
 """A head that starts on its wake-up alone (``locking.told``, issue 46) and is
 not there to hear it: SIGSTOPped, or SIGKILLed, after the release granted it
 the lock and before its work. It loses the lock through the short offer lease
-(``HANDOVER_LEASE``), the next waiter gets the lock within about a second, and
+(``OFFER_LEASE``), the next waiter gets the lock within about a second, and
 the fencing tokens only grow: a head that resumes never works with the grant
 it slept through. With real processes."""
 

@@ -24,7 +24,6 @@ from django.utils import timezone
 
 from django_dlock import LockNotAcquired, lock
 from django_dlock.backends import backend_for
-from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.checks import check_settings
 from django_dlock.listeners.postgresql import PostgresListener
 from django_dlock.listeners.registry import listener_for
@@ -35,6 +34,7 @@ from django_dlock.locking.queue import QueueState
 from django_dlock.locking.waiting import Wait
 from django_dlock.models import DistributedLock, LockWaiter, ReleaseResult
 from django_dlock.rules.claim import claim_for
+from django_dlock.rules.grant import OFFER_LEASE
 from django_dlock.rules.notice import read_payload
 from django_dlock.signals import lock_acquired, lock_released, lock_renewed
 from tests.pgbouncer import pgbouncer
@@ -433,7 +433,7 @@ def test_on_sqlite_a_release_hands_the_lock_to_a_listening_head() -> None:
     # token, before it did anything; its ticket is gone, the one behind it still queued.
     lock = DistributedLock.objects.get(resource="host:4")
     assert (lock.owner, lock.fencing_token) == ("head", held.fencing_token + 1)
-    assert lock.expires_at - lock.acquired_at == timedelta(seconds=HANDOVER_LEASE)
+    assert lock.expires_at - lock.acquired_at == timedelta(seconds=OFFER_LEASE)
     assert ticket == head and notice is not None
     assert (notice.pk, notice.fencing_token) == (lock.pk, lock.fencing_token)
     assert (notice.acquired_at, notice.expires_at) == (lock.acquired_at, lock.expires_at)

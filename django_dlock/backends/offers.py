@@ -1,7 +1,7 @@
 """Taking a hand-over's offer (``LockBackend.granted``).
 
 Where releases hand the lock over (``features.grants_on_release``), a release
-makes the head of the queue the holder for a short lease (``HANDOVER_LEASE``)
+makes the head of the queue the holder for a short lease (``OFFER_LEASE``)
 and drops its ticket; the head, woken, starts on the grant its wake-up tells
 (``locking.told``), or, told too late to trust the lease, takes the offer with
 one autocommit ``UPDATE`` that extends the lease to its own duration (as its

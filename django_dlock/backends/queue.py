@@ -24,19 +24,10 @@ from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
-from django_dlock.rules.grant import OFFER_LEASE
 from django_dlock.rules.predicates import HELD, IS_HEAD, first_in_line, head_ticket
 
 # The columns of a ticket that say what its waiter wants and how to reach it (``WaiterQueue.wants``).
 WANTS = ("channel", "ttl", "mode", "limit", "label", "listener_pid")
-
-# A release that hands the lock to the head of the queue (``grants_on_release``)
-# grants it for this long (seconds, or the head's ttl where shorter); the head
-# starts on the grant its wake-up tells (``locking.told``), and its renewer
-# extends it to its ttl, or, told too late, it takes the offer
-# (``LockBackend.granted``) for its ttl. So a head that stopped answering (a
-# paused process) holds the lock up for this long, not for its ttl.
-HANDOVER_LEASE = OFFER_LEASE
 
 
 class WaiterQueue:

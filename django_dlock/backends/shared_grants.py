@@ -14,7 +14,7 @@ the grants. Only a waiter that listens, says its ttl and answers
 (``alive``) is granted: one that polls, or predates the ttl column, takes its
 hold itself, and counts as ahead meanwhile.
 
-Each hold is for the offer lease (``HANDOVER_LEASE``, or the ttl where
+Each hold is for the offer lease (``OFFER_LEASE``, or the ttl where
 shorter) with a token of its own, above every earlier one: a granted waiter
 that is not there to read its notice (paused, dead) keeps the others out for
 that long only. The resource's row is marked as the exclusive grant's is
@@ -35,7 +35,7 @@ from functools import cached_property
 from django_dlock.backends.grants import HEADER_WRITTEN
 from django_dlock.backends.holds import Holds
 from django_dlock.backends.lock_rows import LockRows
-from django_dlock.backends.queue import HANDOVER_LEASE, WaiterQueue
+from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.queue_row import to_timedelta
 from django_dlock.backends.results import LockRow
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, same_owner
@@ -130,7 +130,7 @@ class SharedGrants:
         for waiter in chosen:
             token += 1
             assert waiter.ttl is not None  # noqa: S101 - _fitting keeps those with one
-            lease = min(waiter.ttl, timedelta(seconds=HANDOVER_LEASE))
+            lease = min(waiter.ttl, timedelta(seconds=OFFER_LEASE))
             hold = self.holds.insert_hold(
                 header.resource, waiter.owner, lease, token=token,
                 label=waiter.label, limit=waiter.limit,
@@ -203,7 +203,9 @@ class SharedGrants:
                 head.limit, holders=held + 1, ahead=len(between), writers_ahead=writers
             ):
                 break  # a writer ahead, or no permit left: nor for any later waiter
-            if _grantable(waiter, holding) and waiter.limit == head.limit and alive(waiter.channel):
+            # (One waiter per owner: a second hold of one owner would replace the first.)
+            owners = holding.union(other.owner for other in chosen)
+            if _grantable(waiter, owners) and waiter.limit == head.limit and alive(waiter.channel):
                 chosen.append(waiter)
         return chosen
 

@@ -87,7 +87,7 @@ def chained_sleep(wait: Wait, sleep: float) -> float:
     """The sleep of a waiter behind the head that waits at the gate of the one
     ahead: as long as a polling waiter's longest, so that it still looks that
     often (a paused head, seen stalled, is passed within about a second:
-    ``waiting.head_grace``), where the backoff would have it look sooner."""
+    ``backoff.head_grace``), where the backoff would have it look sooner."""
     return conf.BACKOFF_MAX if wait.chain.ahead is not None else sleep
 
 

@@ -3,7 +3,7 @@ said so in the wake-up (``rules.notice``), so the head builds its hold from
 what it was told, with no statement of its own (issue 46: a turn in one
 commit, with no round trip after the release).
 
-What it was granted is the short offer lease (``HANDOVER_LEASE``), not its
+What it was granted is the short offer lease (``OFFER_LEASE``), not its
 ttl: a head that is not there to hear it (paused, dead) holds the others up
 for that long only. The head counts the lease conservatively on its own
 monotonic clock: its last look read the database's now ``N``, after the

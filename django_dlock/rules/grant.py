@@ -52,7 +52,11 @@ from django_dlock.rules.predicates import (
 
 __all__ = ["GRANT_MARK", "GRANT_PARAMS", "OFFER_END", "OFFER_LEASE", "UNCONFIRMED", "revoked"]
 
-#: Seconds a hand-over offers the lock for (the head's ttl where shorter).
+#: Seconds a hand-over offers the lock for (the head's ttl where shorter): the
+#: head starts on the grant its wake-up tells (``locking.told``) and its renewer
+#: extends it to its ttl, or, told too late, it takes the offer for its ttl
+#: (``LockBackend.granted``). So a head that stopped answering (a paused
+#: process) holds the lock up for this long, not for its ttl.
 OFFER_LEASE = 1.0
 
 #: The lock-delay a hand-over's grant writes: none, and the mark of a grant.

@@ -6,7 +6,7 @@ A wake-up's payload is the head's ticket in decimal; a release that made the
 head the holder appends the grant as the database wrote it:
 ``"ticket pk fencing_token acquired_us expires_us"`` (the two times in
 microseconds since the epoch, by the database's clock). The lease is
-``expires - acquired``: the short offer lease (``HANDOVER_LEASE``, or the
+``expires - acquired``: the short offer lease (``OFFER_LEASE``, or the
 head's ttl where shorter), so a head that is not there to read it (paused,
 dead) holds the others up for that long only. The PostgreSQL release writes it
 in its ``NOTIFY`` (``backends/postgresql/handover.py``), SQLite's in its

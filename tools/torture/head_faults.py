@@ -1,6 +1,6 @@
 """A fault of a waiter woken as the head of the queue, struck between the
 release that woke it and its work (issue 46): on PostgreSQL and SQLite that
-release granted it the lock for the short offer lease (``HANDOVER_LEASE``, 1 s)
+release granted it the lock for the short offer lease (``OFFER_LEASE``, 1 s)
 and said so in the wake-up; on MariaDB it takes the lock itself once woken.
 
 The window is milliseconds wide, too narrow for the runner to aim a signal

@@ -29,7 +29,6 @@ from django_dlock.backends.postgresql.wake import (
     wake_sql,
 )
 from django_dlock.backends.results import LockRow, Refusal, Released, Renewed, Taken
-from django_dlock.backends.shared_grants import SharedGrants
 from django_dlock.backends.tickets import NO_TICKET
 from django_dlock.backends.transactions import in_lock_transaction, refuse_callers_transaction
 from django_dlock.django_private import atomic_depth
@@ -329,7 +328,7 @@ class PostgreSQLBackend(LockBackend):
 
     @cached_property
     def _portable_grants(self) -> PortableGrants:
-        return PortableGrants(self.queue, SharedGrants(self.rows, self.holds, self.queue))
+        return PortableGrants(self.queue, self.shared_grants)
 
     def permit_freed(self, header: LockRow, held: list[LockRow]) -> None:
         # The portable release of a permit: the head and those that fit get it (``shared_handover``).

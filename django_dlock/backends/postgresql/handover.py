@@ -2,7 +2,7 @@
 head of its queue the holder, when the head listens and wants it exclusively.
 
 The head then starts on the grant its wake-up tells (``locking.told``; the
-grant is for ``HANDOVER_LEASE`` until its renewer extends it), or, told too
+grant is for ``OFFER_LEASE`` until its renewer extends it), or, told too
 late, only takes the offer (``LockBackend.granted``), instead of sending an
 acquisition of its own after its wake-up: otherwise a hand-over would be the
 release, the NOTIFY, and the head's acquire, one round trip after the other
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import EXCLUSIVE
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.grant import OFFER_LEASE
 
 # The alias of the ``handed`` CTE in a header's UPDATE (``FROM ... LEFT JOIN handed g``).
 HANDED = "g"
@@ -50,8 +50,8 @@ def handed_sql(tables: LockTables, frees: str) -> str:
 
 
 def _lease_end(now: str) -> str:
-    """SQL: the offer's expiry: ``HANDOVER_LEASE`` from ``now``, or the head's ttl where shorter."""
-    return f"{now} + LEAST({HANDED}.ttl, make_interval(secs => {HANDOVER_LEASE}))"
+    """SQL: the offer's expiry: ``OFFER_LEASE`` from ``now``, or the head's ttl where shorter."""
+    return f"{now} + LEAST({HANDED}.ttl, make_interval(secs => {OFFER_LEASE}))"
 
 
 def micros(moment: str) -> str:

@@ -144,6 +144,8 @@ class ReleaseStatement:
             "owner": f"CASE WHEN {last} THEN '' ELSE {table}.{c['owner']} END",
             "expires_at": f"CASE WHEN {last} THEN {now} ELSE {table}.{c['expires_at']} END",
             "limit": f"CASE WHEN {last} THEN NULL ELSE {table}.{c['limit']} END",
+            # (A grant's mark goes with the last hold, as an exclusive release's delay does.)
+            "lock_delay": f"CASE WHEN {last} THEN NULL ELSE {table}.{c['lock_delay']} END",
         }
         # Beside the holds left, a permit's grant counts them, and lasts as long as they do.
         beside = header_values(

@@ -12,7 +12,7 @@ as ahead). Only a waiter that listens, lives (``live_waiter_sql``) and says its
 ttl is granted; one that does not counts as ahead meanwhile. The holds left are
 counted by the locked row (its ``hold_count`` less the one released, never
 fewer than are valid), not by the statement's snapshot: a grant never puts a
-permit over the limit. Each hold is for the offer lease (``HANDOVER_LEASE``, or
+permit over the limit. Each hold is for the offer lease (``OFFER_LEASE``, or
 the ttl where shorter) with a token of its own (the row's next, by ticket
 order); the resource's row is marked as the exclusive grant's is
 (``rules.grant``: lock-delay ``GRANT_MARK``, its start the grant's), so that an
@@ -26,12 +26,13 @@ from functools import cached_property
 
 from django_dlock.backends.postgresql.handover import SHARED_GRANTS, micros
 from django_dlock.backends.postgresql.wake import GRANTED_COLUMNS
-from django_dlock.backends.queue import HANDOVER_LEASE, WaiterQueue
+from django_dlock.backends.queue import WaiterQueue
 from django_dlock.backends.results import LockRow
 from django_dlock.backends.shared_grants import READ_AT_MOST, SharedGrants
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED, SHARED_HOLDERS
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.grant import OFFER_LEASE
 from django_dlock.rules.predicates import MAY_JOIN
 
 # The CTE of the waiters granted, each with its notice: (id, channel, notice).
@@ -54,23 +55,39 @@ def shared_handover_sql(queue: WaiterQueue, *, room: str, beside: str) -> str:
             limit=f"head.{qn('limit')}", holders=f"({beside})", ahead="0", writers_ahead="0"
         )
     )
+
+    # A waiter whose owner holds already (an explicit owner's other hold) is not
+    # granted: a new hold would replace that one (``SharedGrants._fitting``).
+    def holds_none(owner: str) -> str:
+        return (
+            f"NOT EXISTS (SELECT FROM {holds} o WHERE o.{h['resource']} = %(resource)s "
+            f"AND o.{h['owner']} = {owner} AND o.{h['expires_at']} > {now})"
+        )
+
     # The head: a reader or a permit that listens, says its ttl, and fits (of
     # the kind of the holds left, where any are).
     head_grant = (
-        f"head_grant AS (SELECT head.id FROM head, locked l WHERE head.mode = '{SHARED}' "  # noqa: S608
+        f"head_grant AS (SELECT head.id, head.owner FROM head, locked l "  # noqa: S608
+        f"WHERE head.mode = '{SHARED}' "
         f"AND head.channel <> '' AND head.ttl IS NOT NULL AND ({room}) AND (({beside}) = 0 "
-        f"OR head.{qn('limit')} IS NOT DISTINCT FROM l.{c['limit']}) AND {head_joins})"
+        f"OR head.{qn('limit')} IS NOT DISTINCT FROM l.{c['limit']}) AND {head_joins} "
+        f"AND {holds_none('head.owner')})"
+    )
+    # Beside it, one waiter per owner (the first in line), none of the head's.
+    beside_head = (
+        "SELECT f.id FROM fitting f, head_grant g WHERE f.ttl IS NOT NULL "  # noqa: S608
+        "AND f.owner <> g.owner AND NOT EXISTS (SELECT FROM fitting e "
+        f"WHERE e.owner = f.owner AND e.id < f.id) AND {holds_none('f.owner')}"
     )
     # Deleted under the row's lock: a waiter that left meanwhile is not granted.
     wants = ", ".join(f"w.{qn(column)} AS {qn(column)}" for column in GRANTED_COLUMNS)
     # (By their keys, as an array: none chosen reads no waiter's row.)
     granted = (
         f"granted AS (DELETE FROM {tables.waiters_table} w WHERE w.{qn('id')} = ANY(ARRAY("  # noqa: S608
-        "SELECT id FROM head_grant UNION ALL SELECT id FROM fitting WHERE ttl IS NOT NULL "
-        f"AND EXISTS (SELECT FROM head_grant))) RETURNING w.{qn('id')} AS id, "
+        f"SELECT id FROM head_grant UNION ALL {beside_head})) RETURNING w.{qn('id')} AS id, "
         f"w.{qn('channel')} AS channel, {wants})"
     )
-    lease = f"LEAST(n.ttl, make_interval(secs => {HANDOVER_LEASE}))"
+    lease = f"LEAST(n.ttl, make_interval(secs => {OFFER_LEASE}))"
     in_line = "n.id"  # the queue's order (``IS_HEAD``'s): the tokens follow it
     numbered = (
         "numbered AS (SELECT n.*, "  # noqa: S608

@@ -55,7 +55,7 @@ def wake_sql(condition: str = "", *, readers: bool = False, grant: str = "", tol
     )
 
 
-def fitting_sql(queue: WaiterQueue, *, leaving: str = "0", holders: str = "") -> str:
+def fitting_sql(queue: WaiterQueue, *, holders: str = "") -> str:
     """SQL: the CTE ``fitting``: the listening waiters behind the head of the
     queue (the CTE ``head``) that may be admitted beside it. When the head is a
     reader, the readers queued before the first writer; when it wants a permit,
@@ -67,16 +67,14 @@ def fitting_sql(queue: WaiterQueue, *, leaving: str = "0", holders: str = "") ->
     it a look, never a permit over the limit. (The writers that count are those
     between the head and the reader: one before the head is a ticket that the
     statement deletes, or passes over. The holds that count are the valid ones
-    the statement's snapshot sees less ``leaving``, SQL for how many of them the
-    statement itself deletes.)
+    the statement's snapshot sees.)
 
     With ``holders`` (SQL: the holds left beside the head, counted under the
-    row's lock, never fewer than are valid, in place of the snapshot's less
-    ``leaving``), they are also the waiters a release may grant a hold beside
+    row's lock, never fewer than are valid, in place of the snapshot's), they are also the waiters a release may grant a hold beside
     the head (``shared_handover``), with what each wants."""
     qn = queue.tables.qn
     between = queue.queued_before_sql("head.resource", f"w.{qn('id')}", after="head.id", alias="x")
-    beside = holders or f"({queue.holders_sql('head.resource')}) - {leaving}"
+    beside = holders or f"({queue.holders_sql('head.resource')})"
     # The waiter ``w`` may join (``MAY_JOIN``) beside the head, whose hold counts.
     joins = MAY_JOIN.sql(
         queue.tables.sql_row.spelling(

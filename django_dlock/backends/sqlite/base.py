@@ -15,7 +15,6 @@ from django.db.models import DurationField
 from django.db.models.expressions import RawSQL
 
 from django_dlock.backends.base import LockBackend
-from django_dlock.backends.queue import HANDOVER_LEASE
 from django_dlock.backends.results import LockRow, Released, Taken
 from django_dlock.backends.shared_grants import Granted
 from django_dlock.backends.sqlite.alone import Alone
@@ -29,6 +28,7 @@ from django_dlock.listeners.sqlite import alive, wake
 from django_dlock.rules import EXCLUSIVE, SHARED
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.clock import DatabaseNow
+from django_dlock.rules.grant import OFFER_LEASE
 from django_dlock.rules.notice import GrantNotice
 
 # SQLite's primary result code for "database is locked".
@@ -124,7 +124,7 @@ class SQLiteBackend(LockBackend):
     # -- handing the lock to the head of the queue ---------------------------------
     # A release reads the head of the resource's queue in its transaction. When
     # the head listens and says how long it takes the lock for, the release
-    # offers it the lock (a new holder, a larger token, for HANDOVER_LEASE) and
+    # offers it the lock (a new holder, a larger token, for OFFER_LEASE) and
     # drops its ticket; once committed, it sends the head a datagram (``wake``),
     # and the waiter takes the offer for its ttl (``granted``, one UPDATE). So
     # the next holder's turn begins with no acquisition of its own to wait for
@@ -189,8 +189,8 @@ class SQLiteBackend(LockBackend):
         tables = self.tables
         qn = tables.qn
         # The ticket's placeholder inside the expression gets its value with the others.
-        # The offer's lease: the ttl (microseconds, as SQLite keeps a duration), at most HANDOVER_LEASE.
-        lease = f"MIN({self._of_waiter('ttl')}, {round(HANDOVER_LEASE * 1_000_000)})"
+        # The offer's lease: the ttl (microseconds, as SQLite keeps a duration), at most OFFER_LEASE.
+        lease = f"MIN({self._of_waiter('ttl')}, {round(OFFER_LEASE * 1_000_000)})"
         ttl = RawSQL(lease, [], output_field=DurationField())  # noqa: S611 - identifiers only
         now_sql, _ = compile_expression(tables.using, DatabaseNow())
         expires_sql, expires_params = compile_expression(tables.using, DatabaseNow() + ttl)
