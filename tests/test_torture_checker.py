@@ -170,6 +170,23 @@ def test_a_fault_that_raised_passes() -> None:
     assert check(events) == []
 
 
+def test_a_call_on_a_hold_already_told_lost_is_not_judged() -> None:
+    """A head stopped past its grant's lease resumed while the server restarted:
+    its section was told the lock was lost, and its upgrade raised LockExpired
+    without the database. Any other error class is still judged."""
+    lost = {"class": "LockExpired", "message": "its ttl passed", "db": False}
+    events = holder("w", 1, 12, None, ttl=1, kind="shared")
+    events += [
+        fault(raise_window=[13, 19]),
+        {"p": "w", "op": "cs_told", "cs": "w:1", "t": 13.1, "how": "lost"},
+        {"p": "w", "op": "upgrade", "resource": "r", "owner": "w.1", "t0": 13.2, "t1": 13.3}
+        | {"error": lost},
+    ]
+    assert 4 not in invariants(events)
+    events[-1] = events[-1] | {"error": {"class": "LockNotAcquired", "message": "", "db": False}}
+    assert 4 in invariants(events)
+
+
 def test_the_release_after_a_transaction_is_not_judged_a_call() -> None:
     """An until='commit' lock's release after its transaction is the library's,
     with no caller to raise to (it logs a failure): not judged by invariant 4."""

@@ -2,6 +2,9 @@
 raised a database error: it never came back as "not acquired" nor as a
 success (a throttle's use: neither granted nor refused, each locks its key's
 row first; a ``once_per`` run: neither due nor "not due"). A holder whose auto-renew connection was killed is told.
+Not judged either: a call on a hold its section had already been told it lost
+(its ``LockExpired``, raised without the database, is the truth, whatever the
+database's state: a head stopped past its grant's lease, resumed in a restart).
 Not judged: the release of an ``until="commit"`` lock after its transaction
 ended (its ``unlock`` says whether it ``rolled_back``), which the library makes with no caller to raise
 to: it logs a failed one, and the lock expires within its ttl."""
@@ -18,8 +21,15 @@ from tools.torture.violations import Violation
 
 def faults(history: History) -> Iterable[Violation]:
     calls: dict[str, list[Event]] = {}
+    lost: dict[str, bool] = {}  # each process's open section: told its lock was lost
     for event in history.events:
-        if event["op"] in LOCK_OPS and "t1" in event:
+        if event["op"] == "cs_enter":
+            lost[event["p"]] = False
+        elif event["op"] == "cs_told" and event.get("how") == "lost":
+            lost[event["p"]] = True
+        elif event["op"] in LOCK_OPS and "t1" in event:
+            if lost.get(event["p"]) and event.get("error", {}).get("class") == "LockExpired":
+                continue  # the hold was gone before the call (see the docstring)
             calls.setdefault(event["p"], []).append(event)
     starts: dict[str, list[float]] = {}
     for process, process_calls in calls.items():

@@ -161,9 +161,11 @@ class Run:
         """Wait until the process says ``word`` on stdout (or ends)."""
         end = time.monotonic() + timeout
         assert process.stdout is not None
+        # poll, not select: a long run's descriptors pass select's limit of 1024.
+        poller = select.poll()
+        poller.register(process.stdout, select.POLLIN)
         while time.monotonic() < end:
-            ready, _, _ = select.select([process.stdout], [], [], 0.5)
-            if ready:
+            if poller.poll(500):
                 line = process.stdout.readline()
                 if not line:
                     return False
@@ -188,6 +190,9 @@ class Run:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        for pipe in (process.stdin, process.stdout):
+            if pipe is not None:
+                pipe.close()  # (each round's victims would keep theirs open)
 
     def start_workers(self, count: int, head_faults: dict[str, Any] | None = None) -> None:
         """Start ``count`` mix workers; all but ``w0`` (whose session the
