@@ -97,7 +97,7 @@ def alive(pid: int) -> bool:
     """Whether process ``pid`` runs (an unreaped zombie has ended)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # (gone between the open and the read)
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 

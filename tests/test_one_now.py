@@ -39,8 +39,8 @@ def backend(monkeypatch: pytest.MonkeyPatch) -> LockBackend:
     backend = backend_for(DEFAULT_DB_ALIAS)
     read_row = backend.rows.select_for_update
 
-    def row_as_the_reader_held_it(resource: str) -> LockRow | None:
-        row = read_row(resource)
+    def row_as_the_reader_held_it(resource: str, *, nowait: bool = False) -> LockRow | None:
+        row = read_row(resource, nowait=nowait)
         return (
             None if row is None else replace(row, now=reader.expires_at - timedelta(milliseconds=1))
         )
