@@ -665,3 +665,29 @@ def test_a_hundred_renewed_locks_share_one_thread_and_connection() -> None:
         lock_renewed.disconnect(count)
     assert most_threads <= 2, most_threads
     assert most_connections <= 2, most_connections
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_wait_whose_end_fails_leaves_no_place_in_its_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wait's end gives its own gate up last (MariaDB: a statement, which
+    fails while the server restarts). Before, that failure left the wait first
+    in its process's local queue, and the process's next waiter of the
+    resource slept without end (``timeout=inf``, the torture's leaders)."""
+    from django.db import OperationalError
+
+    from django_dlock.locking import release_wait
+    from django_dlock.locking.local_queues import local_queues
+
+    def fails(wait: Any) -> None:
+        raise OperationalError("the server restarts")
+
+    assert DistributedLock.objects.acquire("end:gate", owner="holder", ttl=30)
+    wait = Wait(claim_for("end:gate", "waiter", 30), 5, "default")
+    assert isinstance(wait.step(), float)  # queued behind the holder
+    assert local_queues.busy(wait)
+    monkeypatch.setattr(release_wait, "leave", fails)
+    with pytest.raises(OperationalError):
+        wait.finish()
+    assert not local_queues.busy(wait)

@@ -244,7 +244,6 @@ class Wait:
                 if not self.queue.leave(self.resource, ticket):
                     self._give_back(ticket)
         finally:
-            release_wait.leave(self)  # its own gate, where it held one
             local_queues.leave(self)
             if self.watch is not None:
                 self.watch.close()
@@ -253,6 +252,7 @@ class Wait:
             outcome = outcome or ("timeout" if self.timed_out() else "error")
             waited = time.monotonic() - self.began
             signals.send_wait_ended(DistributedLock, self.claim, waited=waited, outcome=outcome)
+            release_wait.leave(self)  # its own gate: a statement, last, that may fail
 
     # -- the steps -----------------------------------------------------------------
 
