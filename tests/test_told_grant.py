@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -35,6 +36,28 @@ Locks = DistributedLock.objects
 
 # "About a second" (the offer lease), with room for a loaded machine.
 BOUND = 2.5
+
+
+def stop_outside_a_write(pid: int) -> None:
+    """SIGSTOP process ``pid`` where it holds no write lock of SQLite's file:
+    stopped inside a write (a look's refresh of its ticket, under a load that
+    delayed it), it would keep every other process out until it resumed."""
+    connection = connections["default"]
+    for _ in range(100):
+        os.kill(pid, signal.SIGSTOP)
+        if connection.vendor != "sqlite":
+            return
+        probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.05)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:  # it holds the write lock: let it finish
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.02)
+        finally:
+            probe.close()
+    raise AssertionError(f"process {pid} kept SQLite's write lock")
 
 
 @pytest.mark.parametrize("stop", [signal.SIGSTOP, signal.SIGKILL], ids=["paused", "killed"])
@@ -71,7 +94,7 @@ def test_a_head_stopped_between_its_grant_and_its_work_loses_the_lock_soon(
         wait_for(lambda: LockWaiter.objects.filter(resource="told:1").exists(), 30, "queued")
         time.sleep(0.3)  # its look after queuing is done: it sleeps now
         assert head.pid is not None
-        os.kill(head.pid, signal.SIGSTOP)
+        stop_outside_a_write(head.pid)
         releaser.start()
         with lock("told:1", ttl=30, timeout=15) as next_one:
             waited = time.monotonic() - released[0]
