@@ -21,7 +21,7 @@ from django_dlock.backends import backend_for
 from django_dlock.models import DistributedLock, LockHold, LockWaiter
 from tests import workers_waiting
 from tests.testapp.models import Counter
-from tests.utils import database_settings, expire, spawn, wait_for
+from tests.utils import database_settings, expire, spawn, stop_outside_a_write, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,7 +80,7 @@ def stopped_waiter() -> Iterator[BaseProcess]:
     try:
         wait_for(lambda: LockWaiter.objects.filter(resource="look:1").exists(), 30, "queued")
         assert waiter.pid is not None
-        os.kill(waiter.pid, signal.SIGSTOP)
+        stop_outside_a_write(waiter.pid)
         yield waiter
     finally:
         if waiter.pid is not None and waiter.is_alive():

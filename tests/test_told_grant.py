@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import threading
 import time
 from typing import Any
@@ -21,7 +20,7 @@ from django_dlock import lock
 from django_dlock.models import DistributedLock, LockHold, LockWaiter
 from django_dlock.service import service_for
 from tests import workers_waiting
-from tests.utils import database_settings, spawn, wait_for
+from tests.utils import database_settings, spawn, stop_outside_a_write, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -36,28 +35,6 @@ Locks = DistributedLock.objects
 
 # "About a second" (the offer lease), with room for a loaded machine.
 BOUND = 2.5
-
-
-def stop_outside_a_write(pid: int) -> None:
-    """SIGSTOP process ``pid`` where it holds no write lock of SQLite's file:
-    stopped inside a write (a look's refresh of its ticket, under a load that
-    delayed it), it would keep every other process out until it resumed."""
-    connection = connections["default"]
-    for _ in range(100):
-        os.kill(pid, signal.SIGSTOP)
-        if connection.vendor != "sqlite":
-            return
-        probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.05)
-        try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.execute("ROLLBACK")
-            return
-        except sqlite3.OperationalError:  # it holds the write lock: let it finish
-            os.kill(pid, signal.SIGCONT)
-            time.sleep(0.02)
-        finally:
-            probe.close()
-    raise AssertionError(f"process {pid} kept SQLite's write lock")
 
 
 @pytest.mark.parametrize("stop", [signal.SIGSTOP, signal.SIGKILL], ids=["paused", "killed"])
@@ -221,7 +198,7 @@ def test_a_reader_stopped_between_its_grant_and_its_work_loses_its_hold_soon(
         wait_for(lambda: queued_listening("told:r", 1), 30, "queued")
         time.sleep(0.3)  # its look after queuing is done: it sleeps now
         assert reader.pid is not None
-        os.kill(reader.pid, signal.SIGSTOP)
+        stop_outside_a_write(reader.pid)
         releaser.start()
         # A writer behind the reader: it takes the lock once the reader's
         # granted hold lapses with its offer lease.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -243,3 +245,27 @@ def import_without(module: str, *hidden: str) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
+
+
+def stop_outside_a_write(pid: int) -> None:
+    """SIGSTOP process ``pid`` where it holds no write lock of SQLite's file:
+    stopped inside a write (a look's refresh of its ticket, under a load that
+    delayed it), it would keep every other process out until it resumed."""
+    from django.db import connections
+
+    connection = connections["default"]
+    for _ in range(100):
+        os.kill(pid, signal.SIGSTOP)
+        if connection.vendor != "sqlite":
+            return
+        probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.05)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:  # it holds the write lock: let it finish
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.02)
+        finally:
+            probe.close()
+    raise AssertionError(f"process {pid} kept SQLite's write lock")
