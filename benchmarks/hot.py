@@ -22,6 +22,7 @@ class DlockHot:
         self.using, self.owner = using, owner
         self.locks = DistributedLock.objects.db_manager(using)
         self.held: Any = None
+        self.kind: dict[str, Any] = {}  # lock()'s kind arguments (``shared``, ``limit``)
 
     def try_acquire(self) -> bool:
         return self.locks.acquire(HOT, owner=self.owner, ttl=30) is not None
@@ -29,7 +30,7 @@ class DlockHot:
     def acquire(self, timeout: float) -> bool:
         from django_dlock import LockNotAcquired, lock
 
-        held = lock(HOT, owner=self.owner, ttl=30, timeout=timeout, using=self.using)
+        held = lock(HOT, owner=self.owner, ttl=30, timeout=timeout, using=self.using, **self.kind)
         try:
             held.__enter__()
         except LockNotAcquired:

@@ -21,7 +21,7 @@ import sys
 from typing import Any
 
 from benchmarks import clients, setup
-from benchmarks.hot import HOT, DlockHot
+from benchmarks.hot import DlockHot
 
 HOLD = 0.001
 PROCESSES = 8
@@ -33,17 +33,6 @@ class KindHot(DlockHot):
     def __init__(self, owner: str, kind: dict[str, Any]) -> None:
         super().__init__("default", owner)
         self.kind = kind
-
-    def acquire(self, timeout: float) -> bool:
-        from django_dlock import LockNotAcquired, lock
-
-        held = lock(HOT, owner=self.owner, ttl=30, timeout=timeout, **self.kind)
-        try:
-            held.__enter__()
-        except LockNotAcquired:
-            return False
-        self.held = held
-        return True
 
 
 def _writers(owner: str) -> KindHot:
