@@ -1,7 +1,8 @@
 """PostgreSQL's full release (``release_any``) in the cases that decide its cost:
 no waiter, an exclusive head, a reader head with readers behind, a permit head.
 
-    DATABASE_URL=postgres://... python -m benchmarks.release_cases [--runs 400] [--explain DIR]
+    DATABASE_URL=postgres://... python -m benchmarks.release_cases [--runs 400] [--explain DIR] [--case head]
+        [--others 300]
 
 Each case's state is written once; the release's prepared statement then runs
 ``--runs`` times, each in a transaction rolled back (so each finds the same
@@ -59,10 +60,16 @@ TABLES = ("distributed_locks", "distributed_lock_holds", "distributed_lock_waite
 BATCH = 50
 
 
-def _write_case(cursor: Any, case: dict[str, Any]) -> None:
+def _write_case(cursor: Any, case: dict[str, Any], others: int) -> None:
     from django_dlock.rules import SHARED_HOLDERS
 
-    cursor.execute("DELETE FROM distributed_lock_waiters WHERE resource = %s", [RESOURCE])
+    cursor.execute("DELETE FROM distributed_lock_waiters WHERE resource LIKE %s", [RESOURCE + "%"])
+    # Other resources' waiters: what a scan of the whole queue table would read.
+    cursor.execute(
+        "INSERT INTO distributed_lock_waiters (resource, owner, expires_at) "
+        "SELECT %s || mod(n, 10), 'o' || n, now() + interval '1 hour' FROM generate_series(1, %s) n",
+        [RESOURCE + "-other-", others],
+    )
     cursor.execute("DELETE FROM distributed_lock_holds WHERE resource = %s", [RESOURCE])
     cursor.execute("DELETE FROM distributed_locks WHERE resource = %s", [RESOURCE])
     owner, count, limit = case["row"]
@@ -88,7 +95,9 @@ def _write_case(cursor: Any, case: dict[str, Any]) -> None:
         )
 
 
-def measure(runs: int, explain: Path | None) -> dict[str, dict[str, Any]]:
+def measure(
+    runs: int, explain: Path | None, only: str = "", others: int = 0
+) -> dict[str, dict[str, Any]]:
     setup.configure(None, other_apps=())
     setup.migrate()
     from django.db import connection
@@ -109,7 +118,9 @@ def measure(runs: int, explain: Path | None) -> dict[str, dict[str, Any]]:
         cursor.execute(statement.prepare_sql("release_case"))
         execute = statement.execute_sql("release_case")
         for name, case in CASES.items():
-            _write_case(cursor, case)
+            if only not in name:
+                continue
+            _write_case(cursor, case, others)
             cursor.execute(f"VACUUM ANALYZE {', '.join(TABLES)}")
             row: dict[str, Any] = {}
             if explain is not None:
@@ -158,11 +169,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--explain", type=Path, help="a directory for the plans")
+    parser.add_argument("--case", default="", help="only the cases whose name has this")
+    parser.add_argument("--others", type=int, default=0, help="waiters of other resources")
     options = parser.parse_args()
     if options.explain:
         options.explain.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
-    table = measure(options.runs, options.explain)
+    table = measure(options.runs, options.explain, options.case, options.others)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in load)}; after: ", end="")
     print(" ".join(f"{x:.2f}" for x in os.getloadavg()))
     for name, row in table.items():

@@ -169,11 +169,13 @@ class ReleaseStatement:
         # counting the holds left by the locked row. Decided once, in the CTE
         # ``freeing``, which the hand-over and the grants read: each copy of the
         # SQL would add its nodes to the plan, which every execution starts.
+        # (OFFSET 0 keeps ``f`` a subquery: pulled up, each reference to
+        # ``frees`` evaluated a copy of its InitPlans.)
         freeing = (
             "freeing AS (SELECT f.frees, f.frees OR f.permit AS room, "  # noqa: S608
             f"CASE WHEN f.frees THEN 0 ELSE GREATEST(l.{c['hold_count']} - 1, 0) END AS beside "
             f"FROM (SELECT {frees} AS frees, EXISTS (SELECT FROM locked l WHERE {shared} "
-            f"AND l.{c['limit']} IS NOT NULL AND EXISTS (SELECT FROM gone)) AS permit) f "
+            f"AND l.{c['limit']} IS NOT NULL AND EXISTS (SELECT FROM gone)) AS permit OFFSET 0) f "
             "LEFT JOIN locked l ON TRUE)"
         )
         grants = shared_handover_sql(

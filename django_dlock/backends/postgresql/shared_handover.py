@@ -81,9 +81,14 @@ def shared_handover_sql(queue: WaiterQueue, *, room: str, beside: str) -> str:
     )
     # Deleted under the row's lock: a waiter that left meanwhile is not granted.
     wants = ", ".join(f"w.{qn(column)} AS {qn(column)}" for column in GRANTED_COLUMNS)
-    # (By their keys, as an array: none chosen reads no waiter's row.)
+    # By their keys, as an array, in the resource's queue (its index: the
+    # generic plan of ``= ANY(ARRAY(...))`` alone scanned the whole table).
+    # Nobody is granted unless the head is: the uncorrelated EXISTS is one
+    # filter evaluated once (an InitPlan), so the release whose head is a
+    # writer, or that has none, neither chooses nor scans.
     granted = (
-        f"granted AS (DELETE FROM {tables.waiters_table} w WHERE w.{qn('id')} = ANY(ARRAY("  # noqa: S608
+        f"granted AS (DELETE FROM {tables.waiters_table} w WHERE EXISTS (SELECT FROM head_grant) "  # noqa: S608
+        f"AND w.{qn('resource')} = %(resource)s AND w.{qn('id')} = ANY(ARRAY("
         f"SELECT id FROM head_grant UNION ALL {beside_head})) RETURNING w.{qn('id')} AS id, "
         f"w.{qn('channel')} AS channel, {wants})"
     )
