@@ -123,21 +123,21 @@ def measure(
             _write_case(cursor, case, others)
             cursor.execute(f"VACUUM ANALYZE {', '.join(TABLES)}")
             row: dict[str, Any] = {}
-            if explain is not None:
-                cursor.execute("BEGIN")
-                cursor.execute(f"EXPLAIN (ANALYZE, VERBOSE) {execute}", params)
-                plan = [line for (line,) in cursor.fetchall()]
-                cursor.execute("ROLLBACK")
-                (explain / f"{name.replace(' ', '_').replace(',', '')}.txt").write_text(
-                    "\n".join(plan) + "\n"
-                )
-                row["plan_lines"] = len(plan)
             for _ in range(10):  # past the custom plans (plancache's first five)
                 cursor.execute("BEGIN")
                 cursor.execute(execute, params)
                 answer = cursor.fetchone()
                 row["answer"] = f"{answer[0]}, woke {answer[2]}"
                 cursor.execute("ROLLBACK")
+            if explain is not None:
+                cursor.execute("BEGIN")
+                cursor.execute(f"EXPLAIN (ANALYZE, VERBOSE, BUFFERS) {execute}", params)
+                plan = [line for (line,) in cursor.fetchall()]
+                cursor.execute("ROLLBACK")
+                (explain / f"{name.replace(' ', '_').replace(',', '')}.txt").write_text(
+                    "\n".join(plan) + "\n"
+                )
+                row["plan_lines"] = len(plan)
             if stats:
                 cursor.execute("SELECT pg_stat_statements_reset()")
             times = []

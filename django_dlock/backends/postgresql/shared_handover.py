@@ -65,10 +65,12 @@ def shared_handover_sql(queue: WaiterQueue, *, room: str, beside: str) -> str:
         )
 
     # The head: a reader or a permit that listens, says its ttl, and fits (of
-    # the kind of the holds left, where any are).
+    # the kind of the holds left, where any are). (The uncorrelated EXISTS,
+    # first, is a filter evaluated once, before ``room``: a writer at the head
+    # reads nothing more.)
     head_grant = (
         f"head_grant AS (SELECT head.id, head.owner FROM head, locked l "  # noqa: S608
-        f"WHERE head.mode = '{SHARED}' "
+        f"WHERE EXISTS (SELECT FROM head WHERE head.mode = '{SHARED}') AND head.mode = '{SHARED}' "
         f"AND head.channel <> '' AND head.ttl IS NOT NULL AND ({room}) AND (({beside}) = 0 "
         f"OR head.{qn('limit')} IS NOT DISTINCT FROM l.{c['limit']}) AND {head_joins} "
         f"AND {holds_none('head.owner')})"
