@@ -94,6 +94,10 @@ def shared_handover_sql(queue: WaiterQueue, *, room: str, beside: str) -> str:
         f"SELECT id FROM head_grant UNION ALL {beside_head})) RETURNING w.{qn('id')} AS id, "
         f"w.{qn('channel')} AS channel, {wants})"
     )
+    # What follows reads only what ``granted`` returned, each gated by the same
+    # filter evaluated once: where the head was not granted, none of it runs
+    # (the numbering's sort, the INSERT, the notices, the summary's scan).
+    granting = "EXISTS (SELECT FROM head_grant)"
     lease = f"LEAST(n.ttl, make_interval(secs => {OFFER_LEASE}))"
     in_line = "n.id"  # the queue's order (``IS_HEAD``'s): the tokens follow it
     numbered = (
@@ -112,17 +116,17 @@ def shared_handover_sql(queue: WaiterQueue, *, room: str, beside: str) -> str:
     new_holds = (
         f"new_holds AS (INSERT INTO {holds} ({', '.join(h[name] for name in names)}) "  # noqa: S608
         f"SELECT %(resource)s, n.owner, n.label, n.since, n.until, 1, n.token, n.{qn('limit')} "
-        f"FROM numbered n ON CONFLICT ({h['resource']}, {h['owner']}) DO UPDATE SET {replaced} "
+        f"FROM numbered n WHERE {granting} ON CONFLICT ({h['resource']}, {h['owner']}) DO UPDATE SET {replaced} "
         f"RETURNING {holds}.{h['id']} AS id, {holds}.{h['fencing_token']} AS token)"
     )
     told = (
         f"{TOLD} AS (SELECT n.id, n.channel, ' ' || k.id || ' ' || n.token || ' ' || "  # noqa: S608
         f"{micros('n.since')} || ' ' || {micros('n.until')} AS notice "
-        "FROM numbered n JOIN new_holds k ON k.token = n.token)"
+        f"FROM numbered n JOIN new_holds k ON k.token = n.token WHERE {granting})"
     )
     summary = (
         f"grants AS (SELECT COUNT(*) AS n, MAX(until) AS until, MAX(n.{qn('limit')}) AS lim "  # noqa: S608
-        "FROM numbered n)"
+        f"FROM numbered n WHERE {granting})"
     )
     return f"{head_grant}, {granted}, {numbered}, {new_holds}, {told}, {summary}"
 
