@@ -237,7 +237,7 @@ class PostgreSQLBackend(LockBackend):
         if row.owner:  # one hold of several went
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
         # The row comes back as released (no owner); the hold, as it was held.
-        held = replace(row, owner=params["owner"])
+        held = row.owned_by(params["owner"])
         return Released(row=row, owner=held.owner, result=ReleaseResult.RELEASED, released=(held,))
 
     def _released(self, answer: Sequence[Any]) -> Released | None:
@@ -256,7 +256,7 @@ class PostgreSQLBackend(LockBackend):
         if outcome == release.DECREMENTED:
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
         # The exclusive row comes back as released (no owner); a hold, as it was.
-        held = replace(row, owner=held_by) if header[0] is not None else row
+        held = row.owned_by(held_by) if header[0] is not None else row
         gone = replace(held, owner="", expires_at=row.now)
         return Released(row=gone, owner=held.owner, result=ReleaseResult.RELEASED, released=(held,))
 
