@@ -92,7 +92,9 @@ class PreparedStatements:
         if not self.enabled:
             cursor.execute(statement.sql, params)
             return
-        session = self._sessions.setdefault(raw, _Session())
+        session = self._sessions.get(raw)
+        if session is None:  # (a new _Session only for a new connection)
+            session = self._sessions[raw] = _Session()
         name = session.prepared.get(statement.name)
         if name is not None:
             sql = statement.execute_sql(name)
