@@ -372,10 +372,11 @@ class LockService(Generic[_Lock]):
 def service_of(model: type[_Lock], using: str) -> LockService[_Lock]:
     """The lock service of ``model``'s rows in the database ``using``: one per
     pair in this process, made on first use (it keeps nothing but the two)."""
-    service = _services.get((model, using))
+    # (Annotated, not cast(): each call of this runs on every lock operation.)
+    service: LockService[Any] | None = _services.get((model, using))
     if service is None:
         service = _services.setdefault((model, using), LockService(model, using))
-    return cast(LockService[_Lock], service)
+    return service
 
 
 _services: dict[tuple[type[models.Model], str], LockService[Any]] = {}
