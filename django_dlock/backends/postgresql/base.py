@@ -8,6 +8,7 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any, TypeVar
 
+from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_dlock.backends.base import LockBackend
@@ -298,7 +299,8 @@ class PostgreSQLBackend(LockBackend):
         the row, decides and writes, so it is as atomic as a lock transaction.
         Inside Django's TestCase transaction, in a lock transaction (a
         savepoint), as every operation."""
-        connection = self.connection  # (looked up once: each look-up costs the client's CPU)
+        # (Looked up once, not through self.connection: each costs the client's CPU.)
+        connection = connections[self.using]
         if atomic_depth(connection):
             return in_lock_transaction(self, lambda: operation(connection))
         refuse_callers_transaction(self.using, connection)
@@ -327,7 +329,7 @@ class PostgreSQLBackend(LockBackend):
         transaction, the one transaction a lock operation runs in, it runs in
         that one, as plain SQL. (``connection``: this alias's, from ``_alone``.)
         """
-        in_test_transaction = atomic_depth(connection) > 0
+        in_test_transaction = connection.in_atomic_block  # (atomic_depth() > 0, without a call)
         if in_test_transaction or connection.execute_wrappers or connection.queries_logged:
             with connection.cursor() as cursor:
                 if in_test_transaction:
