@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, TypeGuard, TypeVar, cast
+from typing import Any, TypeGuard, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -39,11 +39,13 @@ class Settings:
     def _setting(self, name: str, default: _T) -> _T:
         """``DLOCK_{name}``, or ``default`` when it is not set (``checks`` reports
         a value of the wrong type)."""
+        # (Annotated, not cast(): a call for nothing on every read of a setting.)
+        value: _T
         try:
-            return cast(_T, self._values[name])
+            value = self._values[name]
         except KeyError:
             value = self._values[name] = getattr(settings, f"DLOCK_{name}", default)
-            return cast(_T, value)
+        return value
 
     def forget(self) -> None:
         """Read every setting again when next used."""

@@ -232,8 +232,8 @@ class LockService(Generic[_Lock]):
             sent = (signals.lock_acquired,)
             if taken_over_from is not None:
                 sent = (signals.lock_taken_over, signals.lock_acquired)
-        heard = any(signal.has_listeners(self.model) for signal in sent)
-        if not (instance or heard):
+        # (Whether a receiver listens matters only where the caller takes no instance.)
+        if not (instance or any(signal.has_listeners(self.model) for signal in sent)):
             return row
         hold = self.instance(row)
         if renewed:
@@ -372,10 +372,11 @@ class LockService(Generic[_Lock]):
 def service_of(model: type[_Lock], using: str) -> LockService[_Lock]:
     """The lock service of ``model``'s rows in the database ``using``: one per
     pair in this process, made on first use (it keeps nothing but the two)."""
-    service = _services.get((model, using))
+    # (Annotated, not cast(): each call of this runs on every lock operation.)
+    service: LockService[Any] | None = _services.get((model, using))
     if service is None:
         service = _services.setdefault((model, using), LockService(model, using))
-    return cast(LockService[_Lock], service)
+    return service
 
 
 _services: dict[tuple[type[models.Model], str], LockService[Any]] = {}

@@ -235,6 +235,8 @@ def validate_label(value: object) -> str:
     what people cannot see (no control or invisible formatting characters, no
     line or paragraph separators, Unicode normal form NFC).
     """
+    if value == "" and isinstance(value, str):  # the default, every acquisition's: valid
+        return value
     if not isinstance(value, str):
         raise InvalidArgument(_("A label must be a string."), code="invalid")
     _storable(value, A_LABEL)

@@ -85,6 +85,15 @@ class LockRow:
             shared=not claim.exclusive,
         )  # fmt: skip
 
+    def owned_by(self, owner: str) -> LockRow:
+        """This row with ``owner`` as its owner (a release's hold as it was held):
+        ``dataclasses.replace()``'s result, without its look at every field,
+        which cost a release more of the client's CPU than the rest of its answer."""
+        return LockRow(
+            self.pk, self.resource, owner, self.acquired_at, self.expires_at, self.fencing_token,
+            self.hold_count, self.label, self.limit, self.now, self.shared, self.lock_delay,
+        )  # fmt: skip
+
     def field_values(self) -> dict[str, object]:
         """The row's values by model field (``LOCK_FIELDS``)."""
         return {

@@ -6,7 +6,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from functools import cached_property
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
+
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.postgresql import release, shared_take
@@ -84,7 +87,7 @@ class PostgreSQLBackend(LockBackend):
         decides (no row yet for a reader; beside shared holders: the only one
         of them upgrades, a semaphore is another kind)."""
         if not claim.exclusive:
-            return self._alone(lambda: self._take_shared(claim))
+            return self._alone(lambda connection: self._take_shared(connection, claim))
         exclusive = self._exclusive
         params = {
             "resource": claim.resource,
@@ -97,19 +100,19 @@ class PostgreSQLBackend(LockBackend):
             "lock_delay": claim.lock_delay,
         }
         if claim.ticket is None and claim.held_token is None:
-            taken = self._alone(lambda: self._take_released(claim, params))
+            taken = self._alone(lambda connection: self._take_released(connection, claim, params))
         else:
             statement = exclusive.take if claim.ticket is None else exclusive.take_leaving
             if claim.ticket is None and claim.behind_queue:
                 statement = exclusive.take_behind
-            taken = self._alone(lambda: self._taken(statement, params))
+            taken = self._alone(lambda connection: self._taken(connection, statement, params))
         if taken.row is None and taken.previous_owner == SHARED_HOLDERS:
             # Beside readers or permits the portable take decides, its FOR UPDATE
             # waiting for their guarded blocks; a blocking lock() queues instead.
             return taken if claim.behind_queue else None
         return taken
 
-    def _take_shared(self, claim: Claim) -> Taken | None:
+    def _take_shared(self, connection: BaseDatabaseWrapper, claim: Claim) -> Taken | None:
         """A reader's or a permit's acquisition in one statement; None where the
         portable operation decides (see ``postgresql.shared_take``)."""
         params = {
@@ -122,7 +125,7 @@ class PostgreSQLBackend(LockBackend):
             "ticket": NO_TICKET if claim.ticket is None else claim.ticket,
             "held": claim.held_token,
         }
-        answer = self._run(self._shared_take, params)
+        answer = self._run(connection, self._shared_take, params)
         if answer is None:  # no row for the resource yet
             return None
         action, header_owner, _, *rest = answer
@@ -136,7 +139,9 @@ class PostgreSQLBackend(LockBackend):
         row = self.holds.row(hold)
         return Taken(row=row, previous_owner=header_owner, renewed=action == shared_take.AGAIN)
 
-    def _take_released(self, claim: Claim, params: dict[str, Any]) -> Taken:
+    def _take_released(
+        self, connection: BaseDatabaseWrapper, claim: Claim, params: dict[str, Any]
+    ) -> Taken:
         """An exclusive acquisition by the short statement where the row settles
         it (released, or the owner's own hold: taken; another owner's valid
         hold: refused), else by ``take``: no row yet, an expired holder's (see
@@ -144,7 +149,7 @@ class PostgreSQLBackend(LockBackend):
         exclusive = self._exclusive
         behind = claim.behind_queue
         short = exclusive.take_released_behind if behind else exclusive.take_released
-        owner, held, expires_at, now, *written = self._answer(short, params)
+        owner, held, expires_at, now, *written = self._answer(connection, short, params)
         if written[0] is not None:
             row = self.tables.row(written)
             return Taken(row=row, previous_owner=owner, renewed=row.acquired_at < row.now)
@@ -155,15 +160,18 @@ class PostgreSQLBackend(LockBackend):
             # Released, yet not written: someone is queued (or a lock-delay runs).
             # The blocking caller queues and looks (``Wait.step``): no statement more.
             return Taken(row=None, previous_owner=owner, renewed=False)
-        return self._taken(exclusive.take_behind if behind else exclusive.take, params)
+        statement = exclusive.take_behind if behind else exclusive.take
+        return self._taken(connection, statement, params)
 
-    def _taken(self, statement: Statement, params: dict[str, Any]) -> Taken:
-        owner, _, locked, row = self._decided(statement, params)
+    def _taken(
+        self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]
+    ) -> Taken:
+        owner, _, locked, row = self._decided(connection, statement, params)
         if owner is None and row is None:
             # The row vanished (purged while the lock waited for it), or it
             # appeared after the statement's snapshot, held by another owner: in
             # either case a statement with a new snapshot sees it as it is now.
-            owner, _, locked, row = self._decided(statement, params)
+            owner, _, locked, row = self._decided(connection, statement, params)
         if row is None:
             refusal = Refusal.of(locked)
             return Taken(row=None, previous_owner=owner, renewed=False, refusal=refusal)
@@ -182,7 +190,9 @@ class PostgreSQLBackend(LockBackend):
         """The renewal of an exclusive hold in one statement; None for a shared
         hold's (the portable operation)."""
         params = {"resource": resource, "owner": owner, "duration": duration}
-        held_by, held, _, row = self._alone(lambda: self._decided(self._exclusive.extend, params))
+        held_by, held, _, row = self._alone(
+            lambda connection: self._decided(connection, self._exclusive.extend, params)
+        )
         if row is None and held and held_by == SHARED_HOLDERS:
             return None
         return Renewed(row=row, exists=held_by not in (None, ""), holder=held_by)
@@ -202,7 +212,9 @@ class PostgreSQLBackend(LockBackend):
             released = self._force_release(resource)
         elif self.features.one_statement and not forced:
             params = {"resource": resource, "owner": owner}
-            released = self._alone(lambda: self._owners_release(params, mode, queued))
+            released = self._alone(
+                lambda connection: self._owners_release(connection, params, mode, queued)
+            )
         if released is None:
             return self.give_up_portable(resource, owner, forced=forced)
         return released
@@ -212,7 +224,7 @@ class PostgreSQLBackend(LockBackend):
         statement; None where shared holders hold it (the portable operation)."""
         params = {"resource": resource, **GRANT_PARAMS}
         held_by, held, _, row = self._alone(
-            lambda: self._decided(self._exclusive.force_release, params)
+            lambda connection: self._decided(connection, self._exclusive.force_release, params)
         )
         if not held or held_by is None:
             return Released(row=None, owner="", result=ReleaseResult.NOT_FOUND)
@@ -222,7 +234,11 @@ class PostgreSQLBackend(LockBackend):
         return Released(row=row, owner=held_by, result=ReleaseResult.RELEASED, released=(held_row,))
 
     def _owners_release(
-        self, params: dict[str, Any], mode: str | None, queued: bool = False
+        self,
+        connection: BaseDatabaseWrapper,
+        params: dict[str, Any],
+        mode: str | None,
+        queued: bool = False,
     ) -> Released | None:
         """The owner's release: the short statement where the row allows it (an
         exclusive hold, no queue: ``release.AloneReleaseStatement``), else the
@@ -230,14 +246,16 @@ class PostgreSQLBackend(LockBackend):
         where the portable operation decides. Each statement is a transaction of
         its own. A hold handed over by a release (``queued``) goes straight to
         the full one too: the short one would write nothing while waiters queue."""
-        alone = None if mode == SHARED or queued else self._run(self._release_alone, params)
+        alone = (
+            None if mode == SHARED or queued else self._run(connection, self._release_alone, params)
+        )
         if alone is None:
-            return self._released(self._answer(self._release, params))
+            return self._released(self._answer(connection, self._release, params))
         row = self.tables.row(alone)
         if row.owner:  # one hold of several went
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
         # The row comes back as released (no owner); the hold, as it was held.
-        held = replace(row, owner=params["owner"])
+        held = row.owned_by(params["owner"])
         return Released(row=row, owner=held.owner, result=ReleaseResult.RELEASED, released=(held,))
 
     def _released(self, answer: Sequence[Any]) -> Released | None:
@@ -256,24 +274,24 @@ class PostgreSQLBackend(LockBackend):
         if outcome == release.DECREMENTED:
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
         # The exclusive row comes back as released (no owner); a hold, as it was.
-        held = replace(row, owner=held_by) if header[0] is not None else row
+        held = row.owned_by(held_by) if header[0] is not None else row
         gone = replace(held, owner="", expires_at=row.now)
         return Released(row=gone, owner=held.owner, result=ReleaseResult.RELEASED, released=(held,))
 
     def _decided(
-        self, statement: Statement, params: dict[str, Any]
+        self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]
     ) -> tuple[str | None, bool, LockRow | None, LockRow | None]:
         """Run one operation's statement: the locked row's owner (None without a
         row) and whether it was held, the locked row as it was, and the row as
         written (None without a write)."""
-        owner, held, *rest = self._answer(statement, params)
+        owner, held, *rest = self._answer(connection, statement, params)
         width = len(self.tables.columns) + 1
         locked, written = rest[:width], rest[width:]
         # A force-release's count of woken waiters may follow the row and its now.
         row = None if written[0] is None else self.tables.row(written[:width])
         return owner, bool(held), None if locked[0] is None else self.tables.row(locked), row
 
-    def _alone(self, operation: Callable[[], _T]) -> _T:
+    def _alone(self, operation: Callable[[BaseDatabaseWrapper], _T]) -> _T:
         """``operation()``, whose statements (``_run``) are each a transaction of
         their own: outside ``atomic()``, which would only switch autocommit off
         and on around them, where the caller has no transaction open (else
@@ -281,20 +299,25 @@ class PostgreSQLBackend(LockBackend):
         the row, decides and writes, so it is as atomic as a lock transaction.
         Inside Django's TestCase transaction, in a lock transaction (a
         savepoint), as every operation."""
-        connection = self.connection
+        # (Looked up once, not through self.connection: each costs the client's CPU.)
+        connection = connections[self.using]
         if atomic_depth(connection):
-            return in_lock_transaction(self, operation)
+            return in_lock_transaction(self, lambda: operation(connection))
         refuse_callers_transaction(self.using, connection)
-        return operation()
+        return operation(connection)
 
-    def _answer(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any]:
+    def _answer(
+        self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]
+    ) -> Sequence[Any]:
         """Run a statement that answers one row whatever it finds (its answer
         is a ``SELECT`` from ``(SELECT) one LEFT JOIN ...``); that row."""
-        answer = self._run(statement, params)
+        answer = self._run(connection, statement, params)
         assert answer is not None  # noqa: S101 - such a statement always answers
         return answer
 
-    def _run(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any] | None:
+    def _run(
+        self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]
+    ) -> Sequence[Any] | None:
         """Run ``statement``; its one row (None from a statement that wrote
         nothing and answers nothing then).
 
@@ -304,17 +327,18 @@ class PostgreSQLBackend(LockBackend):
         ``django_dlock.backends.postgresql.prepared``), through Django's cursor
         where an execute wrapper or the query log would see it. Inside Django's TestCase
         transaction, the one transaction a lock operation runs in, it runs in
-        that one, as plain SQL.
+        that one, as plain SQL. (``connection``: this alias's, from ``_alone``.)
         """
-        connection = self.connection
-        in_test_transaction = atomic_depth(connection) > 0
+        in_test_transaction = connection.in_atomic_block  # (atomic_depth() > 0, without a call)
         if in_test_transaction or connection.execute_wrappers or connection.queries_logged:
             with connection.cursor() as cursor:
                 if in_test_transaction:
                     cursor.execute(statement.sql, params)
                 else:
                     self._prepared.execute(cursor, connection.connection, statement, params)
-                return cast(Sequence[Any] | None, cursor.fetchone())
+                # (Annotated, not cast(): a call of typing's for nothing at run time.)
+                answer: Sequence[Any] | None = cursor.fetchone()
+                return answer
         # Where nobody watches Django's cursor (no execute wrapper, no query
         # log), a cursor of psycopg's own does the same with less of the
         # client's CPU; errors are still Django's, and the connection marked
@@ -324,7 +348,8 @@ class PostgreSQLBackend(LockBackend):
         with connection.wrap_database_errors:
             cursor = kept_cursor(connection, raw)
             self._prepared.execute(cursor, raw, statement, params)
-            return cast(Sequence[Any] | None, cursor.fetchone())
+            answer = cursor.fetchone()
+            return answer
 
     @cached_property
     def _portable_grants(self) -> PortableGrants:

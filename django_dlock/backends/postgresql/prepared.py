@@ -71,7 +71,8 @@ class Statement:
 class _Session:
     """What one connection's server session has prepared."""
 
-    prepared: dict[str, str] = field(default_factory=dict)  # statement -> prepared name
+    # statement -> its EXECUTE of the prepared name (made once: each run sends it)
+    prepared: dict[str, str] = field(default_factory=dict)
     attempts: int = 0  # PREPAREs sent: names never repeat in a session
 
 
@@ -92,15 +93,17 @@ class PreparedStatements:
         if not self.enabled:
             cursor.execute(statement.sql, params)
             return
-        session = self._sessions.setdefault(raw, _Session())
-        name = session.prepared.get(statement.name)
-        if name is not None:
-            sql = statement.execute_sql(name)
-        else:
+        session = self._sessions.get(raw)
+        if session is None:  # (a new _Session only for a new connection)
+            session = self._sessions[raw] = _Session()
+        sql = session.prepared.get(statement.name)
+        preparing = sql is None
+        if preparing:
             # A new name each time: a PREPARE whose message failed may have run.
             session.attempts += 1
             name = f"{self._prefix}_{statement.name}_{session.attempts}"
-            sql = f"{statement.prepare_sql(name)};\n{statement.execute_sql(name)}"
+            executes = statement.execute_sql(name)
+            sql = f"{statement.prepare_sql(name)};\n{executes}"
         try:
             cursor.execute(sql, params)
         except Exception as error:
@@ -120,6 +123,6 @@ class PreparedStatements:
             )
             cursor.execute(statement.sql, params)
             return
-        if statement.name not in session.prepared:
-            session.prepared[statement.name] = name
+        if preparing:
+            session.prepared[statement.name] = executes
             cursor.nextset()  # from PREPARE's result to EXECUTE's
