@@ -32,7 +32,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_dlock.backends.base import LockBackend
@@ -54,7 +54,6 @@ from django_dlock.backends.transactions import (
     run_again_after_lost_races,
 )
 from django_dlock.conf import conf
-from django_dlock.django_private import atomic_depth
 from django_dlock.rules import SHARED, ReleaseResult
 from django_dlock.rules.claim import Claim
 from django_dlock.rules.predicates import HELD
@@ -159,7 +158,7 @@ class MySQLBackend(LockBackend):
     def _take_one_row(self, claim: Claim, connection: BaseDatabaseWrapper) -> Taken | None:
         """The exclusive acquisition by the one-row UPDATE; None where the
         portable operation decides (no row yet, shared holders)."""
-        params = self._one_row_params(claim)
+        params = self._one_row_params(claim, connection)
         kept = self._kept_take if conf.LISTEN is not False else self._kept
         statement = self._one_take_behind if claim.behind_queue else self._one_take
         answer = self._update_one_row(connection, statement, params, kept)
@@ -173,8 +172,9 @@ class MySQLBackend(LockBackend):
             return Taken(row=None, previous_owner=before, renewed=False, refusal=Refusal.of(row))
         return Taken(row=row, previous_owner=before, renewed=action == one_row.AGAIN)
 
-    def _one_row_params(self, claim: Claim) -> dict[str, Any]:
-        """The parameters of the one-row take's statements."""
+    def _one_row_params(self, claim: Claim, connection: BaseDatabaseWrapper) -> dict[str, Any]:
+        """The parameters of the one-row take's statements (``connection``:
+        this alias's, from ``_alone``)."""
         return {
             "resource": claim.resource,
             "owner": claim.owner,
@@ -183,14 +183,14 @@ class MySQLBackend(LockBackend):
             "label": claim.label,
             "held": claim.held_token,
             "lock_delay": self.rows.duration_value(claim.lock_delay),
-            "gate": gate_of(self.connection, self.tables.table, claim.resource, claim.owner),
+            "gate": gate_of(connection, self.tables.table, claim.resource, claim.owner),
         }
 
     def _take_queued(self, claim: Claim, connection: BaseDatabaseWrapper) -> Taken | None:
         """A waiter's exclusive acquisition, in one transaction of its own
         (``queued_take``); None where the portable operation decides (no row
         yet, shared holders)."""
-        params = self._one_row_params(claim)
+        params = self._one_row_params(claim, connection)
         params["ticket"] = claim.ticket
         queued = self._queued[conf.LISTEN is not False]
         answer = run_again_after_lost_races(self, lambda: queued.run(connection, params))
@@ -227,7 +227,7 @@ class MySQLBackend(LockBackend):
         params = {
             "resource": resource,
             "owner": owner,
-            "gate": gate_of(self.connection, self.tables.table, resource, owner),
+            "gate": gate_of(connection, self.tables.table, resource, owner),
         }
         kept = self._kept_release if conf.LISTEN is not False else self._kept
         answer = self._update_one_row(connection, self._one_release, params, kept)
@@ -283,9 +283,11 @@ class MySQLBackend(LockBackend):
         on (``features.one_statement``), and not inside Django's TestCase
         transaction, where the portable operation runs (None). Raises inside
         a transaction of the caller's."""
-        connection = self.connection
+        # (Looked up once, not through self.connection: each costs the client's CPU.)
+        connection = connections[self.using]
         refuse_callers_transaction(self.using, connection)
-        if self.features.one_statement and not atomic_depth(connection):
+        # (in_atomic_block: atomic_depth() > 0, without a call.)
+        if self.features.one_statement and not connection.in_atomic_block:
             return connection
         return None
 
