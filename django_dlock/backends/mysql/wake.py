@@ -37,6 +37,7 @@ import hashlib
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 # The prefix of a resource's gate; MariaDB's lock names are at most 64 characters.
@@ -74,7 +75,7 @@ def gate_name(database: str, table: str, resource: str, owner: str) -> str:
     wait for the next holder. A hash, keyed with the project's
     ``SECRET_KEY``: any resource fits, and the owner, a secret, is not shown."""
     value = f"{database}\0{table}\0{resource}\0{owner}".encode()
-    return GATE + hashlib.blake2b(value, key=_key(_secret()), digest_size=16).hexdigest()
+    return GATE + hashlib.blake2b(value, key=_key(), digest_size=16).hexdigest()
 
 
 def _secret() -> str:
@@ -85,9 +86,20 @@ def _secret() -> str:
 
 
 @functools.cache
-def _key(secret: str) -> bytes:
-    """The gates' hash key: blake2b takes at most 64 bytes."""
-    return hashlib.blake2b(secret.encode()).digest()
+def _key() -> bytes:
+    """The gates' hash key: blake2b takes at most 64 bytes. Kept until
+    ``SECRET_KEY`` changes (``override_settings``): where a project has none,
+    Django raises and ``_secret`` catches on every read, a cost for each
+    acquisition and release."""
+    return hashlib.blake2b(_secret().encode()).digest()
+
+
+def _secret_changed(*, setting: str, **kwargs: object) -> None:
+    if setting == "SECRET_KEY":
+        _key.cache_clear()
+
+
+setting_changed.connect(_secret_changed, dispatch_uid="django_dlock.backends.mysql.wake")
 
 
 def gate_of(connection: BaseDatabaseWrapper, table: str, resource: str, owner: str) -> str:
