@@ -173,11 +173,11 @@ class FailingOnce:
         self.failed = 0
         real = prepared.PreparedStatements._query
 
-        def query(this: Any, raw: Any, run: Any, params: dict[str, Any]) -> None:
+        def query(this: Any, raw: Any, session: Any, run: Any, quoted: dict[str, bytes]) -> None:
             if not self.failed and run.name.encode() == statement:
                 self.failed += 1
                 raise error
-            real(this, raw, run, params)
+            real(this, raw, session, run, quoted)
 
         monkeypatch.setattr(prepared.PreparedStatements, "_query", query)
 

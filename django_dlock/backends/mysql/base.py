@@ -333,10 +333,9 @@ class MySQLBackend(LockBackend):
         connection.ensure_connection()
         raw = connection.connection
         with connection.wrap_database_errors:
-            if self._prepared.execute(raw, statement, params) != 1:
-                return None
-            answer = self._prepared.fetch_one(raw, kept, params)
-        assert answer is not None  # noqa: S101 - a SELECT of variables answers one row
+            answer = self._prepared.update_and_read(raw, statement, kept, params)
+        if answer is None:  # no row (a SELECT of variables answers one row)
+            return None
         return one_row.decided(answer[:-1])  # less the gate's column
 
     def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:

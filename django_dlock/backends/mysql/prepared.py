@@ -26,7 +26,7 @@ import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 # MariaDB's "Unknown prepared statement handler (%s) given to EXECUTE".
 ER_UNKNOWN_STMT_HANDLER = 1243
@@ -57,37 +57,41 @@ class Statement:
         self.body = _PLACEHOLDER.sub("?", sql)
         self._pieces = [piece.encode() for piece in self.body.split("?")]
         self._execute = f"EXECUTE {name}".encode()
+        self._execute_using = self._execute + b" USING "
 
-    def execute_sql(self, raw: Any, params: dict[str, Any]) -> bytes:
-        """The ``EXECUTE`` with ``params`` quoted by ``raw``."""
+    def quote(self, raw: Any, params: dict[str, Any], quoted: dict[str, bytes]) -> None:
+        """Add to ``quoted`` the values of this statement's parameters that it
+        lacks, quoted by ``raw``: each value once, however often a statement
+        repeats it, and once for the statements of one operation."""
+        for name in self.distinct:
+            if name in quoted:
+                continue
+            # The lock operations' values are text, integers and NULL; anything
+            # else is quoted by mysqlclient's encoders, as a cursor would.
+            # (Inline, not a function: one call fewer per value.)
+            value = params[name]
+            if type(value) is str:  # as mysqlclient's literal() quotes text
+                quoted[name] = raw.string_literal(value.encode(raw.encoding))
+            elif type(value) is int:
+                quoted[name] = b"%d" % value
+            elif value is None:
+                quoted[name] = b"NULL"
+            else:
+                quoted[name] = bytes(raw.literal(value))
+
+    def execute_sql(self, quoted: dict[str, bytes]) -> bytes:
+        """The ``EXECUTE`` with the values ``quoted`` (``quote``)."""
         if not self.parameters:
             return self._execute
-        return self._execute + b" USING " + b", ".join(self._values(raw, params))
+        return self._execute_using + b", ".join([quoted[name] for name in self.parameters])
 
-    def inline_sql(self, raw: Any, params: dict[str, Any]) -> bytes:
-        """The statement with ``params`` quoted into it by ``raw``."""
-        pieces, values = self._pieces, self._values(raw, params)
+    def inline_sql(self, quoted: dict[str, bytes]) -> bytes:
+        """The statement with the values ``quoted`` (``quote``) in it."""
+        pieces = self._pieces
         parts = [pieces[0]]
-        for value, piece in zip(values, pieces[1:], strict=True):
-            parts += (value, piece)
+        for name, piece in zip(self.parameters, pieces[1:], strict=True):
+            parts += (quoted[name], piece)
         return b"".join(parts)
-
-    def _values(self, raw: Any, params: dict[str, Any]) -> list[bytes]:
-        # Each value quoted once, however often the statement repeats it.
-        quoted = {name: _literal(raw, params[name]) for name in self.distinct}
-        return [quoted[name] for name in self.parameters]
-
-
-def _literal(raw: Any, value: Any) -> bytes:
-    # The lock operations' values are text, integers and NULL; anything else
-    # is quoted by mysqlclient's encoders, as a cursor would.
-    if value is None:
-        return b"NULL"
-    if type(value) is int:
-        return b"%d" % value
-    if type(value) is str:  # as mysqlclient's literal() quotes text
-        return bytes(raw.string_literal(value.encode(raw.encoding)))
-    return bytes(raw.literal(value))
 
 
 @dataclass
@@ -109,30 +113,51 @@ class PreparedStatements:
         # A connection belongs to one thread: each key is only touched by its own.
         self._sessions: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
 
-    def execute(self, raw: Any, statement: Statement, params: dict[str, Any]) -> int:
-        """Run ``statement``, which answers no rows, with ``params`` on the
-        mysqlclient connection ``raw``; the rows it matched (Django connects
-        with ``CLIENT.FOUND_ROWS``)."""
-        self._query(raw, statement, params)
-        return int(raw.affected_rows())
+    def update_and_read(
+        self, raw: Any, update: Statement, read: Statement, params: dict[str, Any]
+    ) -> Sequence[Any] | None:
+        """Run ``update``, which answers no rows, with ``params`` on the
+        mysqlclient connection ``raw``, and where it matched one row (Django
+        connects with ``CLIENT.FOUND_ROWS``: the rows matched, changed or
+        not), ``read``, a ``SELECT``: its first row, converted as ``fetch_one``
+        converts it; None where ``update`` matched none, or several. (The
+        session looked up, and each value quoted, once for both.)"""
+        session = self._session(raw)
+        quoted: dict[str, bytes] = {}
+        update.quote(raw, params, quoted)
+        self._query(raw, session, update, quoted)
+        if raw.affected_rows() != 1:
+            return None
+        read.quote(raw, params, quoted)
+        self._query(raw, session, read, quoted)
+        rows: Sequence[Sequence[Any]] = raw.store_result().fetch_row()
+        return rows[0] if rows else None
 
     def fetch_one(
         self, raw: Any, statement: Statement, params: dict[str, Any]
     ) -> Sequence[Any] | None:
         """Run ``statement``, a ``SELECT``, with ``params`` on ``raw``; its first
         row, converted by the connection's converters as a cursor's would be."""
-        self._query(raw, statement, params)
-        rows = raw.store_result().fetch_row()
-        return cast(Sequence[Any], rows[0]) if rows else None
+        quoted: dict[str, bytes] = {}
+        statement.quote(raw, params, quoted)
+        self._query(raw, self._session(raw), statement, quoted)
+        # (Annotated, not cast(): a call for nothing on every run.)
+        rows: Sequence[Sequence[Any]] = raw.store_result().fetch_row()
+        return rows[0] if rows else None
 
-    def _query(self, raw: Any, statement: Statement, params: dict[str, Any]) -> None:
+    def _session(self, raw: Any) -> _Session:
         session = self._sessions.get(raw)
-        if session is None:
+        if session is None:  # (a new _Session only for a new connection)
             session = self._sessions[raw] = _Session()
+        return session
+
+    def _query(
+        self, raw: Any, session: _Session, statement: Statement, quoted: dict[str, bytes]
+    ) -> None:
         name = statement.name
         if name in session.prepared:
             try:
-                raw.query(statement.execute_sql(raw, params))
+                raw.query(statement.execute_sql(quoted))
                 return
             except raw.Error as error:
                 if not error.args or error.args[0] != ER_UNKNOWN_STMT_HANDLER:
@@ -141,7 +166,7 @@ class PreparedStatements:
         else:
             runs = session.runs[name] = session.runs.get(name, 0) + 1
             if runs < PREPARE_AT:
-                raw.query(statement.inline_sql(raw, params))
+                raw.query(statement.inline_sql(quoted))
                 return
         try:
             raw.query(b"PREPARE " + name.encode() + b" FROM " + raw.literal(statement.body))
@@ -150,7 +175,7 @@ class PreparedStatements:
                 raise
             # Inline this time, and prepared again after as many runs.
             session.runs[name] = 0
-            raw.query(statement.inline_sql(raw, params))
+            raw.query(statement.inline_sql(quoted))
             return
         session.prepared.add(name)
-        raw.query(statement.execute_sql(raw, params))
+        raw.query(statement.execute_sql(quoted))
