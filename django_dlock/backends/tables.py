@@ -134,6 +134,11 @@ class LockTables:
         # PostgreSQL's driver answers Python values: no converters.
         if converters:
             values = self.convert(values, converters, connection)
+        return self.named_row(values)
+
+    def named_row(self, values: Sequence[Any]) -> LockRow:
+        """A ``LockRow`` of the model's columns followed by the database's now,
+        converted already, each value named by its column."""
         if not self._in_field_order:
             return row_of(self.attnames, values)
         # The model's fields in the order of LOCK_FIELDS (as the model

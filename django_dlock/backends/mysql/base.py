@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -241,7 +240,7 @@ class MySQLBackend(LockBackend):
         row = self._kept_row.row(values, connection)
         if action == one_row.DECREMENTED:
             return Released(row=row, owner=row.owner, result=ReleaseResult.DECREMENTED)
-        held = replace(row, owner=before)  # as it was held, until now
+        held = row.owned_by(before)  # as it was held, until now
         return Released(row=row, owner=before, result=ReleaseResult.RELEASED, released=(held,))
 
     def _gated_take(self, claim: Claim) -> Taken:
@@ -326,7 +325,7 @@ class MySQLBackend(LockBackend):
                 if cursor.rowcount != 1:
                     return None
                 cursor.execute(kept.sql, params)
-                return one_row.decided(cursor.fetchone()[:-1])  # less the gate's column
+                return one_row.decided(cursor.fetchone())
         # Where nobody watches Django's cursor, mysqlclient's own runs them
         # prepared, for less of the client's CPU and of the server's; errors
         # are still Django's, and mark the connection as its cursor would.
@@ -336,7 +335,7 @@ class MySQLBackend(LockBackend):
             answer = self._prepared.update_and_read(raw, statement, kept, params)
         if answer is None:  # no row (a SELECT of variables answers one row)
             return None
-        return one_row.decided(answer[:-1])  # less the gate's column
+        return one_row.decided(answer)
 
     def retry_after(self, error: Exception, attempt: int, started: float) -> float | None:
         # Django's error carries the driver's arguments: (code, message).

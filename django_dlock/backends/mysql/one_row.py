@@ -25,7 +25,7 @@ also leaves the queue in its transaction.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
@@ -34,7 +34,7 @@ from django.db.backends.base.operations import BaseDatabaseOperations
 from django.db.backends.mysql.operations import DatabaseOperations
 
 from django_dlock.backends.results import LockRow
-from django_dlock.backends.tables import LockTables, row_of
+from django_dlock.backends.tables import LockTables
 from django_dlock.django_private import compile_expression
 from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.clock import DatabaseNow
@@ -53,6 +53,9 @@ NOT_HEAD = "not_head"  # a waiter's ticket no longer counts, is not the head; or
 
 # The session variable that keeps the value a column was written with.
 _KEPT = "@dlock_{}"
+# SQL: a time kept in a variable, as the text of a DATETIME(6) ("2026-12-05
+# 20:48:38.123456", every digit of the microseconds), NULL as NULL.
+_TIME_TEXT = "CAST(CAST({} AS DATETIME(6)) AS CHAR)"
 
 
 class OneRowStatements:
@@ -187,78 +190,117 @@ class OneRowStatements:
 
         # What the UPDATE kept: its decision, the owner before, and the row as
         # written, typed again (a variable keeps a time as text, and a sum as
-        # a decimal).
+        # a decimal). A time is answered as text, ISO 8601 with microseconds,
+        # which ``KeptRow`` parses in one call of C: mysqlclient's converter of
+        # a DATETIME costs the client a dozen calls per value.
         def column(name: str) -> str:
             if name == "resource":
                 return "%(resource)s"
             kept = "@dlock_id" if name == "id" else _KEPT.format(name)
             kind = tables.fields[name].get_internal_type()
             if kind == "DateTimeField":
-                return f"CAST({kept} AS DATETIME(6))"
+                return _TIME_TEXT.format(kept)
             if kind.endswith(("IntegerField", "AutoField")) or kind == "DurationField":
                 return f"CAST({kept} AS SIGNED)"
             return kept
 
         self.kept = (
             f"SELECT @dlock_act, @dlock_before, {', '.join(column(name) for name in c)}, "
-            "CAST(@dlock_now AS DATETIME(6))"
+            + _TIME_TEXT.format("@dlock_now")
         )
 
 
 def decided(answer: Sequence[Any]) -> tuple[str, str, Sequence[Any]]:
-    """The decision, the owner before, and the row's values from the ``SELECT``."""
-    action, before, *row = answer
-    return _text(action), _text(before), row
+    """The decision, the owner before, and the row's values from the ``SELECT``
+    (less its last column, the gate's: ``wake.kept_with_gate``)."""
+    action, before = answer[0], answer[1]
+    # (Text, as mysqlclient answers a variable's string: no call to make it so.)
+    return (
+        action if type(action) is str else _text(action),
+        before if type(before) is str else _text(before),
+        answer[2:-1],
+    )
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+# A time's converters: (the indexes of the aware ones, of the naive ones (no
+# converter: USE_TZ off), of durations, and of any other with its converter).
+_Plan = tuple[list[int], list[int], list[int], list[tuple[int, Callable[[Any, Any], Any]]]]
+
+
 class KeptRow:
     """The ``LockRow`` of the values the ``SELECT`` of what an ``UPDATE`` kept
     answers, as ``tables.row`` makes it: the values Django's converters would
-    give. The converters the columns need here (a datetime made aware in the
-    connection's time zone, microseconds made a duration) are applied as
-    they do it, without their per-value dispatch; any other, as Django does."""
+    give. The times come as text (``OneRowStatements.kept``), and are parsed
+    into the datetimes the driver would give. The converters the columns
+    need here (a datetime made aware in the connection's time zone,
+    microseconds made a duration) are applied as they do it, without their
+    per-value dispatch, in loops, not calls; any other, as Django does."""
 
     def __init__(self, tables: LockTables) -> None:
         self.tables = tables
+        # The times: the DateTimeFields, and the database's now after them.
+        self._times = {
+            index
+            for index, name in enumerate(tables.attnames)
+            if tables.fields[name].get_internal_type() == "DateTimeField"
+        } | {len(tables.attnames)}
 
     @cached_property
-    def _plan(self) -> list[tuple[int, Callable[[Any, BaseDatabaseWrapper], Any]]]:
-        plan: list[tuple[int, Callable[[Any, BaseDatabaseWrapper], Any]]] = []
+    def _plan(self) -> _Plan:
+        aware: list[int] = []
+        naive = sorted(self._times - set(self.tables.converters))
+        durations: list[int] = []
+        others: list[tuple[int, Callable[[Any, Any], Any]]] = []
         for index, (functions, expression) in self.tables.converters.items():
             kind = [getattr(function, "__func__", None) for function in functions]
-            if kind == [DatabaseOperations.convert_datetimefield_value]:
-                plan.append((index, _aware))
-            elif kind == [BaseDatabaseOperations.convert_durationfield_value]:
-                plan.append((index, _duration))
+            time = index in self._times
+            if time and kind == [DatabaseOperations.convert_datetimefield_value]:
+                aware.append(index)
+            elif not time and kind == [BaseDatabaseOperations.convert_durationfield_value]:
+                durations.append(index)
             else:
-                plan.append((index, _converted_by(functions, expression)))
-        return plan
+                others.append((index, _converted_by(functions, expression, parse=time)))
+        return aware, naive, durations, others
 
     def row(self, values: Sequence[Any], connection: BaseDatabaseWrapper) -> LockRow:
         converted = list(values)
-        for index, convert in self._plan:
-            if index < len(converted):
-                converted[index] = convert(converted[index], connection)
-        return row_of(self.tables.attnames, converted)
+        aware, naive, durations, others = self._plan
+        if aware:
+            zone = connection.timezone
+            for index in aware:
+                # Django's make_aware: it refuses an aware datetime, which the text never gives.
+                value = converted[index]
+                if value is not None:
+                    converted[index] = _datetime(value).replace(tzinfo=zone)
+        for index in naive:
+            value = converted[index]
+            if value is not None:
+                converted[index] = _datetime(value)
+        for index in durations:
+            value = converted[index]
+            if value is not None:
+                converted[index] = timedelta(microseconds=value)
+        for index, convert in others:
+            converted[index] = convert(converted[index], connection)
+        return self.tables.named_row(converted)
 
 
-def _aware(value: Any, connection: BaseDatabaseWrapper) -> Any:
-    # Django's make_aware: it refuses an aware datetime, which the driver never gives.
-    return None if value is None else value.replace(tzinfo=connection.timezone)
-
-
-def _duration(value: Any, connection: BaseDatabaseWrapper) -> Any:
-    return None if value is None else timedelta(microseconds=value)
+def _datetime(text: Any) -> datetime:
+    """The naive datetime of a time's text (``_TIME_TEXT``), as the driver's
+    converter makes it of a DATETIME's."""
+    return datetime.fromisoformat(text if type(text) is str else text.decode())
 
 
 def _converted_by(
-    functions: Sequence[Callable[..., Any]], expression: Any
+    functions: Sequence[Callable[..., Any]], expression: Any, *, parse: bool
 ) -> Callable[[Any, BaseDatabaseWrapper], Any]:
     def convert(value: Any, connection: BaseDatabaseWrapper) -> Any:
+        if parse and value is not None:
+            value = _datetime(value)
         for function in functions:
             value = function(value, expression, connection)
         return value

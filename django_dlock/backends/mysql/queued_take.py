@@ -83,7 +83,7 @@ class QueuedTake:
         if cursor.rowcount != 1:
             return None, ""
         cursor.execute(self.kept, params)
-        action, before, values = one_row.decided(cursor.fetchone()[:-1])  # less the gate's
+        action, before, values = one_row.decided(cursor.fetchone())
         kept.append(action)
         if action in (one_row.NEW, one_row.AGAIN):
             cursor.execute(self.leave, [params["ticket"]])
