@@ -7,7 +7,7 @@ import itertools
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Protocol, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
 from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -16,6 +16,7 @@ from django_dlock.django_private import atomic_depth, innermost_atomic_is_testca
 from django_dlock.exceptions import LockTransactionError
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
 class TransactionHooks(Protocol):
@@ -88,14 +89,17 @@ def in_lock_transaction(backend: TransactionHooks, operation: Callable[[], _T]) 
     return run_again_after_lost_races(backend, attempt)
 
 
-def run_again_after_lost_races(backend: TransactionHooks, operation: Callable[[], _T]) -> _T:
-    """``operation()``, run again while ``backend.retry_after`` says that its
-    failure was a lost race that wrote nothing (an InnoDB deadlock's victim,
-    SQLite's busy database), after the pause it gives."""
+def run_again_after_lost_races(
+    backend: TransactionHooks, operation: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs
+) -> _T:
+    """``operation(*args, **kwargs)``, run again while ``backend.retry_after``
+    says that its failure was a lost race that wrote nothing (an InnoDB
+    deadlock's victim, SQLite's busy database), after the pause it gives.
+    (The arguments passed on, not bound in a lambda: a call less per operation.)"""
     started = time.monotonic()
     for attempt in itertools.count(1):
         try:
-            return operation()
+            return operation(*args, **kwargs)
         except DatabaseError as error:
             pause = backend.retry_after(error, attempt, started)
             if pause is None:

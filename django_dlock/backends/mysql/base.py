@@ -307,7 +307,7 @@ class MySQLBackend(LockBackend):
         as a lock transaction does (``retry_after``): a lost race is never an
         exception."""
         return run_again_after_lost_races(
-            self, lambda: self._one_update(connection, statement, params, kept)
+            self, self._one_update, connection, statement, params, kept
         )
 
     def _one_update(

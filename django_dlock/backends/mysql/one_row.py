@@ -226,6 +226,8 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+fromisoformat = datetime.fromisoformat
+
 # A time's converters: (the indexes of the aware ones, of the naive ones (no
 # converter: USE_TZ off), of durations, and of any other with its converter).
 _Plan = tuple[list[int], list[int], list[int], list[tuple[int, Callable[[Any, Any], Any]]]]
@@ -274,7 +276,9 @@ class KeptRow:
             for index in aware:
                 # Django's make_aware: it refuses an aware datetime, which the text never gives.
                 value = converted[index]
-                if value is not None:
+                if type(value) is str:  # (_datetime(), without its call)
+                    converted[index] = fromisoformat(value).replace(tzinfo=zone)
+                elif value is not None:
                     converted[index] = _datetime(value).replace(tzinfo=zone)
         for index in naive:
             value = converted[index]
