@@ -22,9 +22,10 @@ the statement is prepared again and run: the failed ``EXECUTE`` ran nothing.
 
 from __future__ import annotations
 
+import operator
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,14 @@ class Statement:
         self._pieces = [piece.encode() for piece in self.body.split("?")]
         self._execute = f"EXECUTE {name}".encode()
         self._execute_using = self._execute + b" USING "
+        # The values in the parameters' order, in one call of C (a list
+        # comprehension is a call of its own).
+        self._in_order: Callable[[dict[str, bytes]], Sequence[bytes]] | None = None
+        if len(self.parameters) > 1:
+            self._in_order = operator.itemgetter(*self.parameters)
+        elif self.parameters:
+            only = self.parameters[0]
+            self._in_order = lambda quoted: (quoted[only],)
 
     def quote(self, raw: Any, params: dict[str, Any], quoted: dict[str, bytes]) -> None:
         """Add to ``quoted`` the values of this statement's parameters that it
@@ -81,9 +90,9 @@ class Statement:
 
     def execute_sql(self, quoted: dict[str, bytes]) -> bytes:
         """The ``EXECUTE`` with the values ``quoted`` (``quote``)."""
-        if not self.parameters:
+        if self._in_order is None:
             return self._execute
-        return self._execute_using + b", ".join([quoted[name] for name in self.parameters])
+        return self._execute_using + b", ".join(self._in_order(quoted))
 
     def inline_sql(self, quoted: dict[str, bytes]) -> bytes:
         """The statement with the values ``quoted`` (``quote``) in it."""
@@ -122,7 +131,7 @@ class PreparedStatements:
         not), ``read``, a ``SELECT``: its first row, converted as ``fetch_one``
         converts it; None where ``update`` matched none, or several. (The
         session looked up, and each value quoted, once for both.)"""
-        session = self._session(raw)
+        session = self._sessions.get(raw) or self._session(raw)
         quoted: dict[str, bytes] = {}
         update.quote(raw, params, quoted)
         self._query(raw, session, update, quoted)
