@@ -40,7 +40,7 @@ def refuse_callers_transaction(using: str, connection: BaseDatabaseWrapper | Non
     """
     if connection is None:
         connection = connections[using]
-    depth = atomic_depth(connection)
+    depth = connection.in_atomic_block  # (atomic_depth() > 0, without a call)
     # Outside atomic() with autocommit turned off (set_autocommit(False)), the
     # caller's transaction is open too, and atomic() would not commit on exit.
     # (Read as an attribute: get_autocommit() would connect, which async code
