@@ -232,7 +232,6 @@ class LockService(Generic[_Lock]):
             sent = (signals.lock_acquired,)
             if taken_over_from is not None:
                 sent = (signals.lock_taken_over, signals.lock_acquired)
-        # (Whether a receiver listens matters only where the caller takes no instance.)
         if not (instance or any(signal.has_listeners(self.model) for signal in sent)):
             return row
         hold = self.instance(row)
