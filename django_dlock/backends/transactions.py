@@ -40,13 +40,14 @@ def refuse_callers_transaction(using: str, connection: BaseDatabaseWrapper | Non
     """
     if connection is None:
         connection = connections[using]
-    depth = connection.in_atomic_block  # (atomic_depth() > 0, without a call)
+    inside_atomic = connection.in_atomic_block  # (atomic_depth() > 0, without a call)
     # Outside atomic() with autocommit turned off (set_autocommit(False)), the
     # caller's transaction is open too, and atomic() would not commit on exit.
     # (Read as an attribute: get_autocommit() would connect, which async code
     # must not do; a connection not yet open has no transaction.)
     autocommit_off = connection.connection is not None and not connection.autocommit
-    if (depth and not innermost_atomic_is_testcase(connection)) or (not depth and autocommit_off):
+    inside_callers = inside_atomic and not innermost_atomic_is_testcase(connection)
+    if inside_callers or (not inside_atomic and autocommit_off):
         raise LockTransactionError(
             f"A lock operation was called inside a transaction on database {using!r}. "
             "A lock written there would stay invisible to other processes until that "
