@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from django_dlock import LockNotAcquired, lock
 from django_dlock.backends import backend_for
 from django_dlock.models import DistributedLock, ReleaseResult
 from tests import workers_core
@@ -60,6 +61,20 @@ def test_an_operation_is_prepared_on_its_first_run_and_executed_by_name_after(
     assert "FOR UPDATE" not in first_run[0] and "FOR UPDATE" in first_run[1]
     assert len(second_run) == 2 and all(sql.startswith("EXECUTE ") for sql in second_run)
     assert [lock.owner for lock in Locks.filter(resource__startswith="prep:")] == ["a", "a"]
+
+
+def test_a_waiter_queues_its_ticket_by_a_prepared_statement(sent: list[str]) -> None:
+    # Every turn of a contended lock queues a ticket: planned each time, the
+    # statement cost the server more than running it.
+    Locks.acquire("prep:queue", owner="a", ttl=30)
+    del sent[:]
+    for _ in range(2):
+        with pytest.raises(LockNotAcquired), lock("prep:queue", owner="b", ttl=30, timeout=0.2):
+            pass
+
+    # (Planned each time, it was sent as "WITH held AS (...) INSERT ...".)
+    queued = [sql for sql in sent if "_enqueue_" in sql or sql.startswith("WITH held AS")]
+    assert [sql.split(" ", 1)[0] for sql in queued] == ["PREPARE", "EXECUTE"]
 
 
 def test_a_session_that_lost_its_statements_runs_them_as_plain_sql(sent: list[str]) -> None:

@@ -26,7 +26,9 @@ __all__ = [
     "PRIORITY_STEP",
     "TICKET_SPREAD",
     "new_ticket_sql",
+    "new_ticket_values",
     "record_ticket",
+    "ticket_sql",
 ]
 
 # "No ticket yet" for queue_state(): every queued waiter is ahead.
@@ -56,11 +58,19 @@ def record_ticket(priority: int, ticket: int) -> None:
 
 def new_ticket_sql(vendor: str, priority: int) -> tuple[str, list[Any]]:
     """SQL and parameters of a new ticket of ``priority`` on ``vendor``."""
+    return ticket_sql(vendor), new_ticket_values(priority)
+
+
+def ticket_sql(vendor: str, step: str = "%s", spread: str = "%s", after: str = "%s") -> str:
+    """SQL of a new ticket on ``vendor``, from the placeholders of
+    ``new_ticket_values``: the priority's step, this process's number, and the
+    least ticket it may be."""
     epoch = EPOCH_MICROSECONDS[vendor]
+    return f"{_GREATEST[vendor]}((({epoch}) - {step}) * {TICKET_SPREAD} + {spread}, {after})"
+
+
+def new_ticket_values(priority: int) -> list[int]:
+    """The values of ``ticket_sql``'s placeholders for a new ticket of ``priority``."""
     step = priority * (PRIORITY_STEP // timedelta(microseconds=1))
     spread = next(_spread) % TICKET_SPREAD
-    after = _last_ticket.get(priority, 0) + 1
-    return (
-        f"{_GREATEST[vendor]}((({epoch}) - %s) * {TICKET_SPREAD} + %s, %s)",
-        [step, spread, after],
-    )
+    return [step, spread, _last_ticket.get(priority, 0) + 1]

@@ -63,6 +63,7 @@ class PostgreSQLBackend(LockBackend):
     features_class = PostgreSQLFeatures
     rows_class = PostgreSQLLockRows
     queue_class = PostgreSQLQueue
+    queue: PostgreSQLQueue
     purge_class = PostgreSQLPurge
     checks_class = PostgreSQLChecks
     throttles_class = PostgreSQLThrottleUses
@@ -74,6 +75,7 @@ class PostgreSQLBackend(LockBackend):
         self._release_alone = release.AloneReleaseStatement(self).statement
         self._release = release.ReleaseStatement(self).statement
         self._prepared = PreparedStatements(using)
+        self.queue.run = self.run_statement
 
     # Each operation has one entry, which dispatches once: to the statement
     # that settles the case, else (None from it) to the portable operation.
@@ -314,6 +316,10 @@ class PostgreSQLBackend(LockBackend):
         answer = self._run(connection, statement, params)
         assert answer is not None  # noqa: S101 - such a statement always answers
         return answer
+
+    def run_statement(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any] | None:
+        """Run a part's ``statement`` as the operations run theirs (``_run``)."""
+        return self._run(connections[self.using], statement, params)
 
     def _run(
         self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]

@@ -38,6 +38,13 @@ PARAMETER_TYPES = {
     "lock_delay": "interval",
     "offer_lease": "interval",  # rules.grant's
     "grant_mark": "interval",
+    "wait": "interval",  # a waiter's: how long its ticket lasts unrefreshed
+    "ttl": "interval",
+    "mode": "text",
+    "listener_pid": "integer",
+    "ticket_step": "bigint",  # backends.tickets
+    "ticket_spread": "bigint",
+    "ticket_after": "bigint",
     "key": "text",  # a throttle's
     "rate": "text",
 }

@@ -4,6 +4,12 @@ woken with ``NOTIFY`` (``postgresql.wake``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from functools import cached_property
+from typing import Any
+
+from django_dlock.backends.postgresql.prepared import Statement
 from django_dlock.backends.postgresql.wake import (
     NO_TICKET_EXCLUDED,
     fitting_sql,
@@ -12,10 +18,8 @@ from django_dlock.backends.postgresql.wake import (
 )
 from django_dlock.backends.queue import WANTS, WaiterQueue
 from django_dlock.backends.queue_row import QueueRow
-from django_dlock.backends.tickets import record_ticket
-from django_dlock.django_private import compile_expression
+from django_dlock.backends.tickets import new_ticket_values, record_ticket, ticket_sql
 from django_dlock.rules.claim import Claim
-from django_dlock.rules.clock import DatabaseNow
 
 # A FROM item that makes the statement's own transaction (autocommit) commit
 # without waiting for its WAL to reach the disk. For the waiter queue only: a
@@ -33,51 +37,63 @@ class PostgreSQLQueue(WaiterQueue):
     # which a release without waiters must not pay. The listener wakes that
     # waiter alone.
 
+    #: Runs one of the backend's statements, prepared (``PostgreSQLBackend.run_statement``).
+    run: Callable[[Statement, dict[str, Any]], Sequence[Any] | None]
+
+    @cached_property
+    def _enqueue(self) -> Statement:
+        """The ticket's INSERT and the count of who is ahead, in one statement.
+
+        FOR KEY SHARE of the lock row (when there is one) makes the INSERT wait
+        for a release in flight, and a release wait for an INSERT in flight: a
+        release either sees the ticket (and names it) or committed before the
+        lock row was read here. (A locking read that waited returns the row as
+        the release left it, though the statement's snapshot is older.) The
+        queue ahead is counted in the same statement: one round trip, where an
+        INSERT and then a look would take two, both on the path of a hand-over.
+        Prepared, as the lock operations are: in the hot lock every turn queues
+        a waiter, and planning this statement cost the server more than
+        running it (docs/performance.md)."""
+        tables = self.tables
+        qn = tables.qn
+        now = tables.sql_row.now
+        names = ("id", "resource", "owner", "expires_at", *WANTS)
+        values = ", ".join(f"%({name})s" for name in ("resource", "owner"))
+        wants = ", ".join(f"%({name})s" for name in WANTS)
+        ticket = ticket_sql(
+            "postgresql", "%(ticket_step)s", "%(ticket_spread)s", "%(ticket_after)s"
+        )
+        return Statement(
+            "enqueue",
+            f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at, "  # noqa: S608
+            f"{qn('lock_delay')} AS lock_delay, {qn('limit')} AS lim FROM {tables.table} "
+            f"WHERE {qn('resource')} = %(resource)s FOR KEY SHARE), "
+            f"queued AS (INSERT INTO {tables.waiters_table} ({', '.join(qn(name) for name in names)}) "
+            f"SELECT {ticket}, {values}, {tables.sql_row.plus(now, '%(wait)s')}, {wants} "
+            f"FROM (SELECT COUNT(*) FROM held) locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id), "
+            f"ahead AS ({self.queued_counts_sql('%(resource)s', '(SELECT id FROM queued)')}) "
+            f"SELECT queued.id, held.owner, held.expires_at, held.lock_delay, {now}, ahead.n, "
+            f"ahead.x, held.lim, ({self.holders_sql('%(resource)s')}), ahead.h "
+            "FROM queued CROSS JOIN ahead LEFT JOIN held ON TRUE",
+        )
+
     def enqueue_waiter(
         self, claim: Claim, seconds: float, *, channel: str = "", listener_pid: int | None = None
     ) -> tuple[int, QueueRow]:
-        # FOR KEY SHARE of the lock row (when there is one) makes the INSERT wait
-        # for a release in flight, and a release wait for an INSERT in flight: a
-        # release either sees the ticket (and names it) or committed before the
-        # lock row was read here. (A locking read that waited returns the row as
-        # the release left it, though the statement's snapshot is older.) The
-        # queue ahead is counted in the same statement: one round trip, where
-        # an INSERT and then a look would take two, both on the path of a hand-over.
-        tables = self.tables
-        qn = tables.qn
-        now_sql, _ = compile_expression(tables.using, DatabaseNow())
-        expires_sql, expires_params = tables.from_now(seconds)
-        waiters = tables.waiters_table
-        names = ("id", "resource", "owner", "expires_at", *WANTS)
-        ticket_sql, ticket_params = self.ticket_sql(claim.priority)
-        sql = (
-            f"WITH held AS (SELECT {qn('owner')} AS owner, {qn('expires_at')} AS expires_at, "  # noqa: S608
-            f"{qn('lock_delay')} AS lock_delay, {qn('limit')} AS lim FROM {tables.table} WHERE {qn('resource')} = %s FOR KEY SHARE), "
-            f"queued AS (INSERT INTO {waiters} ({', '.join(qn(name) for name in names)}) "
-            f"SELECT {ticket_sql}, %s, %s, {expires_sql}, %s, %s::interval, %s, %s::integer, "
-            "%s, %s::integer "
-            "FROM (SELECT COUNT(*) FROM held) "
-            f"locked, {ASYNC_COMMIT} RETURNING {qn('id')} AS id), "
-            f"ahead AS ({self.queued_counts_sql('%s', '(SELECT id FROM queued)')}) "
-            f"SELECT queued.id, held.owner, held.expires_at, held.lock_delay, {now_sql}, "
-            "ahead.n, ahead.x, "
-            f"held.lim, ({self.holders_sql()}), ahead.h FROM queued CROSS JOIN ahead LEFT JOIN held ON TRUE"
-        )
-        with self.tables.connection.cursor() as cursor:
-            cursor.execute(
-                sql,
-                [
-                    claim.resource,
-                    *ticket_params,
-                    claim.resource,
-                    claim.owner,
-                    *expires_params,
-                    *self.wants(claim, channel, listener_pid),
-                    claim.resource,
-                    claim.resource,
-                ],
-            )
-            ticket, *state = cursor.fetchone()
+        step, spread, after = new_ticket_values(claim.priority)
+        wants = dict(zip(WANTS, self.wants(claim, channel, listener_pid), strict=True))
+        params = {
+            "resource": claim.resource,
+            "owner": claim.owner,
+            "wait": timedelta(seconds=seconds),
+            "ticket_step": step,
+            "ticket_spread": spread,
+            "ticket_after": after,
+            **wants,
+        }
+        answer = self.run(self._enqueue, params)
+        assert answer is not None  # noqa: S101 - the INSERT always answers its row
+        ticket, *state = answer
         record_ticket(claim.priority, int(ticket))
         return int(ticket), QueueRow.of(*state)
 
