@@ -56,6 +56,9 @@ class ClaimingScheduler(Scheduler):
     # Set by LeaderScheduler on the class it makes.
     dlock_label = ""
     dlock_leadership: Leadership | None = None
+    # In a claim: on SQLite its one-statement take holds the write lock outside any
+    # atomic block, so beat's SIGTERM handler must not wait there for the release.
+    dlock_claiming = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # The due time of each reserved run, by entry name, for its apply_async.
@@ -99,7 +102,12 @@ class ClaimingScheduler(Scheduler):
         if not self._dlock_leads(entry.name, due):
             return None
         app_name = self.app.main or "celery"
-        if not claim_run(app_name, entry.name, entry.schedule, due, self.dlock_label):
+        self.dlock_claiming = True
+        try:
+            claimed = claim_run(app_name, entry.name, entry.schedule, due, self.dlock_label)
+        finally:
+            self.dlock_claiming = False
+        if not claimed:
             logger.info(
                 "beat: %s due %s was sent already (or is too late to send once); not sending it.",
                 entry.name,
@@ -222,33 +230,52 @@ class LeaderScheduler:
         )
         self.scheduler: Scheduler = claiming(app, *args, lazy=lazy, **kwargs)
         self._led = False
+        self._closed = False
         if not lazy:
             self.leadership.start()
 
     def tick(self) -> float:
         """One tick of the wrapped scheduler while this process leads; else wait a
-        moment for the lead (0: look again at once)."""
+        moment for the lead (0: look again at once). Once closed, ``SystemExit``."""
+        self._exit_if_closed()
         if not self.leadership.leading:
             if self._led:
                 logger.warning("beat: %s no longer leads; standing by.", self.label)
                 self._led = False
             if not self.leadership.wait(min(self.standby_wait, self.max_interval)):
+                self._exit_if_closed()
                 return 0.0
         if not self._led:
             logger.info("beat: %s leads; sending the schedule's due runs.", self.label)
             self._led = True
-        return self.scheduler.tick()
+        interval = self.scheduler.tick()
+        self._exit_if_closed()  # before beat sleeps up to max_interval
+        return interval
+
+    def _exit_if_closed(self) -> None:
+        """Beat's SIGTERM handler closes the scheduler and raises ``SystemExit``, which
+        ends beat's loop. Raised inside a function that Python calls from C and whose
+        exception it drops (an object's ``__del__`` that the garbage collector ran,
+        Django's SQL functions that SQLite calls in a claim's statement: "user-defined
+        function raised exception"), it is lost, and beat would go on ticking, with
+        the lead given up, standing by for ever: raise it again."""
+        if self._closed:
+            logger.warning("beat: %s was closed, and its exit lost; exiting.", self.label)
+            raise SystemExit()
 
     def close(self) -> None:
         """Close the wrapped scheduler and give the lead up. Beat calls it twice on
         SIGTERM: in its signal handler, which may have interrupted this thread in a
-        claim's transaction (on SQLite the release would wait for its write lock),
-        and again once the main loop ended: the first only asks the lead to be given
-        up, the second waits for it."""
+        claim (on SQLite the release would wait for the claim's write lock: there it
+        only asks for the lead to be given up), and again once the main loop ended,
+        which waits for the release. A closed scheduler does not tick again."""
+        self._closed = True
+        claiming = getattr(self.scheduler, "dlock_claiming", False)
         try:
             self.scheduler.close()
         finally:
-            self.leadership.stop(wait=not connections[conf.DATABASE].in_atomic_block)
+            in_database = claiming or connections[conf.DATABASE].in_atomic_block
+            self.leadership.stop(wait=not in_database)
 
     @property
     def info(self) -> str:
