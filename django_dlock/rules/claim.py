@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from django_dlock.kinds import LockKind
 from django_dlock.rules import duration_of
+from django_dlock.rules.frozen import fast_init
 from django_dlock.validators import validate_label, validate_lock_delay, validate_priority
 
 __all__ = ["EXCLUSIVE_KIND", "Claim", "claim_for"]
@@ -17,6 +18,7 @@ __all__ = ["EXCLUSIVE_KIND", "Claim", "claim_for"]
 EXCLUSIVE_KIND = LockKind()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Claim:
     """What an acquisition asks for."""
