@@ -10,7 +10,7 @@ reaches it through ``service_for(using)``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import timedelta
@@ -21,7 +21,7 @@ from django.db import models
 from django.dispatch import Signal
 
 from django_dlock import signals
-from django_dlock.backends import backend_for
+from django_dlock.backends import backend_for, backend_of_alias
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.guard import same_database
@@ -34,15 +34,13 @@ from django_dlock.exceptions import InvalidArgument, LockKindMismatch
 from django_dlock.instances import from_db
 from django_dlock.kinds import LockKind
 from django_dlock.rules import (
-    EXCLUSIVE,
-    SHARED,
     SHARED_HOLDERS,
     Hold,
     ReleaseResult,
     kind_of,
     new_owner_token,
 )
-from django_dlock.rules.claim import EXCLUSIVE_KIND, Claim, claim_for
+from django_dlock.rules.claim import Claim, claim_for
 from django_dlock.rules.notice import GrantNotice
 from django_dlock.validators import validate_owner, validate_resource
 
@@ -60,7 +58,7 @@ class LockService(Generic[_Lock]):
         self.using = using
 
     def _backend(self) -> LockBackend:
-        return backend_for(self.using)
+        return backend_of_alias(self.using)
 
     # -- what the layers above reach the database through -------------------------
 
@@ -102,28 +100,6 @@ class LockService(Generic[_Lock]):
             )
         guard = backend_for(using).guard
         return guard.atomic(resource, owner, fencing_token, shared=shared, using=using)
-
-    def claims(
-        self,
-        resources: Sequence[str | tuple[str, str]],
-        owner: str,
-        ttl: float | None,
-        label: str = "",
-    ) -> list[Claim]:
-        """The claims of ``acquire_all()``'s items (checked here)."""
-        claims = []
-        for item in resources:
-            resource, mode = (item, EXCLUSIVE) if isinstance(item, str) else item
-            validate_resource(resource)
-            if mode not in (EXCLUSIVE, SHARED):
-                raise InvalidArgument(
-                    f"A mode must be {EXCLUSIVE!r} or {SHARED!r}, not {mode!r}.", code="mode"
-                )
-            kind = LockKind.shared_lock() if mode == SHARED else EXCLUSIVE_KIND
-            claims.append(claim_for(resource, owner, ttl, kind=kind, label=label))
-        if not claims or len({claim.resource for claim in claims}) != len(claims):
-            raise InvalidArgument("Name each resource once, and at least one.", code="resources")
-        return claims
 
     def acquire(
         self,
@@ -232,7 +208,7 @@ class LockService(Generic[_Lock]):
             sent = (signals.lock_acquired,)
             if taken_over_from is not None:
                 sent = (signals.lock_taken_over, signals.lock_acquired)
-        if not (instance or any(signal.has_listeners(self.model) for signal in sent)):
+        if not (instance or any(s.receivers and s.has_listeners(self.model) for s in sent)):
             return row
         hold = self.instance(row)
         if renewed:
@@ -258,16 +234,19 @@ class LockService(Generic[_Lock]):
 
     def _announce(self, released: Released, owner: str) -> None:
         """``lock_released`` for ``owner``'s release, where it released."""
-        if released.result is ReleaseResult.RELEASED and released.row is not None:
-            self.announce_released(released.row, owner, forced=False)
+        row = released.row
+        if signals.lock_released.receivers and released.result is ReleaseResult.RELEASED and row:
+            self.announce_released(row, owner, forced=False)
 
     def announce_released(self, row: LockRow, owner: str, *, forced: bool) -> None:
         """``lock_released`` for the hold ``owner`` had (``row``, as released).
         The hold's model instance is built only for a receiver: a release
-        returns none, so without one nobody would see it."""
-        if signals.lock_released.has_listeners(self.model):
+        returns none, so without one nobody would see it. (A signal without
+        any receiver is told by its list, without has_listeners()' calls.)"""
+        lock_released = signals.lock_released
+        if lock_released.receivers and lock_released.has_listeners(self.model):
             hold = self.instance(row)
-            signals.lock_released.send(sender=self.model, lock=hold, owner=owner, forced=forced)
+            lock_released.send(sender=self.model, lock=hold, owner=owner, forced=forced)
 
     def renew(self, resource: str, owner: str, duration: timedelta) -> Hold | Renewed:
         """Extend ``owner``'s valid hold of ``resource`` to ``duration`` from now,
