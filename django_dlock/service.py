@@ -14,7 +14,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from django.apps import apps
 from django.db import models
@@ -37,6 +37,7 @@ from django_dlock.rules import (
     SHARED_HOLDERS,
     Hold,
     ReleaseResult,
+    duration_of,
     kind_of,
     new_owner_token,
 )
@@ -118,14 +119,11 @@ class LockService(Generic[_Lock]):
         refused (``lock_refused`` sent)."""
         validate_resource(resource)
         owner = new_owner_token() if owner is None else validate_owner(owner)
-        claim = claim_for(
-            resource,
-            owner,
-            ttl,
-            kind=LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant),
-            label=label,
-            lock_delay=lock_delay,
-        )
+        if shared or reentrant or limit is not None or lock_delay is not None or label != "":
+            kind = LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant)
+            claim = claim_for(resource, owner, ttl, kind=kind, label=label, lock_delay=lock_delay)
+        else:  # (claim_for's claim of an exclusive lock and nothing more, without its calls)
+            claim = Claim(resource, owner, duration_of(ttl))
         return self.try_take(claim)
 
     def try_take(self, claim: Claim, *, instance: bool = True) -> Hold | Refusal:
@@ -344,7 +342,8 @@ class LockService(Generic[_Lock]):
         """The model instance of ``row``: a ``DistributedLock``, or a ``LockHold``
         (``instances.from_db``)."""
         model = apps.get_model("django_dlock", "LockHold") if row.shared else self.model
-        return cast(Hold, from_db(model, self.using, row.field_values()))
+        # (Not cast(): a call for nothing on every acquisition.)
+        return from_db(model, self.using, row.field_values())  # type: ignore[return-value]
 
 
 def service_of(model: type[_Lock], using: str) -> LockService[_Lock]:
