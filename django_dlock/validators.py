@@ -207,19 +207,8 @@ def _character_class(refuses: Callable[[str], bool]) -> str:
     return "[^" + "".join(parts) + "]"
 
 
-# Printable ASCII of a valid length is storable (no NUL, no surrogate): the
-# common owner, a token, checked in one call of C.
-_PLAIN_ASCII_OWNER = re.compile(rf"[ -~]{{1,{MAX_LENGTH}}}")
-
-
 def validate_owner(value: object) -> str:
     """Return ``value`` if it is a valid owner token, else raise ``ValidationError``."""
-    if (
-        isinstance(value, str)
-        and _PLAIN_ASCII_OWNER.fullmatch(value)
-        and not value.startswith(RESERVED_OWNER)
-    ):
-        return value
     if not isinstance(value, str):
         raise InvalidArgument(_("An owner must be a string."), code="invalid")
     _storable(value, AN_OWNER)
