@@ -57,8 +57,9 @@ class LockService(Generic[_Lock]):
     def __init__(self, model: type[_Lock], using: str) -> None:
         self.model = model
         self.using = using
-        # This alias's backend, each time asked (one call of C before it, not a method's frame).
-        self._backend: Callable[[], LockBackend] = functools.partial(backend_of_alias, using)
+
+    def _backend(self) -> LockBackend:
+        return backend_of_alias(self.using)
 
     # -- what the layers above reach the database through -------------------------
 
