@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, TypeGuard, TypeVar
 
 from django.conf import settings
@@ -35,6 +36,9 @@ class Settings:
 
     def __init__(self) -> None:
         self._values: dict[str, Any] = {}
+        # {ttl: how long a lock taken for it lasts}, of the ttls these settings
+        # found valid (``rules.duration_of``): forgotten with them.
+        self.durations: dict[float | None, timedelta] = {}
 
     def _setting(self, name: str, default: _T) -> _T:
         """``DLOCK_{name}``, or ``default`` when it is not set (``checks`` reports
@@ -50,6 +54,7 @@ class Settings:
     def forget(self) -> None:
         """Read every setting again when next used."""
         self._values.clear()
+        self.durations.clear()
 
     @property
     def DEFAULT_TTL(self) -> float:

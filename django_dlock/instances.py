@@ -29,13 +29,24 @@ _M = TypeVar("_M", bound=models.Model)
 def from_db(model: type[_M], using: str, values: Mapping[str, object]) -> _M:
     """``model.from_db(using, ...)`` of ``values`` (by attname; every concrete field's)."""
     names = attnames(model)
-    if not plain(model) or pre_init.has_listeners(model) or post_init.has_listeners(model):
+    # (A signal with no receiver at all has none for ``model``: its list is
+    # read first, without has_listeners()' two calls.)
+    if (
+        not plain(model)
+        or (pre_init.receivers and pre_init.has_listeners(model))
+        or (post_init.receivers and post_init.has_listeners(model))
+    ):
         return model.from_db(using, names, [values[name] for name in names])
     instance = model.__new__(model)
     state = instance._state = ModelState()
     state.adding = False
     state.db = using
-    instance.__dict__.update(zip(names, _pick(model)(values), strict=True))
+    if isinstance(values, dict) and tuple(values) == _names(model):
+        # The values by attname in the fields' order already (a lock's row,
+        # ``LockRow.field_values``): the instance's __dict__ as from_db() leaves it.
+        instance.__dict__.update(values)
+    else:
+        instance.__dict__.update(zip(names, _pick(model)(values), strict=True))
     return instance
 
 
@@ -60,6 +71,11 @@ def _pick(model: type[models.Model]) -> Callable[[Mapping[str, object]], tuple[o
     names = attnames(model)
     getter = operator.itemgetter(*names)
     return getter if len(names) > 1 else lambda values: (getter(values),)
+
+
+@functools.cache
+def _names(model: type[models.Model]) -> tuple[str, ...]:
+    return tuple(attnames(model))
 
 
 @functools.cache

@@ -28,6 +28,7 @@ from django_dlock.rules import (
     duration_of,
     new_owner_token,
 )
+from django_dlock.rules.claim import claims_for
 from django_dlock.rules.clock import DatabaseNow, time_left
 from django_dlock.rules.predicates import DELAY_END, DELAY_RUNS
 from django_dlock.service import LockService, Refusal, Renewed, service_of
@@ -174,7 +175,9 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         than released (it expires, or is force-released), the resource is
         refused to everyone for that long after (``DistributedLock.available_at``).
         """
-        hold = self._service().acquire(
+        # (self._service(), without its two calls: acquire and release are the hot ones.)
+        service = service_of(self.model, self._db or conf.DATABASE)
+        hold = service.acquire(
             resource,
             owner,
             ttl,
@@ -212,7 +215,7 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         """
         validate_resource(resource)
         validate_owner(owner)
-        return self._service().release(resource, owner)
+        return service_of(self.model, self._db or conf.DATABASE).release(resource, owner)
 
     def force_release(self, resource: str, *, owner: str | None = None) -> bool:
         """Release every hold of ``resource`` whoever holds it (for operators),
@@ -251,7 +254,7 @@ class DistributedLockManager(_DistributedLockManagerBase[_Lock]):
         """
         owner = new_owner_token() if owner is None else validate_owner(owner)
         service = self._service()
-        return service.take_all(service.claims(resources, owner, ttl, label))
+        return service.take_all(claims_for(resources, owner, ttl, label))
 
     def release_all(self, resources: Sequence[str], owner: str) -> list[ReleaseResult]:
         """Release ``owner``'s holds of ``resources`` together, in one

@@ -10,18 +10,18 @@ reaches it through ``service_for(using)``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from django.apps import apps
 from django.db import models
 from django.dispatch import Signal
 
 from django_dlock import signals
-from django_dlock.backends import backend_for
+from django_dlock.backends import backend_for, backend_of_alias
 from django_dlock.backends.base import LockBackend
 from django_dlock.backends.features import BackendFeatures
 from django_dlock.backends.guard import same_database
@@ -34,15 +34,14 @@ from django_dlock.exceptions import InvalidArgument, LockKindMismatch
 from django_dlock.instances import from_db
 from django_dlock.kinds import LockKind
 from django_dlock.rules import (
-    EXCLUSIVE,
-    SHARED,
     SHARED_HOLDERS,
     Hold,
     ReleaseResult,
+    duration_of,
     kind_of,
     new_owner_token,
 )
-from django_dlock.rules.claim import EXCLUSIVE_KIND, Claim, claim_for
+from django_dlock.rules.claim import Claim, claim_for
 from django_dlock.rules.notice import GrantNotice
 from django_dlock.validators import validate_owner, validate_resource
 
@@ -60,7 +59,7 @@ class LockService(Generic[_Lock]):
         self.using = using
 
     def _backend(self) -> LockBackend:
-        return backend_for(self.using)
+        return backend_of_alias(self.using)
 
     # -- what the layers above reach the database through -------------------------
 
@@ -103,28 +102,6 @@ class LockService(Generic[_Lock]):
         guard = backend_for(using).guard
         return guard.atomic(resource, owner, fencing_token, shared=shared, using=using)
 
-    def claims(
-        self,
-        resources: Sequence[str | tuple[str, str]],
-        owner: str,
-        ttl: float | None,
-        label: str = "",
-    ) -> list[Claim]:
-        """The claims of ``acquire_all()``'s items (checked here)."""
-        claims = []
-        for item in resources:
-            resource, mode = (item, EXCLUSIVE) if isinstance(item, str) else item
-            validate_resource(resource)
-            if mode not in (EXCLUSIVE, SHARED):
-                raise InvalidArgument(
-                    f"A mode must be {EXCLUSIVE!r} or {SHARED!r}, not {mode!r}.", code="mode"
-                )
-            kind = LockKind.shared_lock() if mode == SHARED else EXCLUSIVE_KIND
-            claims.append(claim_for(resource, owner, ttl, kind=kind, label=label))
-        if not claims or len({claim.resource for claim in claims}) != len(claims):
-            raise InvalidArgument("Name each resource once, and at least one.", code="resources")
-        return claims
-
     def acquire(
         self,
         resource: str,
@@ -142,14 +119,11 @@ class LockService(Generic[_Lock]):
         refused (``lock_refused`` sent)."""
         validate_resource(resource)
         owner = new_owner_token() if owner is None else validate_owner(owner)
-        claim = claim_for(
-            resource,
-            owner,
-            ttl,
-            kind=LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant),
-            label=label,
-            lock_delay=lock_delay,
-        )
+        if shared or reentrant or limit is not None or lock_delay is not None or label != "":
+            kind = LockKind.from_flags(shared=shared, limit=limit, reentrant=reentrant)
+            claim = claim_for(resource, owner, ttl, kind=kind, label=label, lock_delay=lock_delay)
+        else:  # (claim_for's claim of an exclusive lock and nothing more, without its calls)
+            claim = Claim(resource, owner, duration_of(ttl))
         return self.try_take(claim)
 
     def try_take(self, claim: Claim, *, instance: bool = True) -> Hold | Refusal:
@@ -232,7 +206,7 @@ class LockService(Generic[_Lock]):
             sent = (signals.lock_acquired,)
             if taken_over_from is not None:
                 sent = (signals.lock_taken_over, signals.lock_acquired)
-        if not (instance or any(signal.has_listeners(self.model) for signal in sent)):
+        if not (instance or any(s.receivers and s.has_listeners(self.model) for s in sent)):
             return row
         hold = self.instance(row)
         if renewed:
@@ -258,16 +232,19 @@ class LockService(Generic[_Lock]):
 
     def _announce(self, released: Released, owner: str) -> None:
         """``lock_released`` for ``owner``'s release, where it released."""
-        if released.result is ReleaseResult.RELEASED and released.row is not None:
-            self.announce_released(released.row, owner, forced=False)
+        row = released.row
+        if signals.lock_released.receivers and released.result is ReleaseResult.RELEASED and row:
+            self.announce_released(row, owner, forced=False)
 
     def announce_released(self, row: LockRow, owner: str, *, forced: bool) -> None:
         """``lock_released`` for the hold ``owner`` had (``row``, as released).
         The hold's model instance is built only for a receiver: a release
-        returns none, so without one nobody would see it."""
-        if signals.lock_released.has_listeners(self.model):
+        returns none, so without one nobody would see it. (A signal without
+        any receiver is told by its list, without has_listeners()' calls.)"""
+        lock_released = signals.lock_released
+        if lock_released.receivers and lock_released.has_listeners(self.model):
             hold = self.instance(row)
-            signals.lock_released.send(sender=self.model, lock=hold, owner=owner, forced=forced)
+            lock_released.send(sender=self.model, lock=hold, owner=owner, forced=forced)
 
     def renew(self, resource: str, owner: str, duration: timedelta) -> Hold | Renewed:
         """Extend ``owner``'s valid hold of ``resource`` to ``duration`` from now,
@@ -365,7 +342,8 @@ class LockService(Generic[_Lock]):
         """The model instance of ``row``: a ``DistributedLock``, or a ``LockHold``
         (``instances.from_db``)."""
         model = apps.get_model("django_dlock", "LockHold") if row.shared else self.model
-        return cast(Hold, from_db(model, self.using, row.field_values()))
+        # (Not cast(): a call for nothing on every acquisition.)
+        return from_db(model, self.using, row.field_values())  # type: ignore[return-value]
 
 
 def service_of(model: type[_Lock], using: str) -> LockService[_Lock]:

@@ -142,6 +142,8 @@ def validate_resource(value: object) -> str:
     formatting characters (Unicode Cf), line or paragraph separators, nor "/";
     in Unicode normal form NFC.
     """
+    if isinstance(value, str) and _PLAIN_ASCII_NAME.fullmatch(value):  # (without a call more)
+        return value
     return _check_name(value, A_RESOURCE)
 
 

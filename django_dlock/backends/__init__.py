@@ -20,6 +20,7 @@ __all__ = [
     "LockBackend",
     "QueueRow",
     "backend_for",
+    "backend_of_alias",
 ]
 
 #: The backend class of each supported ``connection.vendor``. Imported only
@@ -36,6 +37,27 @@ def backend_for(using: str) -> LockBackend:
     """The backend of the database alias ``using``; ``ImproperlyConfigured`` when
     its vendor is not supported (``manage.py check`` reports that as E006)."""
     return _backend(using, connections[using].vendor)
+
+
+def backend_of_alias(using: str) -> LockBackend:
+    """``backend_for(using)``, found again by the alias's ``ENGINE`` setting
+    rather than its connection: what the lock service asks on every operation.
+    ``connections[using]`` reads the thread's connection from asgiref's
+    ``Local``, which asks asyncio for a running loop each time: two of them
+    were 4% of the client's CPU of an acquisition and its release. The ENGINE
+    names the connection's class, and so its vendor: the backend is the one
+    ``backend_for`` gave, until the alias is configured with another ENGINE."""
+    settings_dict = connections.settings.get(using)
+    known = _by_alias.get(using)
+    if known is not None and settings_dict is not None and known[0] == settings_dict["ENGINE"]:
+        return known[1]
+    backend = backend_for(using)  # (an alias that does not exist raises here)
+    _by_alias[using] = (connections.settings[using]["ENGINE"], backend)
+    return backend
+
+
+# {alias: (its ENGINE, its backend)}, for ``backend_of_alias``.
+_by_alias: dict[str, tuple[str, LockBackend]] = {}
 
 
 @cache

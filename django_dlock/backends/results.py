@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from django_dlock.rules import EXCLUSIVE, SHARED, SHARED_HOLDERS, ReleaseResult
 from django_dlock.rules.claim import Claim
+from django_dlock.rules.frozen import fast_init
 from django_dlock.rules.notice import GrantNotice
 from django_dlock.rules.predicates import HELD, HELD_BY_SHARED, delay_end
 
@@ -29,6 +30,7 @@ LOCK_FIELDS = (
 )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class LockRow:
     """A row as an operation read or wrote it, and the database's time then
@@ -110,6 +112,7 @@ class LockRow:
         }
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """Why an acquisition was refused, as the refusing statement found the
@@ -148,6 +151,7 @@ class Refusal:
 NO_ROW = Refusal(now=None, until=None)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Taken:
     """What an acquisition did."""
@@ -159,6 +163,7 @@ class Taken:
     refusal: Refusal = NO_ROW  # why it was refused (row None, no mismatch)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Renewed:
     """What a renewal did."""
@@ -170,6 +175,7 @@ class Renewed:
     holder: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Released:
     """What a release (or a force-release) did."""

@@ -22,6 +22,7 @@ from django_dlock.locking.handle import LockHandle, report_lost
 from django_dlock.locking.renewer import Renewer
 from django_dlock.models import DistributedLock
 from django_dlock.rules import ReleaseResult, new_owner_token
+from django_dlock.rules.claim import claims_for
 from django_dlock.service import service_for
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def hold_several(context: Wanted, items: LockItems) -> HeldLocks:
     to its timeout; ``LockNotAcquired`` when they stay held."""
     service = service_for(context.using)
     owner = context.owner or new_owner_token()
-    claims = service.claims(items, owner, context.ttl, context.label)
+    claims = claims_for(items, owner, context.ttl, context.label)
     deadline = time.monotonic() + (context.timeout or 0.0)
     rng = random.Random()  # noqa: S311 - jitter, not a secret
     attempt = 0

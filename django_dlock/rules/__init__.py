@@ -71,8 +71,20 @@ SHORTEST_TTL = 0.001
 
 def duration_of(ttl: float | None) -> timedelta:
     """How long a lock taken for ``ttl`` seconds (``None``: the default) lasts."""
+    # An int or a float (not a bool, which a dict takes for 1 or 0) is looked
+    # up among those checked already: a check and a timedelta cost a client's
+    # acquisition 2% of its CPU, and each caller asks for few ttls.
+    durations = conf.durations  # (forgotten with the settings they were checked by)
+    kept = ttl is None or type(ttl) is float or type(ttl) is int
+    if kept:
+        duration = durations.get(ttl)
+        if duration is not None:
+            return duration
     seconds = validate_ttl(conf.DEFAULT_TTL if ttl is None else ttl)
-    return timedelta(seconds=max(seconds, SHORTEST_TTL))
+    duration = timedelta(seconds=max(seconds, SHORTEST_TTL))
+    if kept and len(durations) < 64:
+        durations[ttl] = duration
+    return duration
 
 
 class Hold(Protocol):

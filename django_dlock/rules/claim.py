@@ -3,20 +3,29 @@ down to the backends passes on (none reads the caller's arguments again)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django_dlock.exceptions import InvalidArgument
 from django_dlock.kinds import LockKind
-from django_dlock.rules import duration_of
-from django_dlock.validators import validate_label, validate_lock_delay, validate_priority
+from django_dlock.rules import EXCLUSIVE, SHARED, duration_of
+from django_dlock.rules.frozen import fast_init
+from django_dlock.validators import (
+    validate_label,
+    validate_lock_delay,
+    validate_priority,
+    validate_resource,
+)
 
-__all__ = ["EXCLUSIVE_KIND", "Claim", "claim_for"]
+__all__ = ["EXCLUSIVE_KIND", "Claim", "claim_for", "claims_for"]
 
 
 #: The kind of a claim that names none: the exclusive lock.
 EXCLUSIVE_KIND = LockKind()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Claim:
     """What an acquisition asks for."""
@@ -84,3 +93,23 @@ def claim_for(
         lock_delay=timedelta(seconds=delay) if delay else None,
         priority=validate_priority(priority),
     )
+
+
+def claims_for(
+    items: Sequence[str | tuple[str, str]], owner: str, ttl: float | None, label: str = ""
+) -> list[Claim]:
+    """The claims of ``acquire_all()``'s items (a resource, or ``(resource,
+    mode)``) by ``owner`` (checked by the caller), each item checked here."""
+    claims = []
+    for item in items:
+        resource, mode = (item, EXCLUSIVE) if isinstance(item, str) else item
+        validate_resource(resource)
+        if mode not in (EXCLUSIVE, SHARED):
+            raise InvalidArgument(
+                f"A mode must be {EXCLUSIVE!r} or {SHARED!r}, not {mode!r}.", code="mode"
+            )
+        kind = LockKind.shared_lock() if mode == SHARED else EXCLUSIVE_KIND
+        claims.append(claim_for(resource, owner, ttl, kind=kind, label=label))
+    if not claims or len({claim.resource for claim in claims}) != len(claims):
+        raise InvalidArgument("Name each resource once, and at least one.", code="resources")
+    return claims
