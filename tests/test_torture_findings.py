@@ -291,6 +291,23 @@ def test_the_history_records_a_queuing_only_for_the_ticket(tmp_path: Path) -> No
     assert [event["op"] for event in events] == ["queued"]
 
 
+def test_the_history_records_every_queuing_of_a_session(tmp_path: Path) -> None:
+    """PostgreSQL sends the ticket's INSERT once per session, prepared, and then
+    runs it by name: a long profile of 2026-12-05 missed those queuings and
+    judged their waiters as never queued (invariant 17)."""
+    Locks.acquire("queued:2", "holder", ttl=60)
+    recorder = Recorder(tmp_path / "history", "w")
+    operations = Operations(recorder, TransactionStore(), random.Random(0))
+    for _ in range(3):
+        context = lock("queued:2", owner="writer", ttl=30, timeout=0.2)
+        watched = operations.queue_watch("queued:2", "writer", Asked())
+        with watched, pytest.raises(LockNotAcquired), context:
+            pass
+    recorder.close()
+    events = list(read_events(tmp_path / "history"))
+    assert [event["op"] for event in events] == ["queued"] * 3
+
+
 @contextlib.contextmanager
 def _another_session_blocking_takes(resource: str) -> Iterator[None]:
     """Another session holds what a lock transaction on ``resource`` waits for:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from io import StringIO
@@ -22,6 +23,10 @@ from tools.torture.asked import EXCLUSIVE, Asked
 from tools.torture.db_clock import database_now
 from tools.torture.history import Recorder, error_fields, iso, lock_fields, now, pause
 from tools.torture.store import Store
+
+# PostgreSQL's run of the prepared ticket INSERT by name (``backends.postgresql.prepared``:
+# ``EXECUTE dlock_<process>_enqueue_<n>(...)``).
+PREPARED_TICKET = re.compile(r"^EXECUTE dlock_\w+?_enqueue_\d+\(")
 
 Outcome = dict[str, Any]
 
@@ -238,13 +243,15 @@ class Operations:
         database's clock read before the INSERT (``db0``) and after its commit
         (``db1``): its ticket's time lies between (``check_priorities``)."""
         # Only the ticket's INSERT: a waiter's take also names the waiters'
-        # table (it leaves the queue in its statement), and is no queuing.
+        # table (it leaves the queue in its statement), and is no queuing. On
+        # PostgreSQL the INSERT is a prepared statement, run by its name after
+        # its first run in a session (``PostgreSQLQueue._enqueue``).
         connection = connections["default"]
         insert = f"INSERT INTO {connection.ops.quote_name(LockWaiter._meta.db_table)}"
         mode = "shared" if asked.shared or asked.limit is not None else "exclusive"
 
         def watch(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-            if insert not in sql:
+            if insert not in sql and not PREPARED_TICKET.search(sql):
                 return execute(sql, params, many, context)
             timed = {} if priority is None else {"priority": priority, "db0": database_now()}
             result = execute(sql, params, many, context)
