@@ -15,6 +15,8 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
+from django_dlock.cli.wake import Wake
+
 __all__ = ["ProcessGroup"]
 
 # How often a stop looks whether the group is gone, in seconds.
@@ -28,7 +30,7 @@ class ProcessGroup:
     caller's loop) when it ends.
     """
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str], wake: threading.Event) -> None:
+    def __init__(self, argv: Sequence[str], env: Mapping[str, str], wake: Wake) -> None:
         # A new session: the group is CMD's alone (its pgid is its pid), and a
         # terminal's signals reach it only through dlock, which forwards them.
         self.process = subprocess.Popen(argv, env=env, start_new_session=True)  # noqa: S603 - the operator's command

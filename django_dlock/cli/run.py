@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any
@@ -24,6 +25,7 @@ from django.db import DatabaseError
 
 from django_dlock import signals
 from django_dlock.cli.process_group import ProcessGroup
+from django_dlock.cli.wake import Wake
 from django_dlock.exceptions import LockKindMismatch, LockLost, LockNotAcquired
 from django_dlock.kinds import LockKind
 from django_dlock.locking import LockHandle, lock
@@ -56,9 +58,9 @@ def run(options: RunOptions, say: Callable[[str], None]) -> int:
     127 or 126 when CMD cannot be started, and 1 when the lock was lost (CMD's
     group is stopped first) or the database failed.
     """
-    wake = threading.Event()
+    wake = Wake()
     resource = options.resource
-    with StopSignals(wake) as stops:
+    with closing(wake), StopSignals(wake) as stops:
         try:
             with lock(
                 resource,
@@ -106,7 +108,7 @@ class _Holder:
         self,
         held: LockHandle,
         options: RunOptions,
-        wake: threading.Event,
+        wake: Wake,
         stops: StopSignals,
         say: Callable[[str], None],
     ) -> None:
@@ -204,7 +206,7 @@ class StopSignals:
     ``Interrupted`` (the wait leaves its queue on the way out); once ``holding``,
     they are kept in ``pending`` for the loop to forward, and wake it."""
 
-    def __init__(self, wake: threading.Event) -> None:
+    def __init__(self, wake: Wake) -> None:
         self.wake = wake
         self.holding = False
         self.interrupted: int | None = None  # the signal that stopped the wait
