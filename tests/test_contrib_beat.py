@@ -180,7 +180,10 @@ def test_three_beats_send_each_due_run_once_across_a_kill_and_a_stop(beats: Beat
         assert missing == [], f"{entry}: runs missing outside the failover windows {events}"
         for send in runs:  # sent at its due time, but for the takeovers' catch-up runs
             late = send["at"] - datetime.fromisoformat(send["due"]).timestamp()
-            assert 0 <= late < window, send
+            # A send the stopped leader had claimed (and checked its lead for) before
+            # SIGSTOP goes out as it resumes: once, but as late as the stop lasted.
+            in_flight = send["pid"] == second and stopped_at <= send["at"] <= resumed_at + 1.0
+            assert 0 <= late < window or (in_flight and late < resumed_at - stopped_at + 2.0), send
     pids = {send["pid"] for send in recorded}
     assert {first, second, third} <= pids
     # The resumed beat stopped leading by its own clock: nothing from it after a lease.
