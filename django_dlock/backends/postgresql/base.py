@@ -318,8 +318,16 @@ class PostgreSQLBackend(LockBackend):
         return answer
 
     def run_statement(self, statement: Statement, params: dict[str, Any]) -> Sequence[Any] | None:
-        """Run a part's ``statement`` as the operations run theirs (``_run``)."""
-        return self._run(connections[self.using], statement, params)
+        """Run a part's ``statement`` as the operations run theirs (``_run``); as
+        plain SQL where the operations are the portable ones: its PREPARE is built
+        for psycopg 3's client-side binding (``PostgreSQLFeatures.one_statement``)."""
+        connection = connections[self.using]
+        if self.features.one_statement:
+            return self._run(connection, statement, params)
+        with connection.cursor() as cursor:
+            cursor.execute(statement.sql, params)
+            answer: Sequence[Any] | None = cursor.fetchone()
+            return answer
 
     def _run(
         self, connection: BaseDatabaseWrapper, statement: Statement, params: dict[str, Any]
