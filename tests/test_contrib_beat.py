@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from django_dlock import observe_leader  # noqa: E402
 from django_dlock.conf import conf  # noqa: E402
 from django_dlock.models import DistributedLock  # noqa: E402
 from tests.task_processes import Processes, Redis  # noqa: E402
-from tests.utils import wait_for  # noqa: E402
+from tests.utils import stop_outside_a_write, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,31 +79,6 @@ def beats(django_db_setup: None, tmp_path: Path) -> Iterator[Beats]:
         server.stop()
 
 
-def pause(pid: int) -> None:
-    """SIGSTOP ``pid`` at a moment it holds no SQLite write lock: on SQLite, a process
-    paused inside a write transaction stops every process of the database until it
-    goes on (docs/databases.md), beat or not."""
-    for _ in range(100):
-        os.kill(pid, signal.SIGSTOP)
-        if connection.vendor != "sqlite" or _sqlite_writable():
-            return
-        os.kill(pid, signal.SIGCONT)
-        time.sleep(0.05)
-    raise AssertionError(f"{pid} held SQLite's write lock at every try")
-
-
-def _sqlite_writable() -> bool:
-    probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.2)
-    try:
-        probe.execute("BEGIN IMMEDIATE")
-        probe.execute("ROLLBACK")
-        return True
-    except sqlite3.OperationalError:
-        return False
-    finally:
-        probe.close()
-
-
 def leader_pid() -> int | None:
     """The pid in the label of the beats' leader, if one leads."""
     holds = DistributedLock.objects.holders(RESOURCE)
@@ -145,7 +119,7 @@ def test_three_beats_send_each_due_run_once_across_a_kill_and_a_stop(beats: Beat
     wait_sends(beats, second, 2.5, "the new leader to send")
 
     stopped_at = time.time()
-    pause(second)
+    stop_outside_a_write(second)  # a process paused in a write stops every other
     third = wait_for(lambda: (pid := leader_pid()) not in (first, second) and pid, 30, "a third")
     wait_sends(beats, third, 2.0, "the third leader to send")
     os.kill(second, signal.SIGCONT)  # it resumes mid-tick, believing it leads
