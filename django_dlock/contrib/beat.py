@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -161,7 +162,10 @@ class Leadership:
             raise RuntimeError("the beat's leadership thread died") from self.error
         if self._became.wait(timeout) and not self.leading:
             # Its lease just ran out by this process's clock: its thread sees it next.
-            self._stopping.wait(0.05)
+            # A sleep, not a wait on _stopping: beat's SIGTERM handler sets that Event
+            # on this thread, and a handler that interrupted a wait on the Event's
+            # own lock would block on it for ever.
+            time.sleep(0.05)
         return self.leading
 
     def _stand(self) -> None:
