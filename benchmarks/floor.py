@@ -233,6 +233,9 @@ def postgres_clients(plan: Plan) -> dict[str, list[dict[str, Any]]]:
     from django.db import connections
 
     settings_dict = dict(connections["postgresql"].settings_dict)
+    with sql.postgres_connection(settings_dict) as raw:  # run alone (--only clients): no table yet
+        if raw.execute("SELECT to_regclass(%s)", [sql.TABLE]).fetchone()[0] is None:
+            sql.create_table("postgresql", raw.cursor())
     all_names = sql.names("clients")
     warm = Contender(MANAGER, sql.manager_cycle("postgresql", all_names, OWNER))
     warm.warm(sql.NAMES)
