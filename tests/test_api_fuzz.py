@@ -120,6 +120,7 @@ CREDENTIALS = {"authorization", "sessionid"}
 
 
 def _only_credentials_negated(case: Any) -> bool:
+    # case._meta as generated: reading case.meta would revalidate the case first.
     negated = {name.lower() for name, _ in negated_parameters(case._meta)}
     return bool(negated) and negated <= CREDENTIALS
 
