@@ -147,14 +147,15 @@ def test_a_freed_permit_is_not_granted_to_a_waiter_whose_process_is_gone() -> No
     )
     waiter.start()
     try:
-        wait_for(
-            lambda: LockWaiter.objects.filter(resource="dead:permits").exclude(channel="").exists(),
-            30,
-            "queued, listening",
-        )
+        wait_for(lambda: _listening_ticket("dead:permits"), 30, "queued, listening")
         assert waiter.pid is not None
         os.kill(waiter.pid, signal.SIGKILL)
         waiter.join(10)
+        if connection.vendor == "postgresql":
+            # The server knows the waiter dead once its listener's server process
+            # has ended, a moment after the kill (CI's portable step released first).
+            pid = LockWaiter.objects.get(resource="dead:permits").listener_pid
+            wait_for(lambda: not _backend_alive(pid), 10, "the listener's server process to end")
         Locks.release("dead:permits", "h1")
         assert [hold.owner for hold in Locks.holders("dead:permits")] == ["h2"]
         if connection.vendor == "sqlite":  # (PostgreSQL's queue passes a dead waiter by)
@@ -222,3 +223,19 @@ def test_a_release_grants_one_waiter_of_an_owner_and_its_last_release_clears_the
         assert (row.owner, row.lock_delay) == ("", None)
     finally:
         finish(*waits)
+
+
+def _listening_ticket(resource: str) -> bool:
+    """A ticket with its listener's channel and, on PostgreSQL, its server process
+    (until the listener writes it, a ticket's waiter counts as alive)."""
+    tickets = LockWaiter.objects.filter(resource=resource).exclude(channel="")
+    if connection.vendor == "postgresql":
+        tickets = tickets.exclude(listener_pid=None)
+    return tickets.exists()
+
+
+def _backend_alive(pid: int | None) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXISTS (SELECT FROM pg_stat_get_activity(%s))", [pid])
+        (alive,) = cursor.fetchone()
+    return bool(alive)

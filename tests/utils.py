@@ -248,24 +248,48 @@ def import_without(module: str, *hidden: str) -> str:
 
 
 def stop_outside_a_write(pid: int) -> None:
-    """SIGSTOP process ``pid`` where it holds no write lock of SQLite's file:
-    stopped inside a write (a look's refresh of its ticket, under a load that
-    delayed it), it would keep every other process out until it resumed."""
+    """SIGSTOP process ``pid`` where it holds no lock of the database's that the
+    others need: stopped inside a write of SQLite's file (a look's refresh of its
+    ticket, under a load that delayed it), or inside a lock transaction of
+    PostgreSQL's portable operations (its row taken FOR UPDATE), it would keep
+    every other process out until it resumed."""
     from django.db import connections
 
     connection = connections["default"]
     for _ in range(100):
         os.kill(pid, signal.SIGSTOP)
-        if connection.vendor != "sqlite":
+        if connection.vendor == "sqlite":
+            held = _sqlite_write_held(connection.settings_dict["NAME"])
+        elif connection.vendor == "postgresql":
+            held = _postgresql_row_held(connection)
+        else:
             return
-        probe = sqlite3.connect(connection.settings_dict["NAME"], timeout=0.05)
-        try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.execute("ROLLBACK")
+        if not held:
             return
-        except sqlite3.OperationalError:  # it holds the write lock: let it finish
-            os.kill(pid, signal.SIGCONT)
-            time.sleep(0.02)
-        finally:
-            probe.close()
-    raise AssertionError(f"process {pid} kept SQLite's write lock")
+        os.kill(pid, signal.SIGCONT)  # let it finish
+        time.sleep(0.02)
+    raise AssertionError(f"process {pid} kept a lock of the database")
+
+
+def _sqlite_write_held(name: str) -> bool:
+    probe = sqlite3.connect(name, timeout=0.05)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        probe.close()
+
+
+def _postgresql_row_held(connection: BaseDatabaseWrapper) -> bool:
+    """Whether a transaction holds a row of the lock tables (or waits on one)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+            "WHERE c.relname LIKE 'distributed_lock%%' AND l.pid <> pg_backend_pid() "
+            "AND l.mode IN ('RowShareLock', 'RowExclusiveLock'))"
+        )
+        (held,) = cursor.fetchone()
+    return bool(held)
