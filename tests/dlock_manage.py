@@ -5,6 +5,7 @@ it as operators and cron run ``manage.py dlock``."""
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -19,6 +20,8 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
+    # A test that gave up waiting for this process asks it for its threads' stacks.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     setup_worker(json.loads(os.environ["DLOCK_TEST_DATABASE"]))
     from django.core.management import execute_from_command_line
 

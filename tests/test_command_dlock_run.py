@@ -51,7 +51,15 @@ class Run:
             self.lines.append((time.monotonic(), line.rstrip("\n")))
 
     def wait(self, timeout: float = 60) -> int:
-        returncode = self.process.wait(timeout)
+        try:
+            returncode = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            # Where it hangs: its threads' stacks (faulthandler, tests.dlock_manage).
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            raise AssertionError(
+                f"dlock run did not end within {timeout} s; its stderr and stacks:\n{self.stderr}"
+            ) from None
         self._reader.join(timeout)
         return returncode
 
@@ -220,7 +228,10 @@ def test_sigterm_is_forwarded_and_the_lock_released_after_cmd_ends(
 
 def test_sigint_too(start: Any, tmp_path: Path) -> None:
     ready = tmp_path / "ready"
-    run = start("job:int", "--", "sh", "-c", f"touch {ready}; sleep 300")
+    # exec: dash catches SIGINT while it waits for a child, and a SIGINT that came
+    # between its fork of sleep and the exec ran dash's handler in the child, and
+    # was gone: sleep ran on (CI, under load). A terminal's Ctrl-C would race alike.
+    run = start("job:int", "--", "sh", "-c", f"touch {ready}; exec sleep 300")
     wait_for(ready.exists, what="CMD to start")
 
     run.process.send_signal(signal.SIGINT)
