@@ -188,16 +188,21 @@ class Leadership:
         held = lock(
             self.resource, ttl=self.lease, timeout=float("inf"), auto_renew=True, label=self.label
         )
-        with held as handle:
-            self._handle = handle
-            self._became.set()
-            logger.info("beat: %s leads (term %s).", self.label, handle.fencing_token)
-            try:
-                while not handle.lost.wait(0.1) and not self._stopping.is_set():
-                    pass
-            finally:
-                self._became.clear()
-                self._handle = None
+        try:
+            with held as handle:
+                self._handle = handle
+                self._became.set()
+                logger.info("beat: %s leads (term %s).", self.label, handle.fencing_token)
+                try:
+                    while not handle.lost.wait(0.1) and not self._stopping.is_set():
+                        pass
+                finally:
+                    self._became.clear()
+        finally:
+            # Only once released: stop() waits for the release while there is a handle
+            # (CI: a beat that exited while its release waited for SQLite's write lock
+            # kept the lead until the lease ran out).
+            self._handle = None
 
     def stop(self, *, wait: bool = True) -> None:
         """Give the lead up (at once, so that a standby takes over now, not at the
