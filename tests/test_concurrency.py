@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from django_dlock.models import DistributedLock
 from tests import workers_core
-from tests.testapp.models import Counter
 from tests.utils import database_settings, run_in_processes, spawn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -14,18 +15,24 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PROCESSES = 8
 
 
-def test_mutual_exclusion_of_eight_processes() -> None:
+def test_mutual_exclusion_of_eight_processes(tmp_path: Path) -> None:
+    """Eight processes poll for one lock and, holding it, read a counter, wait 1 ms and
+    write it back plus one. The counter is a file, not a row: on SQLite the pollers'
+    refused tries take the write lock for a moment each, and a row's update, waiting in
+    SQLite's busy handler (which sleeps longer each time it finds the database busy),
+    made each turn last up to seconds (100 s for the test)."""
     iterations = 50
-    Counter.objects.create(name="job:counter")
+    counter = tmp_path / "counter"
+    counter.write_text("0")
     start = spawn.Barrier(PROCESSES)
 
     results = run_in_processes(
         workers_core.increment_under_lock,
-        [(database_settings(), "job:counter", iterations, start)] * PROCESSES,
+        [(database_settings(), "job:counter", str(counter), iterations, start)] * PROCESSES,
     )
 
     # Every increment happened inside the lock: none was lost to a race.
-    assert Counter.objects.get(name="job:counter").value == PROCESSES * iterations
+    assert int(counter.read_text()) == PROCESSES * iterations
     # The critical sections, ordered by entry, never overlap ...
     turns = sorted(turn for worker in results for turn in worker)
     assert len(turns) == PROCESSES * iterations

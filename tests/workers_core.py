@@ -4,33 +4,35 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 from tests.utils import setup_worker
 
 
 def increment_under_lock(
-    db: dict[str, Any], resource: str, iterations: int, start: Any
+    db: dict[str, Any], resource: str, counter: str, iterations: int, start: Any
 ) -> list[tuple[float, float, int]]:
-    """Take the lock ``iterations`` times (polling); inside it read the counter,
-    sleep 1 ms, write counter + 1. Returns (start, end, fencing token) per turn."""
+    """Take the lock ``iterations`` times (polling); inside it read the counter (the
+    file ``counter``), sleep 1 ms, write counter + 1. Returns (start, end, fencing
+    token) per turn."""
     setup_worker(db)
     from django.db import connection
 
     from django_dlock.models import DistributedLock
-    from tests.testapp.models import Counter
 
     connection.ensure_connection()
     start.wait()
     turns = []
     owner = f"worker-{random.getrandbits(64):x}"
+    shared = Path(counter)
     for _ in range(iterations):
         while (lock := DistributedLock.objects.acquire(resource, owner=owner, ttl=30)) is None:
             time.sleep(random.uniform(0, 0.002))
         entered = time.monotonic()
-        counter = Counter.objects.get(name=resource)
+        value = int(shared.read_text())
         time.sleep(0.001)
-        Counter.objects.filter(pk=counter.pk).update(value=counter.value + 1)
+        shared.write_text(str(value + 1))
         left = time.monotonic()
         turns.append((entered, left, lock.fencing_token))
         assert DistributedLock.objects.release(resource, owner=owner).value == "released"
