@@ -159,8 +159,13 @@ class _Holder:
         """Until CMD ends: forward stop signals to its group, and stop the group
         as soon as the lock is lost."""
         held = self.held
-        while not group.exited.is_set():
+        while True:
+            # Cleared before the looks, not after: a wake that came between a look
+            # and the clear would be lost, and the loop would sleep until the lock's
+            # deadline (a CMD that ended at once left dlock waiting, renewing).
             self.wake.clear()
+            if group.exited.is_set():
+                return
             for signum in self.stops.take():
                 self.stopped = True
                 group.signal(signum)
