@@ -162,6 +162,24 @@ class Operations:
         self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=expires_at)
         self.release_section(resource, owner, cs)
 
+    def reader_pair_section(self, resource: str, body: float) -> None:
+        """A reader's section with another reader's (another owner) inside it: two
+        readers that hold together whenever the second is admitted."""
+        owner, asked, ttl = self.owner(), Asked(shared=True), 2.0
+        t0 = now()
+        outcome = self.acquire(resource, owner, ttl, asked)
+        if not outcome or not outcome["lock"]:
+            return
+        fields = outcome["lock"]
+        cs = self.enter(resource, fields, t0, asked)
+        deadline = t0 + ttl
+        self.work(cs, asked, resource, fields["token"], 0, lambda: now() >= deadline)
+        self.manager_section(resource, 1.0, body, asked)
+        if now() >= deadline:
+            self.told(cs, "its deadline passed")
+        self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=fields["expires_at"])
+        self.release_section(resource, owner, cs)
+
     def release_section(self, resource: str, owner: str, cs: str) -> None:
         released = self.release(resource, owner, cs=cs)
         if not released:
