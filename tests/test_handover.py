@@ -20,7 +20,7 @@ from django_dlock.rules import SHARED_HOLDERS
 from django_dlock.rules.claim import claim_for
 from django_dlock.rules.grant import GRANT_MARK, OFFER_LEASE
 from django_dlock.rules.notice import read_payload
-from tests.utils import postgres_dsn, wait_for
+from tests.utils import postgres_backend_alive, postgres_dsn, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.requires_postgres]
 
@@ -238,7 +238,7 @@ def test_a_head_whose_process_is_gone_is_passed_over() -> None:
     # A waiter killed while queued: its listener's server process is gone.
     with psycopg.connect(postgres_dsn()) as doomed:
         gone_pid = doomed.info.backend_pid
-    wait_for(lambda: not pid_alive(gone_pid))
+    wait_for(lambda: not postgres_backend_alive(gone_pid))
     assert Locks.acquire("hand:4", "holder", ttl=60) is not None
     queue("hand:4", "dead", pid=gone_pid)
     alive = queue("hand:4", "alive", pid=connection_pid())
@@ -307,12 +307,6 @@ def connection_pid() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         return int(cursor.fetchone()[0])
-
-
-def pid_alive(pid: int) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT EXISTS (SELECT FROM pg_stat_get_activity(%s))", [pid])
-        return bool(cursor.fetchone()[0])
 
 
 def waiting_for_a_lock(blocker: int) -> bool:

@@ -26,7 +26,7 @@ from django_dlock.models import DistributedLock, LockHold, LockWaiter, ReleaseRe
 from django_dlock.rules.claim import claim_for
 from django_dlock.service import service_for
 from tests import workers_waiting
-from tests.utils import database_settings, spawn, wait_for
+from tests.utils import database_settings, postgres_backend_alive, spawn, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -155,7 +155,9 @@ def test_a_freed_permit_is_not_granted_to_a_waiter_whose_process_is_gone() -> No
             # The server knows the waiter dead once its listener's server process
             # has ended, a moment after the kill (CI's portable step released first).
             pid = LockWaiter.objects.get(resource="dead:permits").listener_pid
-            wait_for(lambda: not _backend_alive(pid), 10, "the listener's server process to end")
+            wait_for(
+                lambda: not postgres_backend_alive(pid), 10, "the listener's server process to end"
+            )
         Locks.release("dead:permits", "h1")
         assert [hold.owner for hold in Locks.holders("dead:permits")] == ["h2"]
         if connection.vendor == "sqlite":  # (PostgreSQL's queue passes a dead waiter by)
@@ -232,10 +234,3 @@ def _listening_ticket(resource: str) -> bool:
     if connection.vendor == "postgresql":
         tickets = tickets.exclude(listener_pid=None)
     return tickets.exists()
-
-
-def _backend_alive(pid: int | None) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT EXISTS (SELECT FROM pg_stat_get_activity(%s))", [pid])
-        (alive,) = cursor.fetchone()
-    return bool(alive)

@@ -168,6 +168,13 @@ def postgres_dsn() -> str:
     )
 
 
+def postgres_backend_alive(pid: int | None) -> bool:
+    """Whether PostgreSQL's server process ``pid`` still runs (on the test's connection)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXISTS (SELECT FROM pg_stat_get_activity(%s))", [pid])
+        return bool(cursor.fetchone()[0])
+
+
 def is_waiting_on_a_lock(admin: Any, pid: int | None) -> bool:
     """Whether the PostgreSQL backend ``pid`` waits for a lock (``admin``: a psycopg connection)."""
     if pid is None:
