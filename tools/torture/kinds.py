@@ -31,13 +31,12 @@ class KindOperations(ForcedOperations):
         """The manager's reentrant holds: acquire ``depth`` times (working between),
         then release as many times: DECREMENTED until the last, RELEASED."""
         asked = replace(asked, reentrant=True)
-        owner, t0 = self.owner(), now()
-        first = self.acquire(resource, owner, ttl, asked)
-        if not first or not first["lock"]:
+        owner = self.owner()
+        entered = self._acquired(resource, owner, ttl, asked)
+        if entered is None:
             return
-        token, expires_at = first["lock"]["token"], first["lock"]["expires_at"]
-        cs = self.enter(resource, first["lock"], t0, asked)
-        deadline, taken = t0 + ttl, 1
+        cs, fields, deadline = entered
+        token, expires_at, taken = fields["token"], fields["expires_at"], 1
         while taken < depth:
             self.work(cs, asked, resource, token, self.rng.uniform(0, 0.002), past(deadline))
             again_at = now()

@@ -139,13 +139,10 @@ class Operations:
     ) -> None:
         """acquire, a critical section (maybe renewing once), release."""
         owner = self.owner()
-        t0 = now()
-        outcome = self.acquire(resource, owner, ttl, asked)
-        if not outcome or not outcome["lock"]:
+        entered = self._acquired(resource, owner, ttl, asked)
+        if entered is None:
             return
-        fields = outcome["lock"]
-        cs = self.enter(resource, fields, t0, asked)
-        deadline = t0 + ttl  # the holder's own view of expiry, as lock()'s handle keeps it
+        cs, fields, deadline = entered
         token = fields["token"]
         self.work(cs, asked, resource, token, body, lambda: now() >= deadline)
         expires_at = fields["expires_at"]
@@ -157,27 +154,38 @@ class Operations:
                 self.work(cs, asked, resource, token, 0, lambda: now() >= deadline)
             else:
                 self.told(cs, "renew failed")
-        if now() >= deadline:
-            self.told(cs, "its deadline passed")
-        self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=expires_at)
-        self.release_section(resource, owner, cs)
+        self._leave(resource, owner, cs, deadline, expires_at)
 
     def reader_pair_section(self, resource: str, body: float) -> None:
         """A reader's section with another reader's (another owner) inside it: two
         readers that hold together whenever the second is admitted."""
-        owner, asked, ttl = self.owner(), Asked(shared=True), 2.0
+        owner, asked = self.owner(), Asked(shared=True)
+        entered = self._acquired(resource, owner, 2.0, asked)
+        if entered is None:
+            return
+        cs, fields, deadline = entered
+        self.work(cs, asked, resource, fields["token"], 0, lambda: now() >= deadline)
+        self.manager_section(resource, 1.0, body, asked)
+        self._leave(resource, owner, cs, deadline, fields["expires_at"])
+
+    def _acquired(
+        self, resource: str, owner: str, ttl: float, asked: Asked
+    ) -> tuple[str, dict[str, Any], float] | None:
+        """The manager's acquire and, when it took the lock, the section's entry:
+        (its cs, the lock's fields, its deadline by the holder's own clock, as
+        lock()'s handle keeps it)."""
         t0 = now()
         outcome = self.acquire(resource, owner, ttl, asked)
         if not outcome or not outcome["lock"]:
-            return
+            return None
         fields = outcome["lock"]
-        cs = self.enter(resource, fields, t0, asked)
-        deadline = t0 + ttl
-        self.work(cs, asked, resource, fields["token"], 0, lambda: now() >= deadline)
-        self.manager_section(resource, 1.0, body, asked)
+        return self.enter(resource, fields, t0, asked), fields, t0 + ttl
+
+    def _leave(self, resource: str, owner: str, cs: str, deadline: float, expires_at: Any) -> None:
+        """The section's exit (told first if its deadline passed), then the release."""
         if now() >= deadline:
             self.told(cs, "its deadline passed")
-        self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=fields["expires_at"])
+        self.recorder.write("cs_exit", cs=cs, t=now(), expires_at=expires_at)
         self.release_section(resource, owner, cs)
 
     def release_section(self, resource: str, owner: str, cs: str) -> None:
